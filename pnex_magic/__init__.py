@@ -1,0 +1,63 @@
+"""pnex_magic: write a custom GPU kernel for PyTorch from a notebook.
+
+A Python function written as a Numba-CUDA kernel, its parameters annotated
+``In``, ``InMut``, ``Out``, ``Scalar`` or ``Unused``, becomes a PyTorch custom
+operator with :func:`jit` (or the ``%%pnex`` cell magic: ``%load_ext pnex_magic``).
+The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
+graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
+:func:`inspect` reports the schema, PTX and resource usage without a GPU.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (
+    ArgumentShapeError,
+    ArgumentTypeError,
+    KernelCompileError,
+    KernelDefinitionError,
+    KernelLaunchError,
+    KernelTypingError,
+    PnexError,
+    ShapeExpressionError,
+)
+from .jit import jit
+from .op import PnexOp
+from .report import KernelReport, inspect
+from .spec import In, InMut, Out, Scalar, Unused
+
+__all__ = [
+    "jit",
+    "In",
+    "InMut",
+    "Out",
+    "Scalar",
+    "Unused",
+    "inspect",
+    "KernelReport",
+    "PnexOp",
+    "PnexError",
+    "KernelDefinitionError",
+    "ShapeExpressionError",
+    "KernelTypingError",
+    "KernelCompileError",
+    "ArgumentTypeError",
+    "ArgumentShapeError",
+    "KernelLaunchError",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext pnex_magic``: register the ``%%pnex`` magics."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .magic import unload_ipython_extension as _unload
+
+    _unload(ipython)

@@ -1,0 +1,125 @@
+"""The on-disk cache of compiled kernels.
+
+Location: ``$PNEX_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/pnex_magic``, else
+``~/.cache/pnex_magic``.  Each entry is a folder holding ``meta.json`` and the
+artifacts (``kernel.ptx``, ``kernel.cubin``).  An entry's folder is named by its
+content key, or by the user's ``cache_id``: then entries with the same
+``cache_id`` evict each other, and a key mismatch is a miss (recompile), never a
+wrong result.  Entries are written to a temporary folder and renamed into place,
+so a killed process never leaves half an entry, and only successful builds are
+written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cache_dir", "CacheEntry", "load", "store", "entries", "clear", "stats"]
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """Counters for tests and the report: how often a lookup hit or missed."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def reset(self) -> None:
+        self.hits = self.misses = 0
+
+
+stats = CacheStats()
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("PNEX_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "pnex_magic"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    path: Path
+    meta: dict[str, Any]
+
+    def read_text(self, name: str) -> str | None:
+        p = self.path / name
+        return p.read_text() if p.exists() else None
+
+    def read_bytes(self, name: str) -> bytes | None:
+        p = self.path / name
+        return p.read_bytes() if p.exists() else None
+
+
+def _slot(key: str, cache_id: str | None) -> str:
+    if cache_id:
+        return "id-" + re.sub(r"[^A-Za-z0-9_.-]", "_", cache_id)
+    return key[:40]
+
+
+def load(key: str, cache_id: str | None = None) -> CacheEntry | None:
+    """The entry for ``key``, or ``None`` (a miss)."""
+    path = cache_dir() / _slot(key, cache_id)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError):
+        stats.misses += 1
+        return None
+    if meta.get("key") != key:
+        stats.misses += 1
+        return None
+    stats.hits += 1
+    return CacheEntry(path, meta)
+
+
+def store(key: str, meta: dict[str, Any], files: dict[str, str | bytes], cache_id: str | None = None) -> Path | None:
+    """Write an entry atomically; returns its folder, or ``None`` if the cache is not writable."""
+    root = cache_dir()
+    final = root / _slot(key, cache_id)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        for name, data in files.items():
+            if isinstance(data, str):
+                (tmp / name).write_text(data)
+            else:
+                (tmp / name).write_bytes(data)
+        (tmp / "meta.json").write_text(json.dumps({**meta, "key": key, "created": time.time()}, indent=1))
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    except OSError:
+        return None
+    return final
+
+
+def entries() -> list[CacheEntry]:
+    root = cache_dir()
+    found = []
+    if root.is_dir():
+        for path in sorted(root.iterdir()):
+            try:
+                found.append(CacheEntry(path, json.loads((path / "meta.json").read_text())))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def clear() -> int:
+    """Remove every entry; returns how many were removed."""
+    removed = 0
+    for entry in entries():
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += 1
+    return removed

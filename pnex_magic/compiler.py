@@ -1,0 +1,358 @@
+"""Compile stage: a kernel function and its spec become PTX, a cubin and a
+resource report, for one GPU architecture.
+
+Numba-CUDA types the kernel and emits PTX through NVVM; nvJitLink (through
+``cuda.core``'s ``Linker``) assembles it into a cubin for the target architecture
+and reports registers, shared, local and constant memory, straight from ptxas.
+Neither step needs a GPU or a CUDA driver: the compiler libraries come as pip
+wheels (``numba-cuda[cu12]`` / ``numba-cuda[cu13]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from . import cache
+from .errors import KernelCompileError, KernelDefinitionError, KernelTypingError
+from .spec import KernelSpec, ScalarParam, TensorParam, UnusedParam
+
+__all__ = [
+    "ResourceUsage",
+    "CompiledKernel",
+    "compile_kernel",
+    "default_arch",
+    "parse_arch",
+    "abi_layout",
+    "numba_signature",
+]
+
+DEFAULT_ARCH = "sm_75"  # the oldest architecture CUDA 13 targets; Colab's T4
+
+
+def parse_arch(arch: str | tuple[int, int] | int) -> tuple[int, int]:
+    """``"sm_90"``, ``"90"``, ``90``, ``(9, 0)``, ``"9.0"`` → ``(9, 0)``."""
+    if isinstance(arch, tuple) and len(arch) == 2:
+        return int(arch[0]), int(arch[1])
+    text = str(arch).strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(a|f)?", text)
+    if m:
+        digits = m.group(1)
+        return int(digits[:-1]), int(digits[-1])
+    m = re.fullmatch(r"(\d+)\.(\d+)", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    raise KernelDefinitionError(f"unknown GPU architecture {arch!r}; expected e.g. 'sm_90', (9, 0) or '9.0'")
+
+
+def arch_name(cc: tuple[int, int]) -> str:
+    return f"sm_{cc[0]}{cc[1]}"
+
+
+def default_arch() -> str:
+    """The architecture to compile for: ``$PNEX_ARCH``, else the current GPU's,
+    else ``sm_75``."""
+    env = os.environ.get("PNEX_ARCH")
+    if env:
+        return arch_name(parse_arch(env))
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return arch_name(torch.cuda.get_device_capability())
+    except Exception:  # a broken CUDA set-up still allows CPU use
+        pass
+    return DEFAULT_ARCH
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceUsage:
+    """Per-kernel figures reported by ptxas (through nvJitLink)."""
+
+    registers: int
+    shared_bytes: int
+    local_bytes: int
+    const_bytes: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    barriers: int
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_store_bytes or self.spill_load_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernel:
+    """The result of compiling one kernel for one architecture."""
+
+    arch: str
+    entry: str  # the PTX entry (mangled kernel name)
+    ptx: str
+    cubin: bytes | None  # None where nvJitLink is unavailable
+    resources: ResourceUsage | None
+    link_log: str
+    key: str
+    cache_hit: bool
+    compile_seconds: float
+    max_registers: int | None
+
+    @property
+    def ptx_params(self) -> list[int]:
+        return _ptx_param_sizes(self.ptx, self.entry)
+
+
+def numba_signature(spec: KernelSpec) -> tuple[Any, ...]:
+    """Numba types of the kernel's parameters: inputs as any-layout arrays (views
+    and transposes work as they are), outputs as C-contiguous arrays (they are
+    allocated contiguous), scalars as their type, unused parameters as ``none``."""
+    from numba.cuda import types as nbtypes
+
+    sig = []
+    for p in spec.params:
+        if isinstance(p, TensorParam):
+            layout = "C" if p.role == "out" else "A"
+            sig.append(nbtypes.Array(p.dtype.numba_type(), p.ndim, layout))
+        elif isinstance(p, ScalarParam):
+            sig.append(p.dtype.numba_type())
+        else:
+            sig.append(nbtypes.none)
+    return tuple(sig)
+
+
+def abi_layout(spec: KernelSpec) -> list[list[int]]:
+    """Byte sizes of the flattened kernel parameters Numba's ABI expects, one list
+    per parameter: an array is (meminfo, parent, nitems, itemsize, data, shape...,
+    strides...), a scalar its own size, an unused parameter one 8-byte slot."""
+    layout = []
+    for p in spec.params:
+        if isinstance(p, TensorParam):
+            layout.append([8] * (5 + 2 * p.ndim))
+        elif isinstance(p, ScalarParam):
+            layout.append([p.dtype.itemsize])
+        else:
+            layout.append([8])
+    return layout
+
+
+_PTX_SIZES = {"u64": 8, "s64": 8, "b64": 8, "f64": 8, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
+              "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u8": 1, "s8": 1, "b8": 1}
+
+
+def _ptx_param_sizes(ptx: str, entry: str) -> list[int]:
+    start = ptx.find(f".entry {entry}(")
+    if start < 0:
+        return []
+    end = ptx.find(")", start)
+    return [_PTX_SIZES[t] for t in re.findall(r"\.param\s+\.(\w+)\s", ptx[start:end])]
+
+
+def _condense_numba_error(exc: BaseException) -> str:
+    """Numba's typing errors list every candidate overload; keep what says what is wrong."""
+    lines = [line.rstrip() for line in str(exc).splitlines()]
+    keep: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("*") or "candidate implementations" in stripped:
+            if keep and "candidate implementations" in stripped:
+                break
+            continue
+        if stripped.startswith(("Failed in cuda mode pipeline", "During: Pass")):
+            continue
+        keep.append(stripped)
+        if len(keep) >= 4:
+            break
+    specific = [ln.strip() for ln in lines if re.match(r"\s*(Numba\w*Error|TypeError|NameError|KeyError):", ln)]
+    for line in specific[:2]:
+        if line not in keep:
+            keep.append(line)
+    return "\n  ".join(keep) or type(exc).__name__
+
+
+def _kernel_line(exc: BaseException, fn: Callable) -> int | None:
+    filename = fn.__code__.co_filename
+    for m in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):
+        if m.group(1) == filename:
+            return int(m.group(2))
+    return None
+
+
+def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int]) -> tuple[str, str]:
+    from numba import cuda
+
+    sig = numba_signature(spec)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx")
+    except Exception as exc:  # numba raises many types; classify by what they are
+        name = type(exc).__name__
+        if name in ("TypingError", "UnsupportedError", "NumbaTypeError", "UnsupportedBytecodeError") or "Typing" in name:
+            line = _kernel_line(exc, fn)
+            at = f" (line {line})" if line else ""
+            sig_text = ", ".join(f"{p.name}: {t}" for p, t in zip(spec.params, sig))
+            raise KernelTypingError(
+                f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
+                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}\n"
+                f"(the full message is in this exception's .compiler_log)",
+                compiler_log=str(exc),
+                lineno=line,
+            ) from None
+        if "NVVM" in name or "nvvm" in str(exc).lower() or "libnvvm" in str(exc).lower():
+            raise KernelCompileError(
+                f"kernel {spec.name!r}: NVVM failed for {arch_name(cc)}: {str(exc).strip().splitlines()[0]}. "
+                f"Is the architecture supported by the installed CUDA compiler wheels "
+                f"(pip install 'numba-cuda[cu12]' or '[cu13]')?",
+                compiler_log=str(exc),
+            ) from None
+        raise KernelCompileError(
+            f"kernel {spec.name!r}: compilation failed: {type(exc).__name__}: {str(exc).strip()[:500]}",
+            compiler_log=str(exc),
+        ) from None
+    entry = re.search(r"\.visible\s+\.entry\s+([\w$]+)\(", ptx)
+    if entry is None:
+        raise KernelCompileError(f"kernel {spec.name!r}: Numba's PTX has no kernel entry", compiler_log=ptx)
+    return ptx, entry.group(1)
+
+
+_INFO_RE = re.compile(
+    r"used (\d+) registers, used (\d+) barriers, (\d+) stack, (\d+) bytes smem, (\d+) bytes cmem\[0\], (\d+) bytes lmem"
+)
+_SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def _parse_resources(log: str) -> ResourceUsage | None:
+    m = _INFO_RE.search(log)
+    if m is None:
+        return None
+    regs, barriers, stack, smem, cmem, lmem = map(int, m.groups())
+    spill = _SPILL_RE.search(log)
+    frame, stores, loads = map(int, spill.groups()) if spill else (stack, 0, 0)
+    return ResourceUsage(
+        registers=regs,
+        shared_bytes=smem,
+        local_bytes=max(lmem, frame),
+        const_bytes=cmem,
+        stack_bytes=stack,
+        spill_store_bytes=stores,
+        spill_load_bytes=loads,
+        barriers=barriers,
+    )
+
+
+def _linker_classes():
+    try:
+        from cuda.core import Linker, LinkerOptions, ObjectCode
+    except ImportError:
+        from cuda.core.experimental import Linker, LinkerOptions, ObjectCode  # older cuda-core
+    return Linker, LinkerOptions, ObjectCode
+
+
+def link_cubin(ptx: str, arch: str, max_registers: int | None, kernel: str) -> tuple[bytes, str]:
+    """Assemble PTX into a cubin with nvJitLink; returns (cubin, info log)."""
+    Linker, LinkerOptions, ObjectCode = _linker_classes()
+    options = {"arch": arch, "verbose": True}
+    if max_registers:
+        options["max_register_count"] = int(max_registers)
+    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(**options))
+    try:
+        cubin = linker.link("cubin")
+    except Exception as exc:
+        log = ""
+        try:
+            log = linker.get_error_log()
+        except Exception:
+            pass
+        raise KernelCompileError(
+            f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
+            compiler_log=log or str(exc),
+        ) from None
+    return bytes(cubin.code), linker.get_info_log()
+
+
+def compile_kernel(
+    fn: Callable,
+    spec: KernelSpec,
+    *,
+    arch: str,
+    key: str,
+    max_registers: int | None = None,
+    cache_id: str | None = None,
+    use_cache: bool = True,
+) -> CompiledKernel:
+    """PTX, cubin and resources of ``fn`` for ``arch``; served from the disk cache
+    when ``key`` (which must cover everything that changes the result) matches."""
+    cc = parse_arch(arch)
+    arch = arch_name(cc)
+    if use_cache:
+        entry = cache.load(key, cache_id)
+        if entry is not None:
+            ptx = entry.read_text("kernel.ptx")
+            if ptx is not None:
+                res = entry.meta.get("resources")
+                return CompiledKernel(
+                    arch=arch,
+                    entry=entry.meta["entry"],
+                    ptx=ptx,
+                    cubin=entry.read_bytes("kernel.cubin"),
+                    resources=ResourceUsage(**res) if res else None,
+                    link_log=entry.read_text("link.log") or "",
+                    key=key,
+                    cache_hit=True,
+                    compile_seconds=0.0,
+                    max_registers=max_registers,
+                )
+    start = time.perf_counter()
+    ptx, entry_name = _numba_ptx(fn, spec, cc)
+    expected = [size for sizes in abi_layout(spec) for size in sizes]
+    found = _ptx_param_sizes(ptx, entry_name)
+    if found != expected:
+        raise KernelCompileError(
+            f"kernel {spec.name!r}: the compiled kernel's parameters ({found}) do not match the layout pnex "
+            f"passes ({expected}); this numba-cuda version changed its kernel ABI. Please report it.",
+            compiler_log=ptx,
+        )
+    cubin: bytes | None
+    try:
+        cubin, log = link_cubin(ptx, arch, max_registers, spec.name)
+    except (ImportError, RuntimeError, OSError) as exc:
+        if isinstance(exc, KernelCompileError):
+            raise
+        cubin, log = None, f"nvJitLink unavailable: {exc}"
+    resources = _parse_resources(log) if cubin else None
+    seconds = time.perf_counter() - start
+    compiled = CompiledKernel(
+        arch=arch,
+        entry=entry_name,
+        ptx=ptx,
+        cubin=cubin,
+        resources=resources,
+        link_log=log,
+        key=key,
+        cache_hit=False,
+        compile_seconds=seconds,
+        max_registers=max_registers,
+    )
+    if use_cache:
+        files: dict[str, str | bytes] = {"kernel.ptx": ptx, "link.log": log}
+        if cubin is not None:
+            files["kernel.cubin"] = cubin
+        cache.store(
+            key,
+            {
+                "kernel": f"{spec.module}.{spec.qualname}",
+                "entry": entry_name,
+                "arch": arch,
+                "resources": dataclasses.asdict(resources) if resources else None,
+                "compile_seconds": seconds,
+            },
+            files,
+            cache_id,
+        )
+    return compiled

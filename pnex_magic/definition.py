@@ -1,0 +1,173 @@
+"""A kernel definition: the user's function, its spec and options, and its compiled
+forms per architecture.  Front ends (``jit()``, ``%%pnex``) build one; the op,
+the launchers and the report read from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import threading
+import types
+from typing import Any
+
+from . import __version__
+from .compiler import CompiledKernel, arch_name, compile_kernel, default_arch, parse_arch
+from .errors import KernelCompileError
+from .fingerprint import function_fingerprint
+from .spec import KernelSpec
+
+__all__ = ["JitOptions", "KernelDefinition", "toolchain_versions"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class JitOptions:
+    """The options of ``jit()`` (and of the ``%%pnex`` magic)."""
+
+    to_extension: bool = False
+    cache_id: str | None = None
+    verbose: bool = False
+    max_registers: int | None = None
+    arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
+    use_cache: bool = True
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_versions() -> str:
+    """Versions that change compiled code: part of every cache key."""
+    from importlib import metadata
+
+    import torch
+
+    parts = [f"pnex_magic={__version__}", f"torch={torch.__version__}"]
+    for dist in ("numba-cuda", "numba", "llvmlite"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=none")
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        parts.append(f"nvvm={nvvm.NVVM().get_version()}")
+    except Exception:
+        parts.append("nvvm=unavailable")
+    return ";".join(parts)
+
+
+class KernelDefinition:
+    """One kernel: function, spec, options; compiles lazily per architecture."""
+
+    def __init__(self, fn: types.FunctionType, spec: KernelSpec, options: JitOptions):
+        self.fn = fn
+        self.spec = spec
+        self.options = options
+        self.source_key = function_fingerprint(fn, spec.describe())
+        self._compiled: dict[str, CompiledKernel] = {}
+        self._lock = threading.Lock()
+        self._simulated: Any = None
+        self.toolchain_error: str | None = None
+
+    @property
+    def op_name(self) -> str:
+        """Deterministic operator name: the kernel's name plus a short hash of where
+        it was defined, so a re-run definition replaces its op."""
+        site = hashlib.sha256(f"{self.spec.module}.{self.spec.qualname}".encode()).hexdigest()[:8]
+        return f"{self.spec.name}_{site}"
+
+    def target_arch(self, arch: str | None = None) -> str:
+        return arch_name(parse_arch(arch or self.options.arch or default_arch()))
+
+    def cache_key(self, arch: str) -> str:
+        text = "\n".join(
+            [self.source_key, arch, f"max_registers={self.options.max_registers}", toolchain_versions()]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def compiled(self, arch: str | None = None, *, force: bool = False) -> CompiledKernel:
+        """The kernel compiled for ``arch`` (memoised, and cached on disk)."""
+        arch = self.target_arch(arch)
+        with self._lock:
+            found = self._compiled.get(arch)
+            if found is not None and not force:
+                return found
+            result = compile_kernel(
+                self.fn,
+                self.spec,
+                arch=arch,
+                key=self.cache_key(arch),
+                max_registers=self.options.max_registers,
+                cache_id=self.options.cache_id,
+                use_cache=self.options.use_cache and not force,
+            )
+            self._compiled[arch] = result
+            return result
+
+    def compiled_if_available(self) -> CompiledKernel | None:
+        return next(iter(self._compiled.values()), None)
+
+    def check_compiles(self) -> CompiledKernel | None:
+        """Compile for the target architecture at definition time, so typing errors
+        surface there.  A missing CUDA compiler (no NVVM wheel) is not an error: the
+        op still runs on CPU tensors through the simulator."""
+        try:
+            return self.compiled()
+        except KernelCompileError:
+            raise
+        except (OSError, ImportError, RuntimeError) as exc:
+            text = str(exc)
+            if "NVVM" in text or "nvvm" in text or "CUDA" in text:
+                self.toolchain_error = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+                log.warning(
+                    "pnex: kernel %r was not compiled (%s); it runs on CPU tensors through the CUDA "
+                    "simulator only. Install numba-cuda[cu12] or numba-cuda[cu13] for PTX.",
+                    self.spec.name,
+                    self.toolchain_error,
+                )
+                return None
+            raise
+
+    def simulated_function(self) -> types.FunctionType:
+        """The kernel as the CUDA simulator runs it: a copy whose globals and closure
+        have every ``@cuda.jit(device=True)`` function replaced by its simulated form."""
+        if self._simulated is None:
+            self._simulated = _simulable(self.fn, {})
+        return self._simulated
+
+
+def _simulable(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    if id(fn) in memo:
+        return memo[id(fn)]
+
+    def convert(value: Any) -> Any:
+        py_func = getattr(value, "py_func", None)
+        if py_func is not None and type(value).__module__.startswith("numba"):
+            if id(value) not in memo:
+                memo[id(value)] = FakeCUDAKernel(_simulable(py_func, memo), device=True)
+            return memo[id(value)]
+        return value
+
+    from .fingerprint import referenced_names
+
+    new_globals = dict(fn.__globals__)
+    for name in referenced_names(fn):
+        if name in new_globals:
+            new_globals[name] = convert(new_globals[name])
+    closure = None
+    if fn.__closure__:
+        closure = tuple(types.CellType(convert(_cell_value(c))) for c in fn.__closure__)
+    clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
+    clone.__qualname__ = fn.__qualname__
+    memo[id(fn)] = clone
+    return clone
+
+
+def _cell_value(cell) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None

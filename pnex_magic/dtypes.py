@@ -1,0 +1,141 @@
+"""The dtypes a kernel parameter may have, and every spelling that names them.
+
+One table (``_DTYPES``) holds each supported dtype with its torch, NumPy and
+Numba-CUDA counterparts; :func:`resolve_dtype` maps any accepted spelling
+(``torch.float32``, ``float``, ``"float32"``, ``"f32"``, ``np.float32``,
+``np.dtype("float32")``, ``"float"``, ``"uint8_t"``, ``"torch::kFloat32"``, a Numba
+type) onto one :class:`DType`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["DType", "resolve_dtype", "supported_dtype_names"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DType:
+    """One supported element type."""
+
+    name: str  #: canonical name, e.g. ``"float32"``
+    torch: torch.dtype
+    numpy: np.dtype | None  #: ``None`` where NumPy has no such type (bfloat16)
+    numba_name: str  #: attribute of ``numba.cuda.types``
+    short: str  #: ``"f32"``-style spelling
+    c_name: str  #: the C type, e.g. ``"float"``, ``"uint8_t"``
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.torch).element_size()
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.torch.is_floating_point
+
+    @property
+    def schema_scalar(self) -> str:
+        """The torch schema type of a scalar argument of this dtype."""
+        if self.torch is torch.bool:
+            return "bool"
+        return "float" if self.torch.is_floating_point else "int"
+
+    @property
+    def python_type(self) -> type:
+        return {"bool": bool, "float": float, "int": int}[self.schema_scalar]
+
+    def numba_type(self) -> Any:
+        from numba.cuda import types as nbtypes
+
+        return getattr(nbtypes, self.numba_name)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _d(name: str, tdt: torch.dtype, npname: str | None, numba_name: str, short: str, c_name: str) -> DType:
+    return DType(name, tdt, np.dtype(npname) if npname else None, numba_name, short, c_name)
+
+
+_DTYPES: tuple[DType, ...] = (
+    _d("float16", torch.float16, "float16", "float16", "f16", "__half"),
+    _d("bfloat16", torch.bfloat16, None, "bfloat16", "bf16", "__nv_bfloat16"),
+    _d("float32", torch.float32, "float32", "float32", "f32", "float"),
+    _d("float64", torch.float64, "float64", "float64", "f64", "double"),
+    _d("int8", torch.int8, "int8", "int8", "i8", "int8_t"),
+    _d("int16", torch.int16, "int16", "int16", "i16", "int16_t"),
+    _d("int32", torch.int32, "int32", "int32", "i32", "int32_t"),
+    _d("int64", torch.int64, "int64", "int64", "i64", "int64_t"),
+    _d("uint8", torch.uint8, "uint8", "uint8", "u8", "uint8_t"),
+    _d("uint16", torch.uint16, "uint16", "uint16", "u16", "uint16_t"),
+    _d("uint32", torch.uint32, "uint32", "uint32", "u32", "uint32_t"),
+    _d("uint64", torch.uint64, "uint64", "uint64", "u64", "uint64_t"),
+    _d("bool", torch.bool, "bool", "boolean", "b8", "bool"),
+)
+
+
+def _build_aliases() -> dict[Any, DType]:
+    aliases: dict[Any, DType] = {}
+    for dt in _DTYPES:
+        keys: list[Any] = [dt.torch, dt.name, dt.short, dt.c_name, dt.numba_name]
+        keys.append("torch::k" + dt.name[0].upper() + dt.name[1:])  # torch::kFloat32
+        if dt.c_name.endswith("_t"):
+            keys.append(dt.c_name[:-2])
+        if dt.numpy is not None:
+            keys += [dt.numpy, dt.numpy.type]
+        aliases.update({k: dt for k in keys})
+    by_name = {dt.name: dt for dt in _DTYPES}
+    # Python's own types and the C spellings follow the older package: float is float32.
+    aliases.update(
+        {
+            float: by_name["float32"],
+            int: by_name["int64"],
+            bool: by_name["bool"],
+            "float": by_name["float32"],
+            "double": by_name["float64"],
+            "half": by_name["float16"],
+            "int": by_name["int64"],
+            "long": by_name["int64"],
+            "torch::kHalf": by_name["float16"],
+            "torch::kBFloat16": by_name["bfloat16"],
+            "torch::kFloat": by_name["float32"],
+            "torch::kDouble": by_name["float64"],
+            "torch::kInt": by_name["int32"],
+            "torch::kLong": by_name["int64"],
+            "torch::kByte": by_name["uint8"],
+            "torch::kChar": by_name["int8"],
+            "torch::kShort": by_name["int16"],
+            "torch::kBool": by_name["bool"],
+        }
+    )
+    return aliases
+
+
+_ALIASES = _build_aliases()
+
+
+def supported_dtype_names() -> tuple[str, ...]:
+    return tuple(dt.name for dt in _DTYPES)
+
+
+def resolve_dtype(spelling: Any) -> DType | None:
+    """Return the :class:`DType` that ``spelling`` names, or ``None`` if none does."""
+    if isinstance(spelling, DType):
+        return spelling
+    try:
+        found = _ALIASES.get(spelling)
+    except TypeError:  # unhashable
+        return None
+    if found is not None:
+        return found
+    if isinstance(spelling, str):
+        return _ALIASES.get(spelling.strip().lower().removeprefix("torch.").removeprefix("np."))
+    # Numba types (numba.float32, numba.cuda.types.float32) have a ``name``.
+    name = getattr(spelling, "name", None)
+    if isinstance(name, str) and type(spelling).__module__.startswith("numba"):
+        return _ALIASES.get(name)
+    return None

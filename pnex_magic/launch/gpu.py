@@ -1,0 +1,162 @@
+"""GPU back end: load the kernel's cubin into the device's primary context (the one
+PyTorch uses) and launch it on PyTorch's current stream.
+
+Two implementations share this module's interface:
+
+* the C++ launcher (:mod:`pnex_magic.launch.native`), one extension built once per
+  environment, which PyTorch's dispatcher calls without running Python;
+* :class:`DriverLauncher`, pure Python over ``cuda.bindings``' driver API, used
+  when the C++ launcher cannot be built (no C++ compiler).
+
+Kernel arguments follow Numba's ABI: an array is passed as (meminfo, parent,
+nitems, itemsize, data, shape..., strides...) with strides in bytes; raw
+pointers are passed, so bfloat16 and float16 tensors work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import KernelLaunchError
+from ..spec import ScalarParam, TensorParam
+
+if TYPE_CHECKING:
+    from ..definition import KernelDefinition
+
+__all__ = ["DriverLauncher", "make_gpu_launcher", "launch_blocking"]
+
+_SCALAR_CTYPES = {
+    "float16": ctypes.c_uint16,  # passed as raw bits
+    "bfloat16": ctypes.c_uint16,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "bool": ctypes.c_uint8,
+}
+
+
+def launch_blocking() -> bool:
+    """Synchronise after every launch (``PNEX_LAUNCH_BLOCKING=1`` or
+    ``CUDA_LAUNCH_BLOCKING=1``), so a faulting kernel is reported by name."""
+    return os.environ.get("PNEX_LAUNCH_BLOCKING", "0") == "1" or os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
+
+
+def scalar_bits(dtype_name: str, value: Any) -> int | float | bool:
+    """The value a scalar parameter is passed as (2-byte floats as raw bits)."""
+    if dtype_name in ("float16", "bfloat16"):
+        t = torch.tensor(float(value), dtype=getattr(torch, dtype_name))
+        return int(t.view(torch.int16).item()) & 0xFFFF
+    if dtype_name == "bool":
+        return int(bool(value))
+    return value
+
+
+def _check(result, what: str, kernel: str) -> Any:
+    from cuda.bindings import driver
+
+    err = result[0]
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        _, text = driver.cuGetErrorString(err)
+        raise KernelLaunchError(
+            f"kernel {kernel!r}: {what} failed with {name.decode() if name else err}: "
+            f"{text.decode() if text else ''}"
+        )
+    return result[1] if len(result) == 2 else result[1:]
+
+
+class DriverLauncher:
+    """Pure-Python GPU launcher over the CUDA driver API (``cuda.bindings``)."""
+
+    name = "driver"
+
+    def __init__(self) -> None:
+        self._functions: dict[tuple[int, int], Any] = {}
+        self._modules: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _function(self, definition: KernelDefinition, device: torch.device):
+        from cuda.bindings import driver
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (id(definition), index)
+        fn = self._functions.get(key)
+        if fn is not None:
+            return fn
+        with self._lock:
+            arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
+            compiled = definition.compiled(arch)
+            image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
+            with torch.cuda.device(index):
+                torch.cuda.current_stream()  # make sure PyTorch's context exists and is current
+                module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
+                fn = _check(
+                    driver.cuModuleGetFunction(module, compiled.entry.encode()),
+                    "finding the kernel",
+                    definition.spec.name,
+                )
+            self._modules.append(module)
+            self._functions[key] = fn
+            return fn
+
+    def launch(
+        self,
+        definition: KernelDefinition,
+        values: Sequence[Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        device: torch.device,
+    ) -> None:
+        from cuda.bindings import driver
+
+        fn = self._function(definition, device)
+        args: list[Any] = []
+        types: list[Any] = []
+        for param, value in zip(definition.spec.params, values):
+            if isinstance(param, TensorParam):
+                t = value
+                args += [0, 0, t.numel(), t.element_size(), t.data_ptr()]
+                args += list(t.shape)
+                args += [s * t.element_size() for s in t.stride()]
+                types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+                types += [ctypes.c_int64] * (2 * t.dim())
+            elif isinstance(param, ScalarParam):
+                args.append(scalar_bits(param.dtype.name, value))
+                types.append(_SCALAR_CTYPES[param.dtype.name])
+            else:
+                args.append(0)
+                types.append(ctypes.c_void_p)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        with torch.cuda.device(device):
+            _check(
+                driver.cuLaunchKernel(fn, *grid, *block, 0, stream, (tuple(args), tuple(types)), 0),
+                "launch",
+                definition.spec.name,
+            )
+            if launch_blocking():
+                _check(driver.cuStreamSynchronize(stream), "running (synchronised after launch)", definition.spec.name)
+
+
+def make_gpu_launcher():
+    """The C++ launcher when it can be built here, else :class:`DriverLauncher`."""
+    if os.environ.get("PNEX_LAUNCHER", "") != "driver":
+        try:
+            from .native import NativeLauncher
+
+            return NativeLauncher()
+        except ImportError:
+            pass
+    return DriverLauncher()

@@ -1,0 +1,68 @@
+"""CPU back end: numba-cuda's CUDA simulator runs the kernel's Python source, one
+Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
+writes land in the tensors).  It runs the same source as the GPU, including
+shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
+prototype and test without a GPU.  It is slow: keep problem sizes small."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..errors import KernelLaunchError
+from ..spec import ScalarParam, TensorParam
+
+if TYPE_CHECKING:
+    from ..definition import KernelDefinition
+
+__all__ = ["SimulatorLauncher"]
+
+# The simulator keeps one global "current kernel"; launches must not overlap.
+_LOCK = threading.Lock()
+
+
+class SimulatorLauncher:
+    name = "simulator"
+
+    def launch(
+        self,
+        definition: KernelDefinition,
+        values: Sequence[Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        device: torch.device,
+    ) -> None:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+        args: list[Any] = []
+        write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for param, value in zip(definition.spec.params, values):
+            if isinstance(param, TensorParam):
+                tensor = value.detach()
+                if tensor.dtype == torch.bfloat16:
+                    # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
+                    shadow = tensor.float()
+                    if param.role != "in":
+                        write_back.append((tensor, shadow))
+                    tensor = shadow
+                args.append(FakeCUDAArray(tensor.numpy()))
+            elif isinstance(param, ScalarParam):
+                np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
+                args.append(np_type(value))
+            else:
+                args.append(None)
+        kernel = FakeCUDAKernel(definition.simulated_function(), device=False)
+        with _LOCK:
+            try:
+                kernel[grid, block](*args)
+            except Exception as exc:
+                raise KernelLaunchError(
+                    f"kernel {definition.spec.name!r} failed in the CUDA simulator: {type(exc).__name__}: {exc}"
+                ) from exc
+        for tensor, shadow in write_back:
+            tensor.copy_(shadow)

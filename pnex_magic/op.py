@@ -1,0 +1,258 @@
+"""Torch-op stage: a kernel definition becomes a ``torch.library`` custom operator.
+
+The operator's schema comes from the spec (``In``/``InMut``/``Scalar`` are
+arguments, ``InMut`` marked as mutated, ``Out`` tensors returned).  One Python
+implementation serves every device: it checks the arguments, allocates the
+outputs on the inputs' device, evaluates the launch grid and hands over to the
+launcher for that device.  The fake implementation runs the same checks and
+shape expressions on fake tensors, so ``torch.compile(fullgraph=True)`` traces
+through calls with symbolic sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch._library.custom_ops import CustomOpDef
+
+from .definition import KernelDefinition
+from .errors import ArgumentShapeError, ArgumentTypeError
+from .launch import launcher_for
+from .spec import KernelSpec, ScalarParam, TensorParam
+
+__all__ = ["PnexOp", "make_op", "NAMESPACE", "check_arguments", "output_shapes", "launch_grid"]
+
+NAMESPACE = "pnex"
+
+
+def _fmt_shape(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | None:
+    """Check every tensor argument's dtype, rank, sizes and device against the spec;
+    returns the common device (``None`` if there are no tensor arguments)."""
+    device: torch.device | None = None
+    first: str | None = None
+    for p in spec.arguments:
+        if not isinstance(p, TensorParam):
+            continue
+        t = env[p.name]
+        if t.dtype != p.dtype.torch:
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} must be a {p.dtype.name} tensor, got {str(t.dtype).removeprefix('torch.')}"
+            )
+        if t.dim() != p.ndim:
+            raise ArgumentShapeError(
+                f"{spec.name}(): argument {p.name!r} must have {p.ndim} dimension(s) {p.shape_text()}, "
+                f"got {t.dim()} with shape {_fmt_shape(t.shape)}"
+            )
+        if device is None:
+            device, first = t.device, p.name
+        elif t.device != device:
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} is on {t.device} but {first!r} is on {device}; "
+                f"all tensor arguments must be on one device"
+            )
+    for p in spec.arguments:
+        if not isinstance(p, TensorParam):
+            continue
+        t = env[p.name]
+        for axis, expr in enumerate(p.shape):
+            if expr is None:
+                continue
+            expected = expr.evaluate(env)
+            if t.shape[axis] != expected:
+                raise ArgumentShapeError(
+                    f"{spec.name}(): argument {p.name!r} must have size {expr} = {expected} on axis {axis}, "
+                    f"got {t.shape[axis]} (shape {_fmt_shape(t.shape)})"
+                )
+    return device
+
+
+def output_shapes(spec: KernelSpec, env: dict[str, Any]) -> list[tuple[Any, ...]]:
+    shapes = []
+    for p in spec.outputs:
+        shape = tuple(expr.evaluate(env) for expr in p.shape)
+        for axis, size in enumerate(shape):
+            if isinstance(size, int) and size < 0:
+                raise ArgumentShapeError(
+                    f"{spec.name}(): output {p.name!r} would have size {p.shape[axis]} = {size} on axis {axis}; "
+                    f"sizes cannot be negative"
+                )
+        shapes.append(shape)
+    return shapes
+
+
+def launch_grid(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(blocks per grid, threads per block), both padded to three axes."""
+    grid = []
+    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, spec.threads_per_block)):
+        n = int(expr.evaluate(env))
+        if n < 0:
+            raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
+        grid.append(-(-n // tpb))
+    block = list(spec.threads_per_block)
+    while len(grid) < 3:
+        grid.append(1)
+        block.append(1)
+    return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+
+
+def _bind(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
+    return {p.name: v for p, v in zip(spec.arguments, args)}
+
+
+def _allocate(spec: KernelSpec, env: dict[str, Any], device: torch.device, fake: bool) -> list[torch.Tensor]:
+    outs = []
+    for p, shape in zip(spec.outputs, output_shapes(spec, env)):
+        if p.init is None or fake:
+            t = torch.empty(shape, dtype=p.dtype.torch, device=device)
+        else:
+            t = torch.full(shape, p.init, dtype=p.dtype.torch, device=device)
+        env[p.name] = t
+        outs.append(t)
+    return outs
+
+
+def _result(outs: list[torch.Tensor]) -> Any:
+    if not outs:
+        return None
+    if len(outs) == 1:
+        return outs[0]
+    return tuple(outs)
+
+
+def _default_device() -> torch.device:
+    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+
+
+def make_impl(definition: KernelDefinition):
+    spec = definition.spec
+
+    def impl(*args):
+        env = _bind(spec, args)
+        device = check_arguments(spec, env) or _default_device()
+        outs = _allocate(spec, env, device, fake=False)
+        grid, block = launch_grid(spec, env)
+        if grid[0] and grid[1] and grid[2]:
+            values = [env.get(p.name) for p in spec.params]
+            launcher_for(device).launch(definition, values, grid, block, device)
+        return _result(outs)
+
+    return impl
+
+
+def make_fake(definition: KernelDefinition):
+    spec = definition.spec
+
+    def fake(*args):
+        env = _bind(spec, args)
+        device = check_arguments(spec, env) or _default_device()
+        outs = _allocate(spec, env, device, fake=True)
+        return _result(outs)
+
+    return fake
+
+
+class PnexOp(CustomOpDef):
+    """A ``torch.library.CustomOpDef`` made from a pnex kernel.
+
+    Call it like a function: ``In``/``InMut``/``Scalar`` parameters are its
+    arguments (positional or by name), ``Out`` tensors its results.  Everything
+    ``CustomOpDef`` offers (``register_autograd``, ``register_fake``, ...) works.
+    """
+
+    _pnex: KernelDefinition
+
+    def __call__(self, *args, **kwargs):
+        spec = self._pnex.spec
+        arguments = spec.arguments
+        if kwargs or len(args) != len(arguments):
+            args = self._bind_call(args, kwargs)
+        for p, value in zip(arguments, args):
+            if isinstance(p, TensorParam):
+                if not isinstance(value, torch.Tensor):
+                    raise ArgumentTypeError(
+                        f"{spec.name}(): argument {p.name!r} must be a torch.Tensor ({p.describe()}), "
+                        f"got {type(value).__name__}"
+                    )
+            elif isinstance(p, ScalarParam) and not _scalar_ok(p, value):
+                raise ArgumentTypeError(
+                    f"{spec.name}(): argument {p.name!r} must be a Python {p.dtype.python_type.__name__} "
+                    f"({p.describe()}), got {type(value).__name__} {value!r}"
+                )
+        return self._opoverload(*args)
+
+    def _bind_call(self, args: tuple, kwargs: dict) -> tuple:
+        spec = self._pnex.spec
+        arguments = spec.arguments
+        names = [p.name for p in arguments]
+        outputs = {p.name for p in spec.outputs}
+        for key in kwargs:
+            if key in outputs:
+                raise ArgumentTypeError(
+                    f"{spec.name}(): {key!r} is an Out parameter: the op creates and returns it, so do not pass it"
+                )
+            if key not in names:
+                raise ArgumentTypeError(
+                    f"{spec.name}() got an unexpected keyword argument {key!r}; its arguments are ({', '.join(names)})"
+                )
+        if len(args) > len(arguments):
+            extra = ""
+            if len(args) <= len(arguments) + len(spec.outputs):
+                extra = (
+                    f"; Out parameters ({', '.join(p.name for p in spec.outputs)}) are returned by the op, not passed"
+                )
+            raise ArgumentTypeError(
+                f"{spec.name}() takes {len(arguments)} argument(s) ({', '.join(names)}) but {len(args)} were given{extra}"
+            )
+        bound = list(args)
+        for p in arguments[len(args):]:
+            if p.name not in kwargs:
+                missing = [q.name for q in arguments[len(bound):] if q.name not in kwargs]
+                raise ArgumentTypeError(
+                    f"{spec.name}() is missing argument(s) {', '.join(map(repr, missing))}; "
+                    f"it takes ({', '.join(names)})"
+                )
+            bound.append(kwargs[p.name])
+        for key in kwargs:
+            if names.index(key) < len(args):
+                raise ArgumentTypeError(f"{spec.name}() got multiple values for argument {key!r}")
+        return tuple(bound)
+
+    @property
+    def definition(self) -> KernelDefinition:
+        return self._pnex
+
+    @property
+    def spec(self) -> KernelSpec:
+        return self._pnex.spec
+
+    def __repr__(self) -> str:
+        return f"<pnex op {NAMESPACE}::{self._pnex.op_name}: {self._pnex.spec.python_signature()}>"
+
+
+def _scalar_ok(p: ScalarParam, value: Any) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if p.dtype.schema_scalar == "bool":
+        return isinstance(value, bool)
+    if p.dtype.schema_scalar == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def make_op(definition: KernelDefinition) -> PnexOp:
+    """Register ``definition`` as ``torch.ops.pnex.<name>``; a definition with the
+    same name (a re-run cell) replaces the previous registration."""
+    spec = definition.spec
+    impl = make_impl(definition)
+    impl.__name__ = spec.name
+    op = PnexOp(NAMESPACE, definition.op_name, spec.schema, impl)
+    op._pnex = definition
+    op.register_kernel(None)(impl)
+    op.register_fake(make_fake(definition))
+    return op
