@@ -10,9 +10,11 @@ wheels (``numba-cuda[cu12]`` / ``numba-cuda[cu13]``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -153,9 +155,12 @@ def _ptx_param_sizes(ptx: str, entry: str) -> list[int]:
     return [_PTX_SIZES[t] for t in re.findall(r"\.param\s+\.(\w+)\s", ptx[start:end])]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _condense_numba_error(exc: BaseException) -> str:
     """Numba's typing errors list every candidate overload; keep what says what is wrong."""
-    lines = [line.rstrip() for line in str(exc).splitlines()]
+    lines = [line.rstrip() for line in _ANSI.sub("", str(exc)).splitlines()]
     keep: list[str] = []
     for line in lines:
         stripped = line.strip()
@@ -183,12 +188,42 @@ def _kernel_line(exc: BaseException, fn: Callable) -> int | None:
     return None
 
 
+class _TargetDevice:
+    """Stands in for Numba's current device while pnex compiles for ``cc``."""
+
+    def __init__(self, cc: tuple[int, int]):
+        self.compute_capability = cc
+
+
+_TARGET_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _target_device(cc: tuple[int, int]):
+    """Numba-CUDA compiles a kernel's ``@cuda.jit(device=True)`` callees for the
+    *current* device's compute capability, which needs a CUDA driver and may not be
+    the architecture pnex targets.  While pnex compiles, the current device is the
+    target.  The lock keeps concurrent compiles from restoring each other's stand-in."""
+    from numba.cuda import dispatcher
+
+    with _TARGET_LOCK:
+        original = getattr(dispatcher, "get_current_device", None)
+        if original is None:  # a numba-cuda that no longer looks it up there
+            yield
+            return
+        dispatcher.get_current_device = lambda: _TargetDevice(cc)
+        try:
+            yield
+        finally:
+            dispatcher.get_current_device = original
+
+
 def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int]) -> tuple[str, str]:
     from numba import cuda
 
     sig = numba_signature(spec)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
             ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx")
     except Exception as exc:  # numba raises many types; classify by what they are
@@ -221,28 +256,36 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int]) -> tuple[str
     return ptx, entry.group(1)
 
 
-_INFO_RE = re.compile(
-    r"used (\d+) registers, used (\d+) barriers, (\d+) stack, (\d+) bytes smem, (\d+) bytes cmem\[0\], (\d+) bytes lmem"
-)
+# nvJitLink's per-kernel summary, e.g. "info    : used 71 registers, used 1 barriers, 0 stack,
+# 800 bytes smem, 496 bytes cmem[0], 8 bytes cmem[2], 0 bytes lmem".  Fields are read one by one:
+# which ones appear (other constant banks, for instance) varies with the kernel.
+_SUMMARY_RE = re.compile(r"^\s*info\s*:\s*used (\d+) registers\b.*$", re.MULTILINE)
+_PTXAS_RE = re.compile(r"\b[Uu]sed (\d+) registers\b.*$", re.MULTILINE)
 _SPILL_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
+def _field(line: str, pattern: str) -> int:
+    m = re.search(pattern, line)
+    return int(m.group(1)) if m else 0
+
+
 def _parse_resources(log: str) -> ResourceUsage | None:
-    m = _INFO_RE.search(log)
+    m = _SUMMARY_RE.search(log) or _PTXAS_RE.search(log)
     if m is None:
         return None
-    regs, barriers, stack, smem, cmem, lmem = map(int, m.groups())
+    line = m.group(0)
+    stack = _field(line, r"(\d+) stack\b")
     spill = _SPILL_RE.search(log)
     frame, stores, loads = map(int, spill.groups()) if spill else (stack, 0, 0)
     return ResourceUsage(
-        registers=regs,
-        shared_bytes=smem,
-        local_bytes=max(lmem, frame),
-        const_bytes=cmem,
+        registers=int(m.group(1)),
+        shared_bytes=_field(line, r"(\d+) bytes smem"),
+        local_bytes=max(_field(line, r"(\d+) bytes lmem"), frame),
+        const_bytes=_field(line, r"(\d+) bytes cmem\[0\]"),
         stack_bytes=stack,
         spill_store_bytes=stores,
         spill_load_bytes=loads,
-        barriers=barriers,
+        barriers=_field(line, r"used (\d+) barriers"),
     )
 
 
@@ -254,13 +297,69 @@ def _linker_classes():
     return Linker, LinkerOptions, ObjectCode
 
 
-def link_cubin(ptx: str, arch: str, max_registers: int | None, kernel: str) -> tuple[bytes, str]:
-    """Assemble PTX into a cubin with nvJitLink; returns (cubin, info log)."""
+_EXTERN_FUNC_RE = re.compile(r"^\s*\.extern\s+\.func\b", re.MULTILINE)
+
+_LINKABLE_KINDS = {
+    "PTXSource": "from_ptx",
+    "Cubin": "from_cubin",
+    "Fatbin": "from_fatbin",
+    "Object": "from_object",
+    "Archive": "from_library",
+    "LTOIR": "from_ltoir",
+}
+
+
+def _object_code(code: Any, kernel: str) -> Any:
+    """A ``cuda.core`` ``ObjectCode`` for one of ``cuda.compile_all``'s extra outputs."""
+    _, _, ObjectCode = _linker_classes()
+    if isinstance(code, ObjectCode):
+        return code
+    factory = _LINKABLE_KINDS.get(type(code).__name__)
+    data = getattr(code, "data", None)
+    if factory is None or data is None:
+        raise KernelCompileError(f"kernel {kernel!r}: cannot link {code!r} into the kernel's cubin")
+    if isinstance(data, str):
+        data = data.encode()
+    return getattr(ObjectCode, factory)(data)
+
+
+def _link_dependencies(fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str) -> list[Any]:
+    """Code the kernel's PTX calls but does not contain, for nvJitLink.
+
+    Numba-CUDA implements float16/bfloat16 arithmetic (and ``declare_device``
+    functions with ``link=``) as external functions whose CUDA C++ or binary code is
+    linked in at load time; ``cuda.compile`` returns only the kernel's own PTX.  Only
+    a kernel whose PTX declares external functions pays for this second pass, which
+    compiles CUDA C++ sources to LTO-IR with NVRTC (that needs no driver)."""
+    if not _EXTERN_FUNC_RE.search(ptx):
+        return []
+    from numba import cuda
+
+    try:
+        with warnings.catch_warnings(), _target_device(cc):
+            warnings.simplefilter("ignore")
+            codes, _ = cuda.compile_all(fn, numba_signature(spec), device=False, abi="numba", cc=cc, output="ltoir")
+    except Exception as exc:
+        raise KernelCompileError(
+            f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
+            f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
+            compiler_log=str(exc),
+        ) from None
+    return [_object_code(code, spec.name) for code in codes[1:]]
+
+
+def link_cubin(
+    ptx: str, arch: str, max_registers: int | None, kernel: str, dependencies: list[Any] | tuple = ()
+) -> tuple[bytes, str]:
+    """Assemble PTX (and the code it links against) into a cubin with nvJitLink;
+    returns (cubin, info log)."""
     Linker, LinkerOptions, ObjectCode = _linker_classes()
     options = {"arch": arch, "verbose": True}
     if max_registers:
         options["max_register_count"] = int(max_registers)
-    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(**options))
+    if any(getattr(dep, "code_type", None) == "ltoir" for dep in dependencies):
+        options["link_time_optimization"] = True
+    linker = Linker(ObjectCode.from_ptx(ptx.encode()), *dependencies, options=LinkerOptions(**options))
     try:
         cubin = linker.link("cubin")
     except Exception as exc:
@@ -320,7 +419,7 @@ def compile_kernel(
         )
     cubin: bytes | None
     try:
-        cubin, log = link_cubin(ptx, arch, max_registers, spec.name)
+        cubin, log = link_cubin(ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx))
     except (ImportError, RuntimeError, OSError) as exc:
         if isinstance(exc, KernelCompileError):
             raise

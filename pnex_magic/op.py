@@ -18,7 +18,7 @@ import torch
 from torch._library.custom_ops import CustomOpDef
 
 from .definition import KernelDefinition
-from .errors import ArgumentShapeError, ArgumentTypeError
+from .errors import ArgumentShapeError, ArgumentTypeError, KernelLaunchError
 from .launch import launcher_for
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -166,25 +166,60 @@ class PnexOp(CustomOpDef):
     """
 
     _pnex: KernelDefinition
+    _native: bool = False
 
     def __call__(self, *args, **kwargs):
-        spec = self._pnex.spec
-        arguments = spec.arguments
+        arguments = self._pnex.spec.arguments
         if kwargs or len(args) != len(arguments):
             args = self._bind_call(args, kwargs)
-        for p, value in zip(arguments, args):
+        try:
+            return self._opoverload(*args)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            self._check_types(args)
+            translated = _translate(exc)
+            if translated is exc:
+                raise
+            raise translated from None
+
+    def _check_types(self, args: tuple) -> None:
+        """Python-side argument checks, run only when a call failed, to give a clear
+        message instead of the dispatcher's."""
+        spec = self._pnex.spec
+        for p, value in zip(spec.arguments, args):
             if isinstance(p, TensorParam):
                 if not isinstance(value, torch.Tensor):
                     raise ArgumentTypeError(
                         f"{spec.name}(): argument {p.name!r} must be a torch.Tensor ({p.describe()}), "
                         f"got {type(value).__name__}"
-                    )
+                    ) from None
             elif isinstance(p, ScalarParam) and not _scalar_ok(p, value):
                 raise ArgumentTypeError(
                     f"{spec.name}(): argument {p.name!r} must be a Python {p.dtype.python_type.__name__} "
                     f"({p.describe()}), got {type(value).__name__} {value!r}"
-                )
-        return self._opoverload(*args)
+                ) from None
+
+    def register_autograd(self, backward, /, *, setup_context=None) -> None:
+        super().register_autograd(backward, setup_context=setup_context)
+        if self._native:
+            # The C++ launcher installed a C++ "not implemented" autograd kernel so that
+            # calls run no Python; a formula now exists: swap in CustomOpDef's autograd kernel.
+            from .launch import native
+
+            native.drop_autograd_fallback(self._pnex)
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(self._qualname, "Autograd"):
+                from torch._library import autograd as _autograd
+
+                self._lib.impl(self._name, _autograd.make_autograd_impl(self._opoverload, self), "Autograd", with_keyset=True)
+
+    def _register_autograd_dispatcher_impl(self) -> None:
+        # With the C++ launcher, autograd and ADInplaceOrView kernels are C++ (registered
+        # by the launcher); CustomOpDef's Python ones would run on every call.
+        if not self._native:
+            super()._register_autograd_dispatcher_impl()
+
+    def _register_adinplaceorview_dispatcher_impl(self) -> None:
+        if not self._native:
+            super()._register_adinplaceorview_dispatcher_impl()
 
     def _bind_call(self, args: tuple, kwargs: dict) -> tuple:
         spec = self._pnex.spec
@@ -251,8 +286,61 @@ def make_op(definition: KernelDefinition) -> PnexOp:
     spec = definition.spec
     impl = make_impl(definition)
     impl.__name__ = spec.name
-    op = PnexOp(NAMESPACE, definition.op_name, spec.schema, impl)
+    native = _native_launcher(definition)
+    op = PnexOp.__new__(PnexOp)
     op._pnex = definition
+    op._native = native is not None
+    CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op.register_kernel(None)(impl)
     op.register_fake(make_fake(definition))
+    if native is not None:
+        try:
+            native.register(definition)
+        except Exception as exc:
+            _warn_python_launcher(definition, exc)
+            op._native = False
+            if hasattr(CustomOpDef, "_register_autograd_dispatcher_impl"):  # torch >= 2.12 split these out
+                CustomOpDef._register_autograd_dispatcher_impl(op)
+                CustomOpDef._register_adinplaceorview_dispatcher_impl(op)
     return op
+
+
+def _native_launcher(definition: KernelDefinition):
+    """The C++ launcher module when CUDA calls should go through it, else ``None``."""
+    from .launch import native
+
+    native.unregister(definition)  # drop what an earlier definition of this name registered
+    if not native.native_wanted() or definition.compiled_if_available() is None:
+        return None
+    try:
+        native.load_launcher(verbose=definition.options.verbose)
+    except Exception as exc:  # no compiler, no headers: the Python launcher still works
+        _warn_python_launcher(definition, exc)
+        return None
+    return native
+
+
+def _warn_python_launcher(definition: KernelDefinition, exc: BaseException) -> None:
+    import logging
+
+    text = str(exc).strip()
+    logging.getLogger(__name__).warning(
+        "pnex: kernel %r uses the Python GPU launcher (slower per call) because the C++ launcher "
+        "is unavailable: %s",
+        definition.spec.name,
+        text.splitlines()[0] if text else type(exc).__name__,
+    )
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """Errors raised by the C++ launcher start with 'pnex: '; give them the package's
+    exception types."""
+    text = str(exc)
+    if not text.startswith("pnex: "):
+        return exc
+    message = text[len("pnex: "):].split("\nException raised from")[0].strip()
+    if isinstance(exc, TypeError):
+        return ArgumentTypeError(message)
+    if isinstance(exc, ValueError):
+        return ArgumentShapeError(message)
+    return KernelLaunchError(message)

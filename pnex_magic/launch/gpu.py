@@ -1,12 +1,10 @@
 """GPU back end: load the kernel's cubin into the device's primary context (the one
 PyTorch uses) and launch it on PyTorch's current stream.
 
-Two implementations share this module's interface:
-
-* the C++ launcher (:mod:`pnex_magic.launch.native`), one extension built once per
-  environment, which PyTorch's dispatcher calls without running Python;
-* :class:`DriverLauncher`, pure Python over ``cuda.bindings``' driver API, used
-  when the C++ launcher cannot be built (no C++ compiler).
+Two implementations exist: the C++ launcher (:mod:`pnex_magic.launch.native`),
+registered per op with PyTorch's dispatcher so that no Python runs per call, and
+:class:`DriverLauncher` here, pure Python over ``cuda.bindings``' driver API, used
+when the C++ launcher cannot be built (no C++ compiler) or ``PNEX_LAUNCHER=driver``.
 
 Kernel arguments follow Numba's ABI: an array is passed as (meminfo, parent,
 nitems, itemsize, data, shape..., strides...) with strides in bytes; raw
@@ -151,12 +149,7 @@ class DriverLauncher:
 
 
 def make_gpu_launcher():
-    """The C++ launcher when it can be built here, else :class:`DriverLauncher`."""
-    if os.environ.get("PNEX_LAUNCHER", "") != "driver":
-        try:
-            from .native import NativeLauncher
-
-            return NativeLauncher()
-        except ImportError:
-            pass
+    """The Python launcher for CUDA tensors.  It serves ops whose CUDA kernel is not
+    registered through the C++ launcher (:mod:`pnex_magic.launch.native`), e.g. when
+    that cannot be built here or ``PNEX_LAUNCHER=driver``."""
     return DriverLauncher()

@@ -1,0 +1,542 @@
+// pnex_magic's generic GPU launcher.
+//
+// One extension, compiled once per environment, serves every pnex kernel: for each
+// op it registers a boxed functor with PyTorch's dispatcher (CUDA key) holding the
+// kernel's parameter description, its shape checks and launch grid as small postfix
+// programs, and the loaded CUfunction per device.  A call goes from the dispatcher
+// straight here: check arguments, allocate outputs with PyTorch's caching allocator,
+// pack Numba's kernel ABI, cuLaunchKernel on PyTorch's current stream.  No Python
+// runs per call.
+//
+// The CUDA driver is reached through dlopen("libcuda.so.1"), so the extension builds
+// with a host C++ compiler and the CUDA headers alone (no nvcc, no link to libcuda).
+
+#include <torch/extension.h>
+#include <torch/library.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Half.h>
+#include <c10/util/BFloat16.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// ---------------------------------------------------------------- CUDA driver
+struct Driver {
+  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*getErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*streamSynchronize)(CUstream) = nullptr;
+  CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  std::string error;
+};
+
+template <typename F>
+void bind(void* lib, const char* name, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn && error.empty()) error = std::string("libcuda.so.1 has no symbol ") + name;
+}
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver d;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      d.error = "the CUDA driver library (libcuda.so.1) cannot be loaded: is an NVIDIA driver installed?";
+      return d;
+    }
+    bind(lib, "cuModuleLoadData", d.moduleLoadData, d.error);
+    bind(lib, "cuModuleGetFunction", d.moduleGetFunction, d.error);
+    bind(lib, "cuLaunchKernel", d.launchKernel, d.error);
+    bind(lib, "cuGetErrorName", d.getErrorName, d.error);
+    bind(lib, "cuGetErrorString", d.getErrorString, d.error);
+    bind(lib, "cuStreamSynchronize", d.streamSynchronize, d.error);
+    bind(lib, "cuStreamIsCapturing", d.streamIsCapturing, d.error);
+    bind(lib, "cuFuncSetAttribute", d.funcSetAttribute, d.error);
+    return d;
+  }();
+  return d;
+}
+
+std::string cu_error(CUresult r) {
+  const Driver& d = driver();
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.getErrorName) d.getErrorName(r, &name);
+  if (d.getErrorString) d.getErrorString(r, &text);
+  return std::string(name ? name : "CUDA error") + " (" + std::to_string(static_cast<int>(r)) +
+         "): " + (text ? text : "unknown");
+}
+
+bool launch_blocking() {
+  static bool blocking = [] {
+    const char* a = std::getenv("PNEX_LAUNCH_BLOCKING");
+    const char* b = std::getenv("CUDA_LAUNCH_BLOCKING");
+    return (a && std::string(a) == "1") || (b && std::string(b) == "1");
+  }();
+  return blocking;
+}
+
+std::mutex g_last_mutex;
+std::map<int, std::string> g_last_kernel;  // device -> last pnex kernel launched there
+
+// ---------------------------------------------------------------- expressions
+enum Op : int64_t { CONST = 0, SIZE = 1, NUMEL = 2, SCALAR = 3, ADD = 4, SUB = 5, MUL = 6, FLOORDIV = 7,
+                    MOD = 8, NEG = 9, MIN = 10, MAX = 11 };
+struct Instr {
+  int64_t op, a, b;
+};
+using Program = std::vector<Instr>;
+
+enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4 };
+
+struct Param {
+  std::string name;
+  int kind = IN;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  int64_t itemsize = 4;
+  int64_t ndim = 0;
+  std::vector<std::optional<Program>> shape;  // per axis; nullopt: any size
+  std::vector<std::string> shape_text;
+  bool has_init = false;
+  double init = 0.0;
+  std::string describe;  // e.g. In(float32, (None,))
+};
+
+struct Values {
+  std::vector<const at::Tensor*> tensors;  // per parameter (nullptr if not a tensor)
+  std::vector<int64_t> ints;               // per parameter: integer scalar values
+};
+
+int64_t floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+int64_t pymod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+struct Spec;
+int64_t evaluate(const Program& prog, const Values& v, const Spec& spec, const std::string& what);
+
+struct Spec {
+  std::string kernel;  // the user's kernel name, for messages
+  std::string entry;
+  std::vector<Param> params;
+  std::vector<int> arguments;  // parameter index of each op argument
+  std::vector<int> outputs;    // parameter index of each output
+  std::vector<Program> n_threads;
+  std::vector<std::string> n_threads_text;
+  std::array<unsigned, 3> block{1, 1, 1};
+  py::object get_image;  // callable(device_index) -> bytes (cubin or PTX)
+  std::mutex mutex;
+
+  ~Spec() {
+    // The dispatcher may destroy kernels at process exit, after Python has finalised:
+    // then the reference must be dropped without touching the interpreter.
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      get_image = py::object();
+    } else {
+      get_image.release();
+    }
+  }
+  std::vector<CUfunction> functions;  // per device index
+  std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
+};
+
+int64_t evaluate(const Program& prog, const Values& v, const Spec& spec, const std::string& what) {
+  int64_t stack[64];
+  int sp = 0;
+  for (const Instr& ins : prog) {
+    switch (ins.op) {
+      case CONST: stack[sp++] = ins.a; break;
+      case SIZE: stack[sp++] = v.tensors[ins.a]->size(ins.b); break;
+      case NUMEL: stack[sp++] = v.tensors[ins.a]->numel(); break;
+      case SCALAR: stack[sp++] = v.ints[ins.a]; break;
+      case NEG: stack[sp - 1] = -stack[sp - 1]; break;
+      default: {
+        int64_t r = stack[--sp];
+        int64_t l = stack[sp - 1];
+        int64_t out = 0;
+        if ((ins.op == FLOORDIV || ins.op == MOD) && r == 0) {
+          TORCH_CHECK_VALUE(false, "pnex: ", spec.kernel, "(): division by zero while evaluating ", what);
+        }
+        switch (ins.op) {
+          case ADD: out = l + r; break;
+          case SUB: out = l - r; break;
+          case MUL: out = l * r; break;
+          case FLOORDIV: out = floordiv(l, r); break;
+          case MOD: out = pymod(l, r); break;
+          case MIN: out = std::min(l, r); break;
+          case MAX: out = std::max(l, r); break;
+          default: TORCH_CHECK(false, "pnex: bad opcode ", std::to_string(ins.op));
+        }
+        stack[sp - 1] = out;
+      }
+    }
+  }
+  return stack[0];
+}
+
+std::string dtype_name(c10::ScalarType t) {
+  std::string s = c10::toString(t);
+  // c10 names: Float, Double, Half, BFloat16, Int, Long, Short, Char, Byte, Bool, UInt16...
+  static const std::map<std::string, std::string> names = {
+      {"Float", "float32"}, {"Double", "float64"}, {"Half", "float16"}, {"BFloat16", "bfloat16"},
+      {"Int", "int32"},     {"Long", "int64"},     {"Short", "int16"},  {"Char", "int8"},
+      {"Byte", "uint8"},    {"Bool", "bool"},      {"UInt16", "uint16"}, {"UInt32", "uint32"},
+      {"UInt64", "uint64"}};
+  auto it = names.find(s);
+  return it == names.end() ? s : it->second;
+}
+
+// No iostreams in this file (and only strings in TORCH_CHECK messages, whose formatting
+// of numbers goes through std::ostringstream): a libstdc++ other than torch's may be loaded, and its
+// locale facets crash when mixed (seen with the system g++ against torch's wheels).
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string out = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  if (sizes.size() == 1) out += ",";
+  return out + ")";
+}
+
+// Store a scalar argument in an 8-byte slot the way the kernel expects it.
+uint64_t pack_scalar(const c10::IValue& v, c10::ScalarType t) {
+  uint64_t slot = 0;
+  auto put = [&slot](auto x) { std::memcpy(&slot, &x, sizeof(x)); };
+  double d = v.isDouble() ? v.toDouble() : (v.isBool() ? (v.toBool() ? 1.0 : 0.0) : static_cast<double>(v.toInt()));
+  int64_t i = v.isInt() ? v.toInt() : (v.isBool() ? (v.toBool() ? 1 : 0) : static_cast<int64_t>(d));
+  switch (t) {
+    case c10::ScalarType::Float: put(static_cast<float>(d)); break;
+    case c10::ScalarType::Double: put(d); break;
+    case c10::ScalarType::Half: put(c10::Half(static_cast<float>(d)).x); break;
+    case c10::ScalarType::BFloat16: put(c10::BFloat16(static_cast<float>(d)).x); break;
+    case c10::ScalarType::Char: put(static_cast<int8_t>(i)); break;
+    case c10::ScalarType::Short: put(static_cast<int16_t>(i)); break;
+    case c10::ScalarType::Int: put(static_cast<int32_t>(i)); break;
+    case c10::ScalarType::Long: put(static_cast<int64_t>(i)); break;
+    case c10::ScalarType::Byte: put(static_cast<uint8_t>(i)); break;
+    case c10::ScalarType::UInt16: put(static_cast<uint16_t>(i)); break;
+    case c10::ScalarType::UInt32: put(static_cast<uint32_t>(i)); break;
+    case c10::ScalarType::UInt64: put(static_cast<uint64_t>(i)); break;
+    case c10::ScalarType::Bool: put(static_cast<uint8_t>(v.isBool() ? v.toBool() : i != 0)); break;
+    default: TORCH_CHECK(false, "pnex: unsupported scalar type ", c10::toString(t));
+  }
+  return slot;
+}
+
+CUfunction function_for(Spec& spec, int device) {
+  std::lock_guard<std::mutex> lock(spec.mutex);
+  if (static_cast<size_t>(device) >= spec.functions.size()) spec.functions.resize(device + 1, nullptr);
+  if (spec.functions[device]) return spec.functions[device];
+  const Driver& d = driver();
+  TORCH_CHECK(d.error.empty(), "pnex: kernel '", spec.kernel, "': ", d.error);
+  auto image = std::make_shared<std::string>();
+  {
+    py::gil_scoped_acquire gil;
+    py::bytes b = spec.get_image(device);
+    *image = std::string(b);  // cubin, or NUL-terminated PTX
+  }
+  spec.images.push_back(image);
+  CUmodule module = nullptr;
+  CUresult r = d.moduleLoadData(&module, image->data());
+  TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': loading its code on cuda:", std::to_string(device),
+              " failed: ", cu_error(r));
+  CUfunction fn = nullptr;
+  r = d.moduleGetFunction(&fn, module, spec.entry.c_str());
+  TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));
+  spec.functions[device] = fn;
+  return fn;
+}
+
+// ---------------------------------------------------------------- the kernel
+class PnexKernel final : public c10::OperatorKernel {
+ public:
+  explicit PnexKernel(std::shared_ptr<Spec> spec) : spec_(std::move(spec)) {}
+
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    Spec& spec = *spec_;
+    const size_t nargs = spec.arguments.size();
+    const size_t nparams = spec.params.size();
+    auto args = torch::jit::last(*stack, nargs);
+
+    Values v;
+    v.tensors.assign(nparams, nullptr);
+    v.ints.assign(nparams, 0);
+    std::vector<at::Tensor> held(nparams);  // every tensor argument and output, by value
+
+    std::optional<c10::Device> device;
+    std::string first;
+    for (size_t a = 0; a < nargs; ++a) {
+      const int pi = spec.arguments[a];
+      const Param& p = spec.params[pi];
+      const c10::IValue& iv = args[a];
+      if (p.kind == SCALAR_PARAM) {
+        if (iv.isInt()) v.ints[pi] = iv.toInt();
+        else if (iv.isBool()) v.ints[pi] = iv.toBool();
+        continue;
+      }
+      held[pi] = iv.toTensor();
+      const at::Tensor& t = held[pi];
+      TORCH_CHECK_TYPE(t.scalar_type() == p.dtype, "pnex: ", spec.kernel, "(): argument '", p.name,
+                       "' must be a ", dtype_name(p.dtype), " tensor, got ", dtype_name(t.scalar_type()));
+      TORCH_CHECK_VALUE(t.dim() == p.ndim, "pnex: ", spec.kernel, "(): argument '", p.name, "' must have ",
+                        std::to_string(p.ndim), " dimension(s) ", p.describe, ", got ", std::to_string(t.dim()), " with shape ",
+                        shape_str(t.sizes()));
+      if (!device) {
+        device = t.device();
+        first = p.name;
+      } else {
+        TORCH_CHECK_TYPE(t.device() == *device, "pnex: ", spec.kernel, "(): argument '", p.name, "' is on ",
+                         t.device().str(), " but '", first, "' is on ", device->str(),
+                         "; all tensor arguments must be on one device");
+      }
+      v.tensors[pi] = &t;
+    }
+    TORCH_CHECK(device && device->is_cuda(), "pnex: ", spec.kernel, "(): the GPU launcher needs CUDA tensors");
+    for (size_t a = 0; a < nargs; ++a) {
+      const int pi = spec.arguments[a];
+      const Param& p = spec.params[pi];
+      if (p.kind == SCALAR_PARAM) continue;
+      const at::Tensor& t = *v.tensors[pi];
+      for (int64_t axis = 0; axis < p.ndim; ++axis) {
+        if (!p.shape[axis]) continue;
+        const int64_t expected = evaluate(*p.shape[axis], v, spec, p.shape_text[axis]);
+        TORCH_CHECK_VALUE(t.size(axis) == expected, "pnex: ", spec.kernel, "(): argument '", p.name,
+                          "' must have size ", p.shape_text[axis], " = ", std::to_string(expected), " on axis ",
+                          std::to_string(axis), ", got ", std::to_string(t.size(axis)), " (shape ", shape_str(t.sizes()), ")");
+      }
+    }
+
+    c10::cuda::CUDAGuard guard(*device);
+    for (int pi : spec.outputs) {
+      const Param& p = spec.params[pi];
+      std::vector<int64_t> sizes(p.ndim);
+      for (int64_t axis = 0; axis < p.ndim; ++axis) {
+        sizes[axis] = evaluate(*p.shape[axis], v, spec, p.shape_text[axis]);
+        TORCH_CHECK_VALUE(sizes[axis] >= 0, "pnex: ", spec.kernel, "(): output '", p.name, "' would have size ",
+                          p.shape_text[axis], " = ", std::to_string(sizes[axis]), " on axis ", std::to_string(axis),
+                          "; sizes cannot be negative");
+      }
+      auto options = at::TensorOptions().dtype(p.dtype).device(*device);
+      held[pi] = p.has_init ? at::full(sizes, p.init, options) : at::empty(sizes, options);
+      v.tensors[pi] = &held[pi];
+    }
+
+    std::array<unsigned, 3> grid{1, 1, 1};
+    bool empty = false;
+    for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
+      const int64_t n = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
+      TORCH_CHECK_VALUE(n >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
+                        spec.n_threads_text[axis], " evaluates to ", std::to_string(n), ", which is negative");
+      const int64_t blocks = (n + spec.block[axis] - 1) / spec.block[axis];
+      TORCH_CHECK_VALUE(blocks <= (axis == 0 ? 2147483647LL : 65535LL), "pnex: ", spec.kernel,
+                        "(): the launch needs ", std::to_string(blocks), " blocks on axis ", std::to_string(axis),
+                        ", more than CUDA allows");
+      grid[axis] = static_cast<unsigned>(blocks);
+      if (blocks == 0) empty = true;
+    }
+
+    if (!empty) {
+      // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
+      std::vector<uint64_t> slots;
+      slots.reserve(nparams * 11);
+      for (size_t pi = 0; pi < nparams; ++pi) {
+        const Param& p = spec.params[pi];
+        if (p.kind == SCALAR_PARAM) {
+          size_t a = 0;
+          while (spec.arguments[a] != static_cast<int>(pi)) ++a;
+          slots.push_back(pack_scalar(args[a], p.dtype));
+        } else if (p.kind == UNUSED) {
+          slots.push_back(0);
+        } else {
+          const at::Tensor& t = *v.tensors[pi];
+          const int64_t item = t.element_size();
+          slots.push_back(0);
+          slots.push_back(0);
+          slots.push_back(static_cast<uint64_t>(t.numel()));
+          slots.push_back(static_cast<uint64_t>(item));
+          slots.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
+          for (int64_t s : t.sizes()) slots.push_back(static_cast<uint64_t>(s));
+          for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
+        }
+      }
+      std::vector<void*> params(slots.size());
+      for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
+
+      const int dev = device->index();
+      CUfunction fn = function_for(spec, dev);
+      CUstream stream = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(dev).stream());
+      const Driver& d = driver();
+      CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], spec.block[0], spec.block[1], spec.block[2], 0,
+                                  stream, params.data(), nullptr);
+      std::string previous;
+      {
+        std::lock_guard<std::mutex> lock(g_last_mutex);
+        previous = g_last_kernel[dev];
+        g_last_kernel[dev] = spec.kernel;
+      }
+      if (r != CUDA_SUCCESS) {
+        std::string hint;
+        if (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED || r == CUDA_ERROR_ASSERT ||
+            r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_MISALIGNED_ADDRESS) {
+          hint = "; this error is left by an earlier kernel on this device" +
+                 (previous.empty() ? std::string() : " (the last pnex kernel launched there was '" + previous + "')") +
+                 ". Set PNEX_LAUNCH_BLOCKING=1 to name the kernel that faulted";
+        }
+        TORCH_CHECK(false, "pnex: kernel '", spec.kernel, "' could not be launched on cuda:", std::to_string(dev),
+                    " (grid ", std::to_string(grid[0]), "x", std::to_string(grid[1]), "x", std::to_string(grid[2]),
+                    ", block ", std::to_string(spec.block[0]), "x", std::to_string(spec.block[1]), "x",
+                    std::to_string(spec.block[2]), "): ", cu_error(r), hint);
+      }
+      if (launch_blocking()) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        d.streamIsCapturing(stream, &status);
+        if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
+          r = d.streamSynchronize(stream);
+          TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "' faulted on cuda:", std::to_string(dev), ": ",
+                      cu_error(r));
+        }
+      }
+    }
+
+    torch::jit::drop(*stack, nargs);
+    for (int pi : spec.outputs) stack->emplace_back(std::move(held[pi]));
+  }
+
+ private:
+  std::shared_ptr<Spec> spec_;
+};
+
+// ---------------------------------------------------------------- registration
+c10::ScalarType scalar_type(const std::string& name) {
+  static const std::map<std::string, c10::ScalarType> types = {
+      {"float16", c10::ScalarType::Half},   {"bfloat16", c10::ScalarType::BFloat16},
+      {"float32", c10::ScalarType::Float},  {"float64", c10::ScalarType::Double},
+      {"int8", c10::ScalarType::Char},      {"int16", c10::ScalarType::Short},
+      {"int32", c10::ScalarType::Int},      {"int64", c10::ScalarType::Long},
+      {"uint8", c10::ScalarType::Byte},     {"uint16", c10::ScalarType::UInt16},
+      {"uint32", c10::ScalarType::UInt32},  {"uint64", c10::ScalarType::UInt64},
+      {"bool", c10::ScalarType::Bool}};
+  auto it = types.find(name);
+  TORCH_CHECK(it != types.end(), "pnex: unknown dtype ", name);
+  return it->second;
+}
+
+Program to_program(const py::handle& obj) {
+  Program prog;
+  for (auto item : obj) {
+    auto t = item.cast<std::tuple<int64_t, int64_t, int64_t>>();
+    prog.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  }
+  return prog;
+}
+
+struct Registration {
+  std::unique_ptr<torch::Library> cuda;
+  std::unique_ptr<torch::Library> autograd;
+  std::unique_ptr<torch::Library> inplace;
+};
+std::map<std::string, Registration>& registry() {
+  static auto* r = new std::map<std::string, Registration>();  // never destroyed: avoids exit-order issues
+  return *r;
+}
+
+void unregister_op(const std::string& name) { registry().erase(name); }
+
+void drop_autograd_fallback(const std::string& name) {
+  auto it = registry().find(name);
+  if (it != registry().end()) it->second.autograd.reset();
+}
+
+// spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
+// block, get_image.  Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that
+// nothing Python runs per call) for pnex::<name>.
+void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
+  auto spec = std::make_shared<Spec>();
+  spec->kernel = d["kernel"].cast<std::string>();
+  spec->entry = d["entry"].cast<std::string>();
+  bool mutates = false;
+  for (auto item : d["params"]) {
+    auto pd = item.cast<py::dict>();
+    Param p;
+    p.name = pd["name"].cast<std::string>();
+    p.kind = pd["kind"].cast<int>();
+    p.dtype = scalar_type(pd["dtype"].cast<std::string>());
+    p.itemsize = pd["itemsize"].cast<int64_t>();
+    p.ndim = pd["ndim"].cast<int64_t>();
+    p.describe = pd["describe"].cast<std::string>();
+    for (auto axis : pd["shape"]) {
+      if (axis.is_none()) p.shape.emplace_back(std::nullopt);
+      else p.shape.emplace_back(to_program(axis));
+    }
+    p.shape_text = pd["shape_text"].cast<std::vector<std::string>>();
+    if (!pd["init"].is_none()) {
+      p.has_init = true;
+      p.init = pd["init"].cast<double>();
+    }
+    if (p.kind == INMUT) mutates = true;
+    spec->params.push_back(std::move(p));
+  }
+  spec->arguments = d["arguments"].cast<std::vector<int>>();
+  spec->outputs = d["outputs"].cast<std::vector<int>>();
+  for (auto prog : d["n_threads"]) spec->n_threads.push_back(to_program(prog));
+  spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
+  auto block = d["block"].cast<std::vector<unsigned>>();
+  for (size_t i = 0; i < 3; ++i) spec->block[i] = i < block.size() ? block[i] : 1;
+  spec->get_image = d["get_image"];
+
+  registry().erase(name);
+  Registration reg;
+  reg.cuda = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::CUDA, __FILE__,
+                                              __LINE__);
+  reg.cuda->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PnexKernel>(spec)));
+  if (autograd_fallback) {
+    reg.autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::Autograd,
+                                                    __FILE__, __LINE__);
+    reg.autograd->impl(name.c_str(), torch::autograd::autogradNotImplementedFallback());
+  }
+  if (mutates) {
+    reg.inplace = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex",
+                                                   c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
+    reg.inplace->impl(name.c_str(), torch::autograd::autogradNotImplementedInplaceOrViewFallback());
+  }
+  registry()[name] = std::move(reg);
+}
+
+std::string driver_error() { return driver().error; }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "pnex_magic's generic GPU launcher";
+  m.def("register_op", &register_op, py::arg("name"), py::arg("spec"), py::arg("autograd_fallback"));
+  m.def("unregister_op", &unregister_op, py::arg("name"));
+  m.def("drop_autograd_fallback", &drop_autograd_fallback, py::arg("name"));
+  m.def("driver_error", &driver_error);
+}
