@@ -104,23 +104,25 @@ class CompiledKernel:
     cache_hit: bool
     compile_seconds: float
     max_registers: int | None
+    layout: str = "C"  # of the input arrays: "C" contiguous, "A" any strides
 
     @property
     def ptx_params(self) -> list[int]:
         return _ptx_param_sizes(self.ptx, self.entry)
 
 
-def numba_signature(spec: KernelSpec) -> tuple[Any, ...]:
-    """Numba types of the kernel's parameters: inputs as any-layout arrays (views
-    and transposes work as they are), outputs as C-contiguous arrays (they are
-    allocated contiguous), scalars as their type, unused parameters as ``none``."""
+def numba_signature(spec: KernelSpec, layout: str = "C") -> tuple[Any, ...]:
+    """Numba types of the kernel's parameters: input tensors as arrays of ``layout``
+    (``"C"``: C-contiguous, the fast variant whose loads are ``ld.global``; ``"A"``: any
+    strides, for views and transposes, whose loads are generic), outputs as
+    C-contiguous arrays (they are allocated contiguous), scalars as their type,
+    unused parameters as ``none``."""
     from numba.cuda import types as nbtypes
 
     sig = []
     for p in spec.params:
         if isinstance(p, TensorParam):
-            layout = "C" if p.role == "out" else "A"
-            sig.append(nbtypes.Array(p.dtype.numba_type(), p.ndim, layout))
+            sig.append(nbtypes.Array(p.dtype.numba_type(), p.ndim, "C" if p.role == "out" else layout))
         elif isinstance(p, ScalarParam):
             sig.append(p.dtype.numba_type())
         else:
@@ -218,10 +220,10 @@ def _target_device(cc: tuple[int, int]):
             dispatcher.get_current_device = original
 
 
-def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int]) -> tuple[str, str]:
+def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str) -> tuple[str, str]:
     from numba import cuda
 
-    sig = numba_signature(spec)
+    sig = numba_signature(spec, layout)
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
@@ -384,11 +386,14 @@ def compile_kernel(
     max_registers: int | None = None,
     cache_id: str | None = None,
     use_cache: bool = True,
+    layout: str = "C",
 ) -> CompiledKernel:
     """PTX, cubin and resources of ``fn`` for ``arch``; served from the disk cache
     when ``key`` (which must cover everything that changes the result) matches."""
     cc = parse_arch(arch)
     arch = arch_name(cc)
+    if cache_id and layout != "C":
+        cache_id = f"{cache_id}-strided"  # both variants of one kernel share its cache_id
     if use_cache:
         entry = cache.load(key, cache_id)
         if entry is not None:
@@ -406,9 +411,10 @@ def compile_kernel(
                     cache_hit=True,
                     compile_seconds=0.0,
                     max_registers=max_registers,
+                    layout=layout,
                 )
     start = time.perf_counter()
-    ptx, entry_name = _numba_ptx(fn, spec, cc)
+    ptx, entry_name = _numba_ptx(fn, spec, cc, layout)
     expected = [size for sizes in abi_layout(spec) for size in sizes]
     found = _ptx_param_sizes(ptx, entry_name)
     if found != expected:
@@ -437,6 +443,7 @@ def compile_kernel(
         cache_hit=False,
         compile_seconds=seconds,
         max_registers=max_registers,
+        layout=layout,
     )
     if use_cache:
         files: dict[str, str | bytes] = {"kernel.ptx": ptx, "link.log": log}
@@ -448,6 +455,7 @@ def compile_kernel(
                 "kernel": f"{spec.module}.{spec.qualname}",
                 "entry": entry_name,
                 "arch": arch,
+                "layout": layout,
                 "resources": dataclasses.asdict(resources) if resources else None,
                 "compile_seconds": seconds,
             },

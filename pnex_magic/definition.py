@@ -80,29 +80,32 @@ class KernelDefinition:
     def target_arch(self, arch: str | None = None) -> str:
         return arch_name(parse_arch(arch or self.options.arch or default_arch()))
 
-    def cache_key(self, arch: str) -> str:
+    def cache_key(self, arch: str, layout: str = "C") -> str:
         text = "\n".join(
-            [self.source_key, arch, f"max_registers={self.options.max_registers}", toolchain_versions()]
+            [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions()]
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def compiled(self, arch: str | None = None, *, force: bool = False) -> CompiledKernel:
-        """The kernel compiled for ``arch`` (memoised, and cached on disk)."""
+    def compiled(self, arch: str | None = None, *, layout: str = "C", force: bool = False) -> CompiledKernel:
+        """The kernel compiled for ``arch`` (memoised, and cached on disk).  ``layout``
+        ``"C"`` is the variant for C-contiguous inputs (what launches use whenever every
+        input is contiguous, and what reports show); ``"A"`` accepts any strides."""
         arch = self.target_arch(arch)
         with self._lock:
-            found = self._compiled.get(arch)
+            found = self._compiled.get((arch, layout))
             if found is not None and not force:
                 return found
             result = compile_kernel(
                 self.fn,
                 self.spec,
                 arch=arch,
-                key=self.cache_key(arch),
+                key=self.cache_key(arch, layout),
                 max_registers=self.options.max_registers,
                 cache_id=self.options.cache_id,
                 use_cache=self.options.use_cache and not force,
+                layout=layout,
             )
-            self._compiled[arch] = result
+            self._compiled[(arch, layout)] = result
             return result
 
     def compiled_if_available(self) -> CompiledKernel | None:

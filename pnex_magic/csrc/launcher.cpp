@@ -145,14 +145,13 @@ int64_t evaluate(const Program& prog, const Values& v, const Spec& spec, const s
 
 struct Spec {
   std::string kernel;  // the user's kernel name, for messages
-  std::string entry;
   std::vector<Param> params;
   std::vector<int> arguments;  // parameter index of each op argument
   std::vector<int> outputs;    // parameter index of each output
   std::vector<Program> n_threads;
   std::vector<std::string> n_threads_text;
   std::array<unsigned, 3> block{1, 1, 1};
-  py::object get_image;  // callable(device_index) -> bytes (cubin or PTX)
+  py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
   std::mutex mutex;
 
   ~Spec() {
@@ -165,7 +164,7 @@ struct Spec {
       get_image.release();
     }
   }
-  std::vector<CUfunction> functions;  // per device index
+  std::vector<CUfunction> functions[2];  // [strided, contiguous] variant, per device index
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
 };
 
@@ -250,17 +249,22 @@ uint64_t pack_scalar(const c10::IValue& v, c10::ScalarType t) {
   return slot;
 }
 
-CUfunction function_for(Spec& spec, int device) {
+// The kernel for a device, loaded on first use: the variant for C-contiguous inputs
+// (whose loads compile to ld.global) or the one for any strides.
+CUfunction function_for(Spec& spec, int device, bool contiguous) {
+  std::vector<CUfunction>& fns = spec.functions[contiguous ? 1 : 0];
   std::lock_guard<std::mutex> lock(spec.mutex);
-  if (static_cast<size_t>(device) >= spec.functions.size()) spec.functions.resize(device + 1, nullptr);
-  if (spec.functions[device]) return spec.functions[device];
+  if (static_cast<size_t>(device) >= fns.size()) fns.resize(device + 1, nullptr);
+  if (fns[device]) return fns[device];
   const Driver& d = driver();
   TORCH_CHECK(d.error.empty(), "pnex: kernel '", spec.kernel, "': ", d.error);
   auto image = std::make_shared<std::string>();
+  std::string entry;
   {
     py::gil_scoped_acquire gil;
-    py::bytes b = spec.get_image(device);
-    *image = std::string(b);  // cubin, or NUL-terminated PTX
+    auto result = spec.get_image(device, contiguous).cast<std::tuple<py::bytes, std::string>>();
+    *image = std::string(std::get<0>(result));  // cubin, or NUL-terminated PTX
+    entry = std::get<1>(result);
   }
   spec.images.push_back(image);
   CUmodule module = nullptr;
@@ -268,9 +272,9 @@ CUfunction function_for(Spec& spec, int device) {
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': loading its code on cuda:", std::to_string(device),
               " failed: ", cu_error(r));
   CUfunction fn = nullptr;
-  r = d.moduleGetFunction(&fn, module, spec.entry.c_str());
+  r = d.moduleGetFunction(&fn, module, entry.c_str());
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));
-  spec.functions[device] = fn;
+  fns[device] = fn;
   return fn;
 }
 
@@ -292,6 +296,7 @@ class PnexKernel final : public c10::OperatorKernel {
 
     std::optional<c10::Device> device;
     std::string first;
+    bool contiguous = true;
     for (size_t a = 0; a < nargs; ++a) {
       const int pi = spec.arguments[a];
       const Param& p = spec.params[pi];
@@ -303,6 +308,7 @@ class PnexKernel final : public c10::OperatorKernel {
       }
       held[pi] = iv.toTensor();
       const at::Tensor& t = held[pi];
+      contiguous = contiguous && t.is_contiguous();
       TORCH_CHECK_TYPE(t.scalar_type() == p.dtype, "pnex: ", spec.kernel, "(): argument '", p.name,
                        "' must be a ", dtype_name(p.dtype), " tensor, got ", dtype_name(t.scalar_type()));
       TORCH_CHECK_VALUE(t.dim() == p.ndim, "pnex: ", spec.kernel, "(): argument '", p.name, "' must have ",
@@ -390,7 +396,7 @@ class PnexKernel final : public c10::OperatorKernel {
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
       const int dev = device->index();
-      CUfunction fn = function_for(spec, dev);
+      CUfunction fn = function_for(spec, dev, contiguous);
       CUstream stream = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(dev).stream());
       const Driver& d = driver();
       CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], spec.block[0], spec.block[1], spec.block[2], 0,
@@ -480,7 +486,6 @@ void drop_autograd_fallback(const std::string& name) {
 void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
   auto spec = std::make_shared<Spec>();
   spec->kernel = d["kernel"].cast<std::string>();
-  spec->entry = d["entry"].cast<std::string>();
   bool mutates = false;
   for (auto item : d["params"]) {
     auto pd = item.cast<py::dict>();

@@ -82,21 +82,21 @@ class DriverLauncher:
     name = "driver"
 
     def __init__(self) -> None:
-        self._functions: dict[tuple[int, int], Any] = {}
+        self._functions: dict[tuple[int, int, str], Any] = {}
         self._modules: list[Any] = []
         self._lock = threading.Lock()
 
-    def _function(self, definition: KernelDefinition, device: torch.device):
+    def _function(self, definition: KernelDefinition, device: torch.device, layout: str):
         from cuda.bindings import driver
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (id(definition), index)
+        key = (id(definition), index, layout)
         fn = self._functions.get(key)
         if fn is not None:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            compiled = definition.compiled(arch)
+            compiled = definition.compiled(arch, layout=layout)
             image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
             with torch.cuda.device(index):
                 torch.cuda.current_stream()  # make sure PyTorch's context exists and is current
@@ -120,7 +120,10 @@ class DriverLauncher:
     ) -> None:
         from cuda.bindings import driver
 
-        fn = self._function(definition, device)
+        contiguous = all(
+            v.is_contiguous() for p, v in zip(definition.spec.params, values) if isinstance(p, TensorParam) and p.is_input
+        )
+        fn = self._function(definition, device, "C" if contiguous else "A")
         args: list[Any] = []
         types: list[Any] = []
         for param, value in zip(definition.spec.params, values):

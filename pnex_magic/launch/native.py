@@ -177,15 +177,15 @@ def _spec_dict(definition: KernelDefinition) -> dict[str, Any]:
             entry.update(dtype=dtype, itemsize=8, ndim=0, describe=p.describe(), shape=[], shape_text=[])
         params.append(entry)
 
-    def get_image(device_index: int) -> bytes:
+    def get_image(device_index: int, contiguous: bool) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
-        compiled = definition.compiled(arch)
-        return compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
+        compiled = definition.compiled(arch, layout="C" if contiguous else "A")
+        image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
+        return image, compiled.entry
 
     block = list(spec.threads_per_block) + [1] * (3 - len(spec.threads_per_block))
     return {
         "kernel": spec.name,
-        "entry": definition.compiled().entry,
         "params": params,
         "arguments": [index_of(p.name) for p in spec.arguments],
         "outputs": [index_of(p.name) for p in spec.outputs],
