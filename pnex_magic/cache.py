@@ -87,6 +87,7 @@ def store(key: str, meta: dict[str, Any], files: dict[str, str | bytes], cache_i
     """Write an entry atomically; returns its folder, or ``None`` if the cache is not writable."""
     root = cache_dir()
     final = root / _slot(key, cache_id)
+    tmp: Path | None = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
@@ -100,6 +101,9 @@ def store(key: str, meta: dict[str, Any], files: dict[str, str | bytes], cache_i
             shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     except OSError:
+        # e.g. another process put an entry in place between the removal and the rename
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         return None
     return final
 

@@ -114,15 +114,19 @@ class CompiledKernel:
 def numba_signature(spec: KernelSpec, layout: str = "C") -> tuple[Any, ...]:
     """Numba types of the kernel's parameters: input tensors as arrays of ``layout``
     (``"C"``: C-contiguous, the fast variant whose loads are ``ld.global``; ``"A"``: any
-    strides, for views and transposes, whose loads are generic), outputs as
-    C-contiguous arrays (they are allocated contiguous), scalars as their type,
-    unused parameters as ``none``."""
+    strides, for views and transposes, whose loads are generic), ``In`` tensors
+    read-only (a write to one fails to compile), outputs as C-contiguous arrays (they
+    are allocated contiguous), scalars as their type, unused parameters as ``none``."""
     from numba.cuda import types as nbtypes
 
     sig = []
     for p in spec.params:
         if isinstance(p, TensorParam):
-            sig.append(nbtypes.Array(p.dtype.numba_type(), p.ndim, "C" if p.role == "out" else layout))
+            sig.append(
+                nbtypes.Array(
+                    p.dtype.numba_type(), p.ndim, "C" if p.role == "out" else layout, readonly=p.role == "in"
+                )
+            )
         elif isinstance(p, ScalarParam):
             sig.append(p.dtype.numba_type())
         else:
@@ -183,10 +187,36 @@ def _condense_numba_error(exc: BaseException) -> str:
 
 
 def _kernel_line(exc: BaseException, fn: Callable) -> int | None:
+    """The line of the kernel's file that Numba was typing when it failed."""
     filename = fn.__code__.co_filename
     for m in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):
         if m.group(1) == filename:
             return int(m.group(2))
+    return numba_error_line(exc, filename)
+
+
+def numba_error_line(exc: BaseException, filename: str) -> int | None:
+    """The line Numba was typing when it failed, read from the locations (``loc``)
+    held by the frames of Numba's own exception.  Needed because numba-cuda 0.30 lets
+    typing errors raised by Numba's core templates escape its type inference without
+    a location (its ``except TypingError`` catches only numba-cuda's own class), so
+    the message names no line."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 4:
+        line = None
+        tb = cause.__traceback__
+        while tb is not None:
+            for key in ("loc", "constraint", "inst", "stmt"):
+                value = tb.tb_frame.f_locals.get(key)
+                loc = value if key == "loc" else getattr(value, "loc", None)
+                if getattr(loc, "filename", None) == filename and isinstance(getattr(loc, "line", None), int):
+                    line = loc.line
+            tb = tb.tb_next
+        if line is not None:
+            return line
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
     return None
 
 
@@ -233,10 +263,17 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str)
         if name in ("TypingError", "UnsupportedError", "NumbaTypeError", "UnsupportedBytecodeError") or "Typing" in name:
             line = _kernel_line(exc, fn)
             at = f" (line {line})" if line else ""
+            hint = ""
+            if "readonly array" in str(exc) and ("setitem" in str(exc) or "atomic" in str(exc)):
+                readonly = ", ".join(p.name for p in spec.params if getattr(p, "role", "") == "in")
+                hint = (
+                    f"\nIn parameters ({readonly}) are read-only: declare a parameter InMut(...) "
+                    f"if the kernel writes to it"
+                )
             sig_text = ", ".join(f"{p.name}: {t}" for p, t in zip(spec.params, sig))
             raise KernelTypingError(
                 f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
-                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}\n"
+                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n"
                 f"(the full message is in this exception's .compiler_log)",
                 compiler_log=str(exc),
                 lineno=line,
@@ -325,7 +362,9 @@ def _object_code(code: Any, kernel: str) -> Any:
     return getattr(ObjectCode, factory)(data)
 
 
-def _link_dependencies(fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str) -> list[Any]:
+def _link_dependencies(
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C"
+) -> list[Any]:
     """Code the kernel's PTX calls but does not contain, for nvJitLink.
 
     Numba-CUDA implements float16/bfloat16 arithmetic (and ``declare_device``
@@ -340,7 +379,9 @@ def _link_dependencies(fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx:
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
-            codes, _ = cuda.compile_all(fn, numba_signature(spec), device=False, abi="numba", cc=cc, output="ltoir")
+            codes, _ = cuda.compile_all(
+                fn, numba_signature(spec, layout), device=False, abi="numba", cc=cc, output="ltoir"
+            )
     except Exception as exc:
         raise KernelCompileError(
             f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
@@ -425,7 +466,7 @@ def compile_kernel(
         )
     cubin: bytes | None
     try:
-        cubin, log = link_cubin(ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx))
+        cubin, log = link_cubin(ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout))
     except (ImportError, RuntimeError, OSError) as exc:
         if isinstance(exc, KernelCompileError):
             raise

@@ -69,6 +69,8 @@ class KernelDefinition:
         self._lock = threading.Lock()
         self._simulated: Any = None
         self.toolchain_error: str | None = None
+        # Freeze what the simulator sees now, as Numba freezes globals when it compiles.
+        self.simulated_function()
 
     @property
     def op_name(self) -> str:

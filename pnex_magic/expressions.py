@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .errors import ShapeExpressionError
+from .errors import ArgumentShapeError, ShapeExpressionError
 
 __all__ = [
     "Expr",
@@ -38,6 +38,8 @@ __all__ = [
     "NameInfo",
     "parse_expression",
     "OPCODES",
+    "MAX_STACK_DEPTH",
+    "stack_depth",
 ]
 
 # Opcodes of the postfix program (mirrored in csrc/launcher.cpp).
@@ -55,6 +57,19 @@ OPCODES = {
     "min": 10,
     "max": 11,
 }
+
+
+# The C++ launcher evaluates programs on a fixed stack of this many entries.
+MAX_STACK_DEPTH = 64
+
+
+def stack_depth(program: list[tuple[int, int, int]]) -> int:
+    """The most values a postfix program holds on its stack at once."""
+    depth = deepest = 0
+    for op, _, _ in program:
+        depth += 1 if op <= OPCODES["scalar"] else (0 if op == OPCODES["neg"] else -1)
+        deepest = max(deepest, depth)
+    return deepest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +185,8 @@ class BinOp(Expr):
 
     def evaluate(self, env):
         a, b = self.left.evaluate(env), self.right.evaluate(env)
+        if self.op in ("//", "%") and type(b) is int and b == 0:
+            raise ArgumentShapeError(f"division by zero while evaluating {self} ({self.right} = 0)")
         if self.op == "+":
             return a + b
         if self.op == "-":
@@ -376,4 +393,16 @@ def parse_expression(
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ShapeExpressionError(f"{where}: {text!r} is not a valid expression ({exc.msg})") from None
-    return _Parser(text, names, axis, where).parse(tree.body)
+    except (RecursionError, MemoryError):
+        raise ShapeExpressionError(f"{where}: expression {text!r} is nested too deeply") from None
+    try:
+        expr = _Parser(text, names, axis, where).parse(tree.body)
+    except RecursionError:
+        raise ShapeExpressionError(f"{where}: expression {text!r} is nested too deeply") from None
+    depth = stack_depth(expr.to_program(lambda name: 0))
+    if depth > MAX_STACK_DEPTH:
+        raise ShapeExpressionError(
+            f"{where}: expression {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
+            f"at most {MAX_STACK_DEPTH}); write it with fewer nested parentheses"
+        )
+    return expr

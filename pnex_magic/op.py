@@ -11,6 +11,7 @@ through calls with symbolic sizes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -172,18 +173,19 @@ class PnexOp(CustomOpDef):
         arguments = self._pnex.spec.arguments
         if kwargs or len(args) != len(arguments):
             args = self._bind_call(args, kwargs)
+        self._check_types(args)
         try:
             return self._opoverload(*args)
         except (TypeError, ValueError, RuntimeError) as exc:
-            self._check_types(args)
             translated = _translate(exc)
             if translated is exc:
                 raise
             raise translated from None
 
     def _check_types(self, args: tuple) -> None:
-        """Python-side argument checks, run only when a call failed, to give a clear
-        message instead of the dispatcher's."""
+        """Python-side checks of the arguments' kinds (a tensor where a tensor goes, an
+        int where an int goes), so mistakes get a clear message instead of the
+        dispatcher's or a failure deep in the implementation."""
         spec = self._pnex.spec
         for p, value in zip(spec.arguments, args):
             if isinstance(p, TensorParam):
@@ -244,6 +246,9 @@ class PnexOp(CustomOpDef):
             raise ArgumentTypeError(
                 f"{spec.name}() takes {len(arguments)} argument(s) ({', '.join(names)}) but {len(args)} were given{extra}"
             )
+        for key in kwargs:
+            if names.index(key) < len(args):
+                raise ArgumentTypeError(f"{spec.name}() got multiple values for argument {key!r}")
         bound = list(args)
         for p in arguments[len(args):]:
             if p.name not in kwargs:
@@ -253,9 +258,6 @@ class PnexOp(CustomOpDef):
                     f"it takes ({', '.join(names)})"
                 )
             bound.append(kwargs[p.name])
-        for key in kwargs:
-            if names.index(key) < len(args):
-                raise ArgumentTypeError(f"{spec.name}() got multiple values for argument {key!r}")
         return tuple(bound)
 
     @property
@@ -287,6 +289,7 @@ def make_op(definition: KernelDefinition) -> PnexOp:
     impl = make_impl(definition)
     impl.__name__ = spec.name
     native = _native_launcher(definition)
+    earlier = _LIVE.get(definition.op_name)
     op = PnexOp.__new__(PnexOp)
     op._pnex = definition
     op._native = native is not None
@@ -302,7 +305,24 @@ def make_op(definition: KernelDefinition) -> PnexOp:
             if hasattr(CustomOpDef, "_register_autograd_dispatcher_impl"):  # torch >= 2.12 split these out
                 CustomOpDef._register_autograd_dispatcher_impl(op)
                 CustomOpDef._register_adinplaceorview_dispatcher_impl(op)
+    _redirect_earlier(earlier, op)
+    _LIVE[definition.op_name] = weakref.WeakSet([op, *(earlier or ())])
     return op
+
+
+# Every op object ever made for an op name.  Re-registering a name frees the old
+# registration, so an object still held from before (a model's attribute, a report,
+# a compiled function) would call into freed memory; instead it is pointed at the new
+# registration: an old name keeps meaning "the kernel defined under this name last".
+_LIVE: dict[str, weakref.WeakSet] = {}
+
+
+def _redirect_earlier(earlier: weakref.WeakSet | None, op: PnexOp) -> None:
+    for old in list(earlier or ()):
+        if old is op:
+            continue
+        old.__dict__.clear()
+        old.__dict__.update(op.__dict__)
 
 
 def _native_launcher(definition: KernelDefinition):

@@ -98,7 +98,12 @@ class KernelReport:
             out.append(f"  grid      : {self.grid} blocks x {self.block} threads")
         out += [
             f"  target    : {self.arch} ({'cache hit' if self.cache_hit else f'compiled in {self.compile_seconds:.2f} s'})",
-            f"  registers : {fmt(self.registers, ' per thread')}",
+            f"  registers : {fmt(self.registers, ' per thread')}"
+            + (
+                f"  (max_registers={self.max_registers} is below ptxas's minimum for {self.arch})"
+                if self.max_registers and self.registers and self.registers > self.max_registers
+                else ""
+            ),
             f"  shared    : {fmt(self.shared_bytes, ' B')}",
             f"  local     : {fmt(self.local_bytes, ' B')}"
             + (f"  (SPILLS: {self.spill_store_bytes} B stored, {self.spill_load_bytes} B loaded)" if self.spills else ""),

@@ -340,6 +340,17 @@ def build_spec(
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
     sig = signature or inspect.signature(fn)
+    if signature is not None:
+        # A Signature keeps one parameter per name (duplicates collapse silently), and the
+        # kernel is compiled and launched in the function's own parameter order: a given
+        # signature must list exactly the function's parameters, in that order.
+        given = list(signature.parameters)
+        own = list(inspect.signature(fn).parameters)
+        if given != own:
+            raise KernelDefinitionError(
+                f"kernel {kernel!r}: the signature given lists parameters ({', '.join(given)}) but the "
+                f"function's are ({', '.join(own)}); each parameter must appear once, in the function's order"
+            )
     annotations = dict(getattr(fn, "__annotations__", {}))
     ret = annotations.pop("return", None)
     if ret not in (None, "None"):
@@ -373,6 +384,8 @@ def build_spec(
             if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float))):
                 if not (dtype.name == "bool" and isinstance(init, bool)):
                     raise KernelDefinitionError(f"{where}: init must be a number, got {init!r}")
+            if init is not None:
+                _check_init(where, init, dtype)
             params.append(TensorParam(pname, ann.role, dtype, shape, init))
             visible[pname] = NameInfo("tensor", ndim=len(shape))
             continue
@@ -404,6 +417,21 @@ def build_spec(
         n_threads=thread_exprs,
         threads_per_block=tpb,
     )
+
+
+def _check_init(where: str, init: float | int | bool, dtype: DType) -> None:
+    """``init`` must be storable in ``dtype``: every call fills the output with it."""
+    import math
+
+    import torch
+
+    integral = not dtype.is_floating_point and dtype.name != "bool"
+    if integral and isinstance(init, float) and not (math.isfinite(init) and init.is_integer()):
+        raise KernelDefinitionError(f"{where}: init={init!r} is not an integer, but the tensor's dtype is {dtype.name}")
+    try:
+        torch.full((), init, dtype=dtype.torch)
+    except (RuntimeError, OverflowError):
+        raise KernelDefinitionError(f"{where}: init={init!r} does not fit in the tensor's dtype, {dtype.name}") from None
 
 
 def _dtype(where: str, spelling: Any) -> DType:
