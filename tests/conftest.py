@@ -1,0 +1,71 @@
+"""Shared test set-up for pnex_magic.
+
+* The whole session compiles into a fresh, private cache directory
+  (``$PNEX_CACHE_DIR``), set here before pnex compiles anything, unless the
+  caller already chose one.  Subprocesses started by tests inherit it.
+* ``@pytest.mark.gpu`` tests are skipped where ``torch.cuda.is_available()`` is
+  False.
+* Fixtures: ``fresh_cache`` (an empty cache directory, as ``$PNEX_CACHE_DIR``,
+  and zeroed hit/miss counters for one test; yields its path) and ``pnex_env``
+  (an environment for subprocesses that import pnex_magic: the session's cache,
+  no inherited ``PYTHONOPTIMIZE``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_SESSION_CACHE: str | None = None
+if not os.environ.get("PNEX_CACHE_DIR"):
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="pnex-test-cache-")
+    os.environ["PNEX_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA set-up counts as no GPU
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """Point ``$PNEX_CACHE_DIR`` at a new, empty directory for this test and reset
+    ``pnex_magic.cache.stats``; yields the directory (a ``pathlib.Path``)."""
+    from pnex_magic import cache
+
+    path = tmp_path / "pnex-cache"
+    path.mkdir()
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(path))
+    cache.stats.reset()
+    yield path
+    cache.stats.reset()
+
+
+@pytest.fixture
+def pnex_env():
+    """A copy of ``os.environ`` for subprocesses that import pnex_magic: same cache
+    directory, no inherited ``PYTHONOPTIMIZE`` surprises, quiet warnings."""
+    env = dict(os.environ)
+    env.pop("PYTHONOPTIMIZE", None)
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env

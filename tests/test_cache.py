@@ -1,0 +1,313 @@
+"""The on-disk compile cache and the fingerprints it is keyed on."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from numba import cuda
+
+import pnex_magic as pnex
+from pnex_magic import cache
+from pnex_magic.fingerprint import function_fingerprint
+
+THIS_MODULE = sys.modules[__name__]
+
+BLOCK = 4
+
+
+def make_plain():
+    @pnex.jit(n_threads="a.numel()")
+    def cached_plain(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] + 1
+
+    return cached_plain
+
+
+def make_block_scaled():
+    @pnex.jit(n_threads="a.numel()")
+    def block_scaled(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] * BLOCK
+
+    return block_scaled
+
+
+def test_unchanged_kernel_is_a_hit(fresh_cache):
+    first = make_plain()
+    assert (cache.stats.hits, cache.stats.misses) == (0, 1)
+    assert pnex.inspect(first).cache_hit is False
+    second = make_plain()
+    assert (cache.stats.hits, cache.stats.misses) == (1, 1)
+    assert pnex.inspect(second).cache_hit is True
+    assert pnex.inspect(second).ptx == pnex.inspect(first).ptx
+    assert pnex.inspect(second).registers == pnex.inspect(first).registers
+    a = torch.arange(6, dtype=torch.float32)
+    assert torch.equal(second(a), a + 1)
+    # one entry on disk, holding PTX and cubin
+    [entry] = cache.entries()
+    assert entry.meta["key"] == second.definition.cache_key(pnex.inspect(second).arch)
+    assert (entry.path / "kernel.ptx").read_text() == pnex.inspect(first).ptx
+    assert (entry.path / "kernel.cubin").stat().st_size > 0
+
+
+def test_changed_global_is_a_miss_and_takes_effect(fresh_cache, monkeypatch):
+    a = torch.arange(5, dtype=torch.float32)
+    monkeypatch.setattr(THIS_MODULE, "BLOCK", 4)
+    four = make_block_scaled()
+    assert torch.equal(four(a), a * 4)
+    key_four = pnex.inspect(four).cache_key  # before redefinition points `four` at the new op
+    monkeypatch.setattr(THIS_MODULE, "BLOCK", 8)
+    eight = make_block_scaled()
+    assert (cache.stats.hits, cache.stats.misses) == (0, 2)
+    assert pnex.inspect(eight).cache_hit is False
+    assert pnex.inspect(eight).cache_key != key_four
+    assert torch.equal(eight(a), a * 8)
+    # back to 4: the first entry is still there
+    monkeypatch.setattr(THIS_MODULE, "BLOCK", 4)
+    again = make_block_scaled()
+    assert (cache.stats.hits, cache.stats.misses) == (1, 2)
+    assert torch.equal(again(a), a * 4)
+
+
+def test_simulator_uses_globals_frozen_at_definition(fresh_cache, monkeypatch):
+    a = torch.arange(5, dtype=torch.float32)
+    monkeypatch.setattr(THIS_MODULE, "BLOCK", 4)
+    four = make_block_scaled()  # compiled (PTX) with BLOCK = 4
+    monkeypatch.setattr(THIS_MODULE, "BLOCK", 8)
+    assert torch.equal(four(a), a * 4)  # first launch after the change
+
+
+@pytest.mark.slow
+def test_fresh_process_hits_the_cache(tmp_path, pnex_env):
+    script = tmp_path / "fresh_kernel.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from numba import cuda
+            import pnex_magic as pnex
+
+            @pnex.jit(n_threads="a.numel()")
+            def fresh(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+                i = cuda.grid(1)
+                if i < a.shape[0]:
+                    out[i] = a[i] * 3
+
+            a = torch.arange(4, dtype=torch.float32)
+            assert torch.equal(fresh(a), a * 3), "wrong result"
+            report = pnex.inspect(fresh)
+            print("CACHE_HIT", report.cache_hit, report.cache_key)
+            """
+        )
+    )
+    env = dict(pnex_env, PNEX_CACHE_DIR=str(tmp_path / "cache"))
+    outputs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("CACHE_HIT")]
+        outputs.append(line.split())
+    assert outputs[0][1] == "False"
+    assert outputs[1][1] == "True"
+    assert outputs[0][2] == outputs[1][2]  # same key in both processes
+
+
+def make_slot_kernel(which: str):
+    if which == "first":
+
+        @pnex.jit(n_threads="a.numel()", cache_id="shared slot/1")
+        def slot_first(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                out[i] = a[i] + 10
+
+        return slot_first
+
+    @pnex.jit(n_threads="a.numel()", cache_id="shared slot/1")
+    def slot_second(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] - 10
+
+    return slot_second
+
+
+def test_cache_id_slots_evict_each_other(fresh_cache):
+    a = torch.arange(3, dtype=torch.float32)
+    first = make_slot_kernel("first")
+    second = make_slot_kernel("second")
+    assert (cache.stats.hits, cache.stats.misses) == (0, 2)
+    [entry] = cache.entries()  # one slot, named after the (sanitised) cache_id
+    assert entry.path.name == "id-shared_slot_1"
+    assert entry.meta["kernel"].endswith("slot_second")
+    # the first kernel's entry was evicted: a miss, and its own code, never the other's
+    first_again = make_slot_kernel("first")
+    assert (cache.stats.hits, cache.stats.misses) == (0, 3)
+    report = pnex.inspect(first_again)
+    assert report.cache_hit is False
+    assert "slot_first" in report.entry and "slot_second" not in report.ptx
+    assert torch.equal(first_again(a), a + 10)
+    assert torch.equal(second(a), a - 10)
+    [entry] = cache.entries()
+    assert entry.meta["kernel"].endswith("slot_first")
+    # unchanged and not evicted since: a hit
+    make_slot_kernel("first")
+    assert (cache.stats.hits, cache.stats.misses) == (1, 3)
+
+
+def test_different_options_are_different_keys(fresh_cache):
+    op = make_plain()
+    definition = op.definition
+    assert definition.cache_key("sm_75") != definition.cache_key("sm_90")
+    assert len(definition.cache_key("sm_75")) == 64
+    capped = pnex.jit(n_threads="a.numel()", max_registers=32)(op.definition.fn)
+    assert capped.definition.cache_key("sm_75") != definition.cache_key("sm_75")
+    assert cache.stats.misses == 2
+
+
+def test_cache_dir_locations(monkeypatch, tmp_path):
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "explicit"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("PNEX_CACHE_DIR")
+    assert cache.cache_dir() == tmp_path / "xdg" / "pnex_magic"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "pnex_magic"
+    monkeypatch.setenv("PNEX_CACHE_DIR", "~/elsewhere")
+    assert cache.cache_dir() == tmp_path / "home" / "elsewhere"
+    monkeypatch.setenv("PNEX_CACHE_DIR", "")  # empty: as if unset
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "pnex_magic"
+
+
+def test_xdg_cache_home_used_for_compiles(monkeypatch, tmp_path):
+    monkeypatch.delenv("PNEX_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    op = make_plain()
+    entries = list((tmp_path / "pnex_magic").iterdir())
+    assert len(entries) == 1 and (entries[0] / "meta.json").exists()
+    assert json.loads((entries[0] / "meta.json").read_text())["kernel"].endswith("cached_plain")
+    assert torch.equal(op(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_store_and_load_round_trip(fresh_cache):
+    key = "ab" * 32
+    assert cache.load(key) is None
+    path = cache.store(key, {"entry": "e"}, {"kernel.ptx": "ptx text", "kernel.cubin": b"\x00\x01"})
+    assert path == fresh_cache / key[:40]
+    entry = cache.load(key)
+    assert entry is not None and entry.meta["entry"] == "e" and entry.meta["key"] == key
+    assert entry.read_text("kernel.ptx") == "ptx text"
+    assert entry.read_bytes("kernel.cubin") == b"\x00\x01"
+    assert entry.read_text("missing") is None
+    assert (cache.stats.hits, cache.stats.misses) == (1, 1)
+    # no temporary folders left behind
+    assert [p.name for p in fresh_cache.iterdir()] == [key[:40]]
+    assert cache.clear() == 1
+    assert cache.entries() == []
+
+
+def test_key_mismatch_in_slot_is_a_miss(fresh_cache):
+    cache.store("a" * 64, {}, {}, cache_id="slot")
+    assert cache.load("b" * 64, cache_id="slot") is None
+    assert cache.load("a" * 64, cache_id="slot") is not None
+
+
+def test_corrupt_entry_is_a_miss_and_recompiles(fresh_cache):
+    make_plain()
+    [entry] = cache.entries()
+    (entry.path / "meta.json").write_text("{not json")
+    op = make_plain()
+    assert (cache.stats.hits, cache.stats.misses) == (0, 2)
+    assert pnex.inspect(op).cache_hit is False
+    assert torch.equal(op(torch.zeros(2)), torch.ones(2))
+    assert len(cache.entries()) == 1  # rewritten
+
+
+def test_unwritable_cache_still_compiles(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(blocker / "cache"))
+    assert cache.store("c" * 64, {}, {"x": "y"}) is None
+    op = make_plain()
+    assert pnex.inspect(op).cache_hit is False
+    assert torch.equal(op(torch.zeros(2)), torch.ones(2))
+
+
+# --------------------------------------------------------------------------------------
+# Fingerprints: what the key covers.  No compiling here.
+# --------------------------------------------------------------------------------------
+
+SCALE = 2
+
+
+@cuda.jit(device=True)
+def _helper(v):
+    return v * SCALE
+
+
+def _uses_helper(a, out):
+    i = cuda.grid(1)
+    out[i] = _helper(a[i])
+
+
+def _uses_config(a, out):
+    out[0] = a[0] * SCALE
+
+
+def test_fingerprint_is_stable():
+    assert function_fingerprint(_uses_config) == function_fingerprint(_uses_config)
+    assert function_fingerprint(_uses_config, "x") != function_fingerprint(_uses_config, "y")
+
+
+def test_fingerprint_covers_globals_and_device_functions(monkeypatch):
+    before = function_fingerprint(_uses_config)
+    before_helper = function_fingerprint(_uses_helper)
+    monkeypatch.setattr(THIS_MODULE, "SCALE", 3)
+    assert function_fingerprint(_uses_config) != before
+    # SCALE is read by the device function the kernel calls
+    assert function_fingerprint(_uses_helper) != before_helper
+
+
+def test_fingerprint_covers_closures():
+    def make(k):
+        def kernel(a, out):
+            out[0] = a[0] * k
+
+        return kernel
+
+    assert function_fingerprint(make(1)) == function_fingerprint(make(1))
+    assert function_fingerprint(make(1)) != function_fingerprint(make(2))
+    assert function_fingerprint(make((1, 2))) != function_fingerprint(make((1, 3)))
+
+
+def test_fingerprint_covers_array_constants(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(THIS_MODULE, "SCALE", np.arange(3))
+    before = function_fingerprint(_uses_config)
+    monkeypatch.setattr(THIS_MODULE, "SCALE", np.arange(3) + 1)
+    assert function_fingerprint(_uses_config) != before
+
+
+def test_cache_dir_fixture_isolated(fresh_cache):
+    assert cache.cache_dir() == fresh_cache
+    assert Path(fresh_cache).is_dir() and not any(Path(fresh_cache).iterdir())
+
+
+def test_failed_store_leaves_no_temporary_folder(fresh_cache, monkeypatch):
+    def refuse(src, dst):
+        raise OSError(39, "Directory not empty")
+
+    monkeypatch.setattr(cache.os, "replace", refuse)
+    assert cache.store("d" * 64, {}, {"kernel.ptx": "x"}) is None
+    assert list(fresh_cache.iterdir()) == []

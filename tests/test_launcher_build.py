@@ -1,0 +1,76 @@
+"""The C++ launcher's one-time build, without a GPU: a lock left by a killed build is
+cleared, a failed build raises the compiler's message and is not remembered, and the
+launcher's spec for an op matches the kernel's parameters."""
+
+import pytest
+import torch
+import torch.utils.cpp_extension
+from numba import cuda
+
+import pnex_magic as pnex
+from pnex_magic.errors import KernelCompileError
+from pnex_magic.expressions import OPCODES
+from pnex_magic.launch import native
+
+
+@pytest.fixture
+def fake_build(monkeypatch, tmp_path):
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "cuda_include_dir", lambda: str(tmp_path))
+    calls = []
+
+    def load(name, sources, build_directory, **kwargs):
+        calls.append(build_directory)
+        assert not (tmp_path / "launcher").joinpath(name.removeprefix("pnex_launcher_"), "lock").exists()
+        raise RuntimeError("Error building extension 'pnex_launcher': launcher.cpp:1: error: expected ';'")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    return tmp_path, calls
+
+
+def test_stale_lock_is_removed_and_failed_build_is_not_cached(fake_build):
+    tmp_path, calls = fake_build
+    key = native._build_key(str(tmp_path))
+    build_dir = tmp_path / "launcher" / key
+    build_dir.mkdir(parents=True)
+    (build_dir / "lock").write_text("")  # what a killed torch build leaves behind
+    with pytest.raises(KernelCompileError, match=r"could not build its C\+\+ launcher.*expected ';'"):
+        native.load_launcher()
+    assert native._module is None
+    with pytest.raises(KernelCompileError):  # tried again, not served from memory
+        native.load_launcher()
+    assert len(calls) == 2
+
+
+def test_missing_cuda_headers_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "cuda_include_dir", lambda: None)
+    with pytest.raises(KernelCompileError, match="needs the CUDA headers"):
+        native.load_launcher()
+
+
+def test_spec_for_the_launcher():
+    @pnex.jit(n_threads=("out.size(1)", "out.size(0) // 2 + 1"), threads_per_block=(32, 8))
+    def kern(
+        a: pnex.In("f16", (None, None)),
+        s: int,
+        skip: pnex.Unused,
+        m: pnex.InMut("i32", ("a.size(0)",)),
+        out: pnex.Out("f32", ("a.size(0) * s", 3), init=1.5),
+    ):
+        x, y = cuda.grid(2)
+        if y < out.shape[0] and x < out.shape[1]:
+            out[y, x] = a[0, 0]
+
+    d = native._spec_dict(kern.definition)
+    assert [p["kind"] for p in d["params"]] == [0, 3, 4, 1, 2]
+    assert d["arguments"] == [0, 1, 3] and d["outputs"] == [4]
+    out = d["params"][4]
+    assert out["dtype"] == "float32" and out["init"] == 1.5 and out["ndim"] == 2
+    size, mul = OPCODES["size"], OPCODES["*"]
+    assert out["shape"][0] == [(size, 0, 0), (OPCODES["scalar"], 1, 0), (mul, 0, 0)]
+    assert out["shape"][1] == [(OPCODES["const"], 3, 0)]
+    assert d["params"][0]["shape"] == [None, None]
+    assert d["n_threads"][1] == [(size, 4, 0), (OPCODES["const"], 2, 0), (OPCODES["//"], 0, 0), (OPCODES["const"], 1, 0), (OPCODES["+"], 0, 0)]
+    assert d["block"] == [32, 8, 1]
