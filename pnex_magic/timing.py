@@ -1,0 +1,518 @@
+"""Timing and correctness of a pnex op against an eager PyTorch reference.
+
+:func:`evaluate` runs the op and the reference on fresh copies of the same example
+arguments, compares their results in float64 (:class:`Correctness`) and, when the
+arguments are CUDA tensors, times both with CUDA events (:class:`Measurement`).
+The result is a :class:`TimingResult`, a plain object in the style of IPython's
+``TimeitResult``: documented attributes, statistics as properties, ``str`` for
+people and ``_repr_pretty_`` for the REPL.
+
+Without a GPU nothing is timed: the simulator's speed says nothing about the
+kernel's, so the result says why there are no timings and only carries the
+correctness check.
+
+The statistics (:func:`measure`) take the clock as an argument, so they are
+tested on CPU with a fake timer; :func:`cuda_event_timer` is the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "Measurement",
+    "Correctness",
+    "TimingResult",
+    "Timer",
+    "measure",
+    "cuda_event_timer",
+    "compare_outputs",
+    "tensor_bytes",
+    "clone_args",
+    "as_tensor_list",
+    "evaluate",
+    "format_time",
+    "format_bytes",
+]
+
+#: ``timer(fn, loops)`` calls ``fn()`` ``loops`` times and returns the elapsed seconds.
+Timer = Callable[[Callable[[], Any], int], float]
+
+
+def format_time(seconds: float | None, precision: int = 3) -> str:
+    """``1.23 µs``, ``45.6 ms``: a duration with a unit chosen for it (as ``%timeit``)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    if seconds <= 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.{precision}g} {unit}"
+    return f"{seconds / 1e-9:.{precision}g} ns"
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """Repeated timings of one callable: ``repeat`` runs of ``loops`` calls each.
+
+    ``all_runs`` holds the seconds each run took (all ``loops`` calls), like
+    ``TimeitResult.all_runs``; the statistics are per call.
+    """
+
+    loops: int
+    repeat: int
+    all_runs: tuple[float, ...]
+    warmup: int = 0
+
+    @property
+    def timings(self) -> list[float]:
+        """Seconds per call, one entry per run."""
+        return [t / self.loops for t in self.all_runs]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.timings)
+
+    def _quartiles(self) -> tuple[float, float]:
+        t = sorted(self.timings)
+        if len(t) < 2:
+            return t[0], t[0]
+        q = statistics.quantiles(t, n=4, method="inclusive")
+        return q[0], q[2]
+
+    @property
+    def q1(self) -> float:
+        return self._quartiles()[0]
+
+    @property
+    def q3(self) -> float:
+        return self._quartiles()[1]
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range: the spread of the middle half of the runs."""
+        q1, q3 = self._quartiles()
+        return q3 - q1
+
+    @property
+    def best(self) -> float:
+        return min(self.timings)
+
+    @property
+    def worst(self) -> float:
+        return max(self.timings)
+
+    @property
+    def average(self) -> float:
+        return statistics.fmean(self.timings)
+
+    @property
+    def stdev(self) -> float:
+        t = self.timings
+        return statistics.stdev(t) if len(t) > 1 else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{format_time(self.median)} median (IQR {format_time(self.q1)} – {format_time(self.q3)}, "
+            f"min {format_time(self.best)}; {self.repeat} runs × {self.loops} loops)"
+        )
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text("Measurement(...)" if cycle else f"<Measurement: {self}>")
+
+
+@dataclasses.dataclass(frozen=True)
+class Correctness:
+    """The op's results against the eager reference's, compared in float64.
+
+    ``max_rel_error`` is taken over the elements where the reference is nonzero
+    (elsewhere ``max_abs_error`` says it all).  ``ok`` applies the tolerances of
+    ``torch.testing.assert_close`` for the op's output dtype (exact for integers).
+    """
+
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+    compared: tuple[str, ...]  #: which results were compared ("result", or "a (mutated)")
+    rtol: float = 0.0
+    atol: float = 0.0
+    note: str = ""  #: why the results could not be compared, when they could not
+    where: str = ""  #: how the op ran ("CUDA simulator", "cuda:0")
+
+    def __str__(self) -> str:
+        if self.note and not self.compared:
+            return f"not compared: {self.note}"
+        verdict = "matches eager" if self.ok else "DIFFERS from eager"
+        text = (
+            f"{verdict}: max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g} "
+            f"({', '.join(self.compared)}; float64; rtol={self.rtol:g}, atol={self.atol:g})"
+        )
+        return text + (f"; {self.note}" if self.note else "")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text("Correctness(...)" if cycle else f"<Correctness: {self}>")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingResult:
+    """What ``%%pnex --args ... --eager ...`` measured.
+
+    Attributes
+    ----------
+    op, eager : Measurement or None
+        CUDA-event timings of the op and of the reference; ``None`` when not timed
+        (no GPU, CPU arguments, or no ``--eager``).
+    correctness : Correctness or None
+        The op's results against the reference's (``None`` without ``--eager``).
+    bytes_moved : int
+        Bytes the tensor arguments and the outputs occupy: the memory traffic of
+        one call if every byte is read or written once.
+    device : str
+        Where the op ran: ``"cuda:0 (NVIDIA H200)"`` or ``"cpu (CUDA simulator)"``.
+    reason : str
+        Why there are no timings, when there are none.
+    """
+
+    op: Measurement | None
+    eager: Measurement | None
+    correctness: Correctness | None
+    bytes_moved: int
+    device: str
+    reason: str = ""
+    name: str = "op"
+    eager_name: str = "eager"
+
+    @property
+    def timed(self) -> bool:
+        return self.op is not None
+
+    @property
+    def speedup(self) -> float | None:
+        """Eager median / op median (above 1: the op is faster)."""
+        if self.op is None or self.eager is None or self.op.median <= 0:
+            return None
+        return self.eager.median / self.op.median
+
+    @property
+    def bandwidth(self) -> float | None:
+        """Achieved bytes per second of the op: ``bytes_moved / op.median``."""
+        if self.op is None or self.op.median <= 0:
+            return None
+        return self.bytes_moved / self.op.median
+
+    @property
+    def eager_bandwidth(self) -> float | None:
+        if self.eager is None or self.eager.median <= 0:
+            return None
+        return self.bytes_moved / self.eager.median
+
+    def lines(self) -> list[str]:
+        out = [f"timing of {self.name} on {self.device}"]
+        if self.op is None:
+            out.append(f"  not timed : {self.reason or 'no measurements'}")
+        else:
+            width = max(10, len(self.name), len(self.eager_name) if self.eager is not None else 0)
+            out.append(f"  {self.name:<{width}}: {self.op}")
+            if self.eager is not None:
+                out.append(f"  {self.eager_name:<{width}}: {self.eager}")
+            if self.speedup is not None:
+                out.append(f"  speed-up  : {self.speedup:.2f}x (eager median / op median)")
+            if self.bandwidth is not None:
+                out.append(
+                    f"  bandwidth : {self.bandwidth / 1e9:.1f} GB/s "
+                    f"({format_bytes(self.bytes_moved)} of arguments and outputs per call)"
+                )
+        if self.correctness is not None:
+            out.append(f"  correct   : {self.correctness}")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text("TimingResult(...)" if cycle else str(self))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _nice_loops(n: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... at least ``n``."""
+    n = max(1.0, n)
+    scale = 1
+    while True:
+        for step in (1, 2, 5):
+            if step * scale >= n:
+                return step * scale
+        scale *= 10
+
+
+def measure(
+    fn: Callable[[], Any],
+    timer: Timer,
+    *,
+    repeat: int = 7,
+    loops: int | None = None,
+    warmup: int = 3,
+    min_run_seconds: float = 2e-3,
+    max_loops: int = 100_000,
+) -> Measurement:
+    """Time ``fn()``: ``warmup`` calls, then ``repeat`` runs of ``loops`` calls.
+
+    Without ``loops``, it is chosen (1, 2, 5, 10, ... as ``%timeit`` does) so that
+    one run takes at least ``min_run_seconds``, judged from a one-call probe run
+    after warm-up.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    if warmup > 0:
+        timer(fn, warmup)
+    if loops is None:
+        probe = timer(fn, 1)
+        loops = _nice_loops(min_run_seconds / probe) if probe > 0 else max_loops
+        loops = min(loops, max_loops)
+    elif loops < 1:
+        raise ValueError(f"loops must be at least 1, got {loops}")
+    runs = tuple(float(timer(fn, loops)) for _ in range(repeat))
+    return Measurement(loops=loops, repeat=repeat, all_runs=runs, warmup=warmup)
+
+
+def cuda_event_timer(device: Any = None) -> Timer:
+    """A :data:`Timer` that brackets the calls with CUDA events on the current stream
+    of ``device`` and waits for the end event: GPU time of the whole run, launch
+    overhead included where the CPU cannot keep ahead of the GPU."""
+    import torch
+
+    def timer(fn: Callable[[], Any], loops: int) -> float:
+        with torch.cuda.device(device):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(loops):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+    return timer
+
+
+# --------------------------------------------------------------------------- correctness
+
+# torch.testing.assert_close's default tolerances (rtol, atol) by dtype.
+_TOLERANCES = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+
+
+def as_tensor_list(value: Any) -> list[Any]:
+    """An op's or a reference's result as a list: ``None`` → [], a tensor → [it],
+    a tuple or list → its items."""
+    if value is None:
+        return []
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return [value]
+
+
+def compare_outputs(
+    actual: Sequence[Any], expected: Sequence[Any], names: Sequence[str], where: str = ""
+) -> Correctness:
+    """Compare the op's results (``actual``) with the reference's, element-wise in float64."""
+    import torch
+
+    names = tuple(names)
+    if len(actual) != len(expected):
+        return Correctness(
+            math.nan, math.nan, False, (), note=(
+                f"the op gives {len(actual)} result(s) ({', '.join(names) or 'none'}) but the eager "
+                f"reference returned {len(expected)}"
+            ), where=where,
+        )
+    max_abs = 0.0
+    max_rel = 0.0
+    ok = True
+    notes = []
+    rtol_used = atol_used = 0.0
+    for name, a, e in zip(names, actual, expected, strict=True):
+        if not isinstance(a, torch.Tensor):
+            a = torch.as_tensor(a)
+        if not isinstance(e, torch.Tensor):
+            try:
+                e = torch.as_tensor(e)
+            except Exception:
+                note = f"the reference returned {type(e).__name__} for {name!r}, not a tensor"
+                return Correctness(math.nan, math.nan, False, (), note=note, where=where)
+        if tuple(a.shape) != tuple(e.shape):
+            notes.append(f"{name}: shape {tuple(a.shape)} vs eager {tuple(e.shape)}")
+            ok = False
+            max_abs = max_rel = math.inf
+            continue
+        rtol, atol = _TOLERANCES.get(str(a.dtype).removeprefix("torch."), (0.0, 0.0))
+        rtol_used, atol_used = max(rtol_used, rtol), max(atol_used, atol)
+        target = torch.complex128 if (a.is_complex() or e.is_complex()) else torch.float64
+        a64 = a.detach().to(device="cpu", dtype=target)
+        e64 = e.detach().to(device="cpu", dtype=target)
+        if a64.numel() == 0:
+            continue
+        diff = (a64 - e64).abs()
+        a_real = a64.real if a64.is_complex() else a64
+        e_real = e64.real if e64.is_complex() else e64
+        both_nan = torch.isnan(a_real) & torch.isnan(e_real)
+        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+        same_inf = torch.isinf(a_real) & (a64 == e64)
+        diff = torch.where(same_inf, torch.zeros_like(diff), diff)
+        diff = torch.nan_to_num(diff, nan=math.inf)
+        ref = e64.abs()
+        max_abs = max(max_abs, float(diff.max()))
+        nonzero = ref > 0
+        if bool(nonzero.any()):
+            max_rel = max(max_rel, float((diff[nonzero] / ref[nonzero]).max()))
+        if not bool((diff <= atol + rtol * torch.nan_to_num(ref, posinf=0.0)).all()):
+            ok = False
+        if a.dtype != e.dtype:
+            op_dtype, ref_dtype = (str(d).removeprefix("torch.") for d in (a.dtype, e.dtype))
+            notes.append(f"{name}: op dtype {op_dtype}, eager {ref_dtype}")
+    return Correctness(max_abs, max_rel, ok, names, rtol_used, atol_used, "; ".join(notes), where)
+
+
+def tensor_bytes(*values: Any) -> int:
+    """Bytes held by the tensors among ``values`` (searching tuples and lists)."""
+    import torch
+
+    total = 0
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+        elif isinstance(v, (tuple, list)):
+            total += tensor_bytes(*v)
+    return total
+
+
+def clone_args(args: Sequence[Any]) -> tuple[Any, ...]:
+    """A fresh copy of every tensor argument (strides kept), so an ``InMut`` write by
+    one run is not seen by the next."""
+    import torch
+
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _device_of(args: Sequence[Any]):
+    import torch
+
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device
+    return None
+
+
+def _describe_device(device) -> str:
+    import torch
+
+    if device is None or device.type == "cpu":
+        return "cpu (CUDA simulator)"
+    if device.type == "cuda":
+        try:
+            return f"{device} ({torch.cuda.get_device_name(device)})"
+        except Exception:
+            return str(device)
+    return str(device)
+
+
+def evaluate(
+    op: Callable[..., Any],
+    args: Sequence[Any],
+    eager: Callable[..., Any] | None = None,
+    *,
+    output_names: Sequence[str] = ("result",),
+    mutated: Sequence[int] = (),
+    mutated_names: Sequence[str] = (),
+    name: str = "op",
+    eager_name: str = "eager",
+    op_run: tuple[Any, tuple[Any, ...]] | None = None,
+    eager_run: tuple[Any, tuple[Any, ...]] | None = None,
+    time_it: bool | None = None,
+    repeat: int = 7,
+    timer: Timer | None = None,
+) -> TimingResult:
+    """Check ``op(*args)`` against ``eager(*args)`` and, on CUDA, time both.
+
+    Every run gets fresh copies of the tensor arguments.  The results compared are
+    the op's outputs or, for an op without outputs, its mutated arguments
+    (positions ``mutated``, named ``mutated_names``) after the call.  ``op_run`` and
+    ``eager_run`` (a result and the argument copies it ran on) reuse runs already
+    made.  ``time_it`` defaults to "the arguments are CUDA tensors"; ``timer``
+    defaults to :func:`cuda_event_timer`.
+    """
+    import torch
+
+    device = _device_of(args)
+    where = _describe_device(device)
+    on_gpu = device is not None and device.type == "cuda"
+    with torch.no_grad():
+        if op_run is None:
+            copies = clone_args(args)
+            op_run = (op(*copies), copies)
+        if eager is not None and eager_run is None:
+            copies = clone_args(args)
+            eager_run = (eager(*copies), copies)
+        if on_gpu:
+            torch.cuda.synchronize(device)
+        correctness = None
+        if eager_run is not None:
+            correctness = _check(op_run, eager_run, output_names, mutated, mutated_names, where)
+        moved = tensor_bytes(*args) + tensor_bytes(op_run[0])
+        if time_it is None:
+            time_it = on_gpu
+        if not time_it:
+            if on_gpu:
+                reason = "timing was not asked for"
+            elif torch.cuda.is_available():
+                reason = ("the --args tensors are on the CPU, so the op ran in the CUDA simulator; "
+                          "pass CUDA tensors to time it")
+            else:
+                reason = ("no CUDA GPU here: the op ran in the CUDA simulator, "
+                          "whose speed says nothing about the kernel's")
+            return TimingResult(None, None, correctness, moved, where, reason, name, eager_name)
+        timer = timer or cuda_event_timer(device)
+        op_args = clone_args(args)
+        op_time = measure(lambda: op(*op_args), timer, repeat=repeat)
+        eager_time = None
+        if eager is not None:
+            eager_args = clone_args(args)
+            eager_time = measure(lambda: eager(*eager_args), timer, repeat=repeat)
+    return TimingResult(op_time, eager_time, correctness, moved, where, "", name, eager_name)
+
+
+def _check(op_run, eager_run, output_names, mutated, mutated_names, where) -> Correctness:
+    op_out, op_args = op_run
+    ref_out, ref_args = eager_run
+    actual = as_tensor_list(op_out)
+    if actual:
+        return compare_outputs(actual, as_tensor_list(ref_out), output_names, where)
+    if mutated:
+        return compare_outputs(
+            [op_args[i] for i in mutated],
+            [ref_args[i] for i in mutated],
+            [f"{n} (mutated)" for n in mutated_names],
+            where,
+        )
+    return Correctness(math.nan, math.nan, False, (), note="the op has no outputs and mutates nothing", where=where)
