@@ -12,6 +12,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from . import autograd
+from .autograd import attach_backward, backward_of
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
@@ -35,6 +37,8 @@ __all__ = [
     "Scalar",
     "Unused",
     "inspect",
+    "attach_backward",
+    "backward_of",
     "KernelReport",
     "PnexOp",
     "PnexError",

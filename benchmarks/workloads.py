@@ -1,0 +1,1207 @@
+"""The three workloads that motivated pnex_magic, as pnex ops, with their references and timings.
+
+    python benchmarks/workloads.py            # full size, on a machine with an NVIDIA GPU
+    python benchmarks/workloads.py --smoke    # tiny sizes, anywhere (CPU: the CUDA simulator)
+
+* **diffusion**: the Numba documentation's 2-D diffusion stencil (shared-memory tile
+  with a halo, ``cuda.syncthreads()``) on a 2000 x 2000 grid, 10,000 steps, against
+  the documentation's own kernel in a raw numba-cuda launch loop and an eager
+  PyTorch 5-point Laplacian (``conv2d``), plus ``torch.compile`` of it.
+* **LLTM**: the recurrent cell of PyTorch's C++/CUDA extension tutorial with a fused
+  forward kernel and a fused backward kernel wired into autograd
+  (:func:`pnex_magic.autograd.attach_backward`), forward + backward against the
+  tutorial's eager Python version and ``torch.compile`` of it (default mode and,
+  on a GPU, ``mode="reduce-overhead"`` for both sides), at batch 16 / 32 features /
+  state 128 and at 4096 / 256 / 1024.
+* **k-means**: the assignment step of the ``torch.compile`` NumPy tutorial (20 M
+  2-D points: index of the nearest centroid), against eager PyTorch and
+  ``torch.compile``, with int64 labels (as ``argmin``) and with int32 labels (4 bytes
+  less to write per point; the references cast to int32).
+
+The notebooks (``notebooks/02_diffusion.ipynb`` ...) define the same kernels with
+``%%pnex`` and time them with the functions here, so notebook and benchmark
+measure the same code (``tests/test_notebooks.py`` checks the kernel sources are
+identical).  Timings are CUDA-event medians over repeated runs after warm-up; the
+memory floor is the time of a ``torch`` copy moving the same number of bytes,
+measured in the same run.  The script prints a table and writes JSON (GPU, driver,
+versions, date) to ``benchmarks/results/workloads-<date>.json``.
+"""
+
+# No `from __future__ import annotations`: kernel annotations such as pnex.In(DTYPE, ...)
+# must be evaluated where they are written (DTYPE is a local of lltm_ops).
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from numba import cuda, float32, int64
+
+import pnex_magic as pnex
+from pnex_magic.autograd import attach_backward
+from pnex_magic.timing import Measurement, cuda_event_timer, measure
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+__all__ = [
+    # diffusion
+    "TX", "TY", "ROWS_PER_THREAD", "TILE_ROWS", "HALO_SHAPE", "diffusion_step", "initial_field", "laplacian", "torch_diffusion_step",
+    "eager_step_into", "run_diffusion", "run_diffusion_eager", "reference_diffusion",
+    "docs_diffusion_kernel", "raw_numba_diffusion", "bench_diffusion",
+    # LLTM
+    "LLTM", "LLTMPnex", "LLTMOps", "lltm_ops", "lltm_forward", "lltm_backward",
+    "lltm_cell_reference", "lltm_cell_backward_reference", "train_lltm", "bench_lltm",
+    # k-means
+    "POINTS_PER_THREAD", "kmeans_ops", "kmeans_assign", "kmeans_reference", "kmeans_data", "check_labels", "bench_kmeans",
+    # shared
+    "Row", "Workload", "time_per_call", "copy_time", "dram_copy_bandwidth", "environment",
+    "format_table", "markdown_table", "same_kernel", "run", "main",
+]
+
+
+# =============================================================================================
+# Timing
+# =============================================================================================
+
+
+def _wall_timer(fn: Callable[[], Any], loops: int) -> float:
+    start = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return time.perf_counter() - start
+
+
+def _timer_for(device: torch.device | str) -> Callable:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return cuda_event_timer(device)
+    return _wall_timer
+
+
+def time_per_call(
+    fn: Callable[[], Any], device: torch.device | str, *, repeat: int = 10, loops: int = 20, warmup: int = 3
+) -> Measurement:
+    """Median-friendly timings of ``fn()``: ``warmup`` calls, then ``repeat`` runs of
+    ``loops`` calls each, timed with CUDA events on a GPU (wall clock on CPU, where
+    the numbers are the simulator's and mean nothing for the GPU)."""
+    return measure(fn, _timer_for(device), repeat=repeat, loops=loops, warmup=warmup)
+
+
+def copy_time(nbytes_moved: int, device: torch.device | str, *, repeat: int = 10, loops: int = 20) -> float:
+    """Seconds a ``torch`` copy takes to move ``nbytes_moved`` bytes (read half, write
+    half): the memory floor of a kernel that reads and writes that much once."""
+    n = max(1, nbytes_moved // 2)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return time_per_call(lambda: dst.copy_(src), device, repeat=repeat, loops=loops).median
+
+
+def dram_copy_bandwidth(device: torch.device | str, nbytes: int = 1 << 30) -> float:
+    """Bytes per second (read + written) of a copy far larger than the L2 cache."""
+    seconds = copy_time(2 * nbytes, device, repeat=5, loops=5)
+    return 2 * nbytes / seconds
+
+
+# =============================================================================================
+# Results
+# =============================================================================================
+
+
+@dataclasses.dataclass
+class Row:
+    """One variant of a workload."""
+
+    variant: str
+    seconds: float | None  #: per step / per call; None when it could not run
+    check: str = ""  #: how its result compares with the eager reference
+    note: str = ""
+
+    @property
+    def us(self) -> float | None:
+        return None if self.seconds is None else self.seconds * 1e6
+
+
+EAGER = "eager PyTorch"
+COMPILED = "torch.compile"
+COMPILED_GRAPHS = "torch.compile(mode='reduce-overhead')"
+FLOOR = "memory floor (torch copy, same bytes)"
+
+
+@dataclasses.dataclass
+class Workload:
+    """Every variant of one workload at one size, and the goal it is held to."""
+
+    name: str
+    size: str
+    unit: str  #: what one time is: "per step", "per call", "forward+backward"
+    rows: list[Row]
+    headline: str = ""  #: the pnex variant the goal is about
+    goal: str = ""
+    goal_met: bool | None = None
+    device: str = ""
+
+    def seconds(self, variant: str) -> float | None:
+        for row in self.rows:
+            if row.variant == variant:
+                return row.seconds
+        return None
+
+    def best(self, prefix: str) -> tuple[str, float | None]:
+        """The fastest variant whose name starts with ``prefix``, and its time."""
+        timed = [r for r in self.rows if r.variant.startswith(prefix) and r.seconds is not None]
+        if not timed:
+            return "", None
+        fastest = min(timed, key=lambda r: r.seconds)
+        return fastest.variant, fastest.seconds
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        for row in data["rows"]:
+            row["us"] = None if row["seconds"] is None else row["seconds"] * 1e6
+        return data
+
+
+def _fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    us = seconds * 1e6
+    if us >= 1e5:
+        return f"{us / 1e3:,.1f} ms"
+    return f"{us:,.1f} µs" if us < 1e3 else f"{us / 1e3:,.3f} ms"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b <= 0:
+        return ""
+    return f"{a / b:.2f}x"
+
+
+def _table_rows(workloads: list[Workload]) -> tuple[list[str], list[list[str]]]:
+    header = ["workload", "variant", "time", "speed-up vs eager", "vs torch.compile", "vs floor", "goal", "check"]
+    rows = []
+    for w in workloads:
+        eager = w.seconds(EAGER)
+        compiled = w.seconds(COMPILED)
+        floor = w.seconds(FLOOR)
+        for r in w.rows:
+            goal = ""
+            if r.variant == w.headline and w.goal:
+                verdict = {True: "MET", False: "NOT MET", None: "not judged"}[w.goal_met]
+                goal = f"{verdict}: {w.goal}"
+            rows.append([
+                f"{w.name} {w.size} ({w.unit})",
+                r.variant + (f" [{r.note}]" if r.note else ""),
+                _fmt_us(r.seconds),
+                "" if r.variant in (EAGER, FLOOR) else _ratio(eager, r.seconds),
+                "" if r.variant in (COMPILED, FLOOR) else _ratio(compiled, r.seconds),
+                "" if r.variant == FLOOR else _ratio(r.seconds, floor),
+                goal,
+                r.check,
+            ])
+    return header, rows
+
+
+def format_table(workloads: list[Workload]) -> str:
+    """The results as a plain-text table.  "speed-up vs eager" is eager time / this
+    time (above 1: faster), "vs floor" is this time / the memory floor (1.00: at it)."""
+    header, rows = _table_rows(workloads)
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def markdown_table(workloads: list[Workload]) -> str:
+    """The same table in Markdown (for notebooks: ``display(Markdown(...))``)."""
+    header, rows = _table_rows(workloads)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    for dist in ("numba-cuda", "numba", "pnex_magic", "numpy", "triton"):
+        try:
+            v[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            v[dist] = None
+    return v
+
+
+def environment() -> dict:
+    """Where this runs: GPU name, capability and driver (if any), and versions."""
+    info: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if torch.cuda.is_available():
+        gpu = {"name": torch.cuda.get_device_name(), "capability": "%d.%d" % torch.cuda.get_device_capability()}
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30,
+            )
+            gpu["driver"] = out.stdout.strip().splitlines()[0]
+        except Exception:
+            gpu["driver"] = None
+        info["gpu"] = gpu
+        info["device"] = f"{gpu['name']} (driver {gpu['driver']}, CUDA {torch.version.cuda})"
+    else:
+        info["gpu"] = None
+        info["device"] = "CPU only: pnex ops run in numba-cuda's CUDA simulator (no GPU timings)"
+    info["versions"] = _versions()
+    return info
+
+
+def same_kernel(op: Any, reference: Any) -> bool:
+    """True when two pnex ops were made from the same kernel source (the function
+    definition without its decorators, compared as a syntax tree, so formatting and
+    comments do not matter).  Notebooks use it to show that their ``%%pnex`` cell is
+    the kernel this module benchmarks."""
+    import ast
+    import inspect
+    import textwrap
+
+    def tree(fn_or_op: Any) -> str:
+        definition = getattr(fn_or_op, "definition", None)
+        fn = definition.fn if definition is not None else fn_or_op
+        source = textwrap.dedent(inspect.getsource(fn))
+        node = ast.parse(source).body[0]
+        node.decorator_list = []
+        node.name = "kernel"
+        return ast.dump(node, annotate_fields=False)
+
+    return tree(op) == tree(reference)
+
+
+def _check_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> tuple[bool, str]:
+    a = actual.detach().double().cpu()
+    e = expected.detach().double().cpu()
+    scale = float(e.abs().max()) or 1.0
+    err = float((a - e).abs().max()) / scale
+    return err <= rtol, f"max |diff| / max |ref| = {err:.1e}"
+
+
+_TRACEBACKS = False  # the command line prints the traceback of a failed variant
+
+
+def _run_variant(rows: list[Row], variant: str, fn: Callable[[], Row | float]) -> None:
+    """Run one variant; a failure becomes a row saying so (the other variants still run)."""
+    try:
+        result = fn()
+    except Exception as exc:  # report, do not hide, a variant that failed
+        if _TRACEBACKS:
+            traceback.print_exc()
+        rows.append(Row(variant, None, note=f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}"))
+        return
+    rows.append(result if isinstance(result, Row) else Row(variant, result))
+
+
+# =============================================================================================
+# Diffusion
+# =============================================================================================
+
+# The thread block is 32 x 8 threads; each thread updates 4 points of its column, 8 rows
+# apart, so a block updates a 32 x 32 tile.  Several independent loads per thread are
+# what it takes to keep the GPU's memory busy.  Shared-memory sizes must be
+# compile-time constants, hence the module-level names.
+TX, TY = 32, 8  # threads per block (X along a row, so a warp reads 32 consecutive floats)
+ROWS_PER_THREAD = 4  # also in n_threads below: (u.size(0) + 3) // 4 threads down a column
+TILE_ROWS = TY * ROWS_PER_THREAD
+HALO_SHAPE = (TILE_ROWS + 2, TX + 2)  # the tile and a one-point halo around it
+
+
+@pnex.jit(n_threads=("u.size(1)", "(u.size(0) + 3) // 4"), threads_per_block=(TX, TY))
+def diffusion_step(
+    u: pnex.In("f32", (None, None)),
+    u_new: pnex.InMut("f32", "u"),
+    coeff: pnex.Scalar("f32"),
+):
+    rows, cols = u.shape
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    col = cuda.blockIdx.x * TX + tx  # this thread's column
+    top = cuda.blockIdx.y * TILE_ROWS  # the tile's first row
+    zero = float32(0.0)
+
+    # 1. Read this thread's points into registers (0 outside the grid), all loads at once.
+    mine = cuda.local.array(ROWS_PER_THREAD, float32)
+    for k in range(ROWS_PER_THREAD):
+        row = top + ty + k * TY
+        mine[k] = u[row, col] if row < rows and col < cols else zero
+    # The halo (the rows above and below the tile, the columns left and right of it):
+    # one point each for the block's first 2 * (TX + TILE_ROWS) threads.
+    h = ty * TX + tx
+    if h < 2 * TX:
+        hr = 0 if h < TX else TILE_ROWS + 1
+        hc = h % TX + 1
+    else:
+        hr = (h - 2 * TX) % TILE_ROWS + 1
+        hc = 0 if h < 2 * TX + TILE_ROWS else TX + 1
+    halo_row = top + hr - 1
+    halo_col = cuda.blockIdx.x * TX + hc - 1
+    has_halo = h < 2 * (TX + TILE_ROWS)
+    inside = has_halo and 0 <= halo_row < rows and 0 <= halo_col < cols
+    halo = u[halo_row, halo_col] if inside else zero
+
+    # 2. Share them through shared memory, and wait for the whole block.
+    tile = cuda.shared.array(shape=HALO_SHAPE, dtype=float32)
+    for k in range(ROWS_PER_THREAD):
+        tile[ty + k * TY + 1, tx + 1] = mine[k]
+    if has_halo:
+        tile[hr, hc] = halo
+    cuda.syncthreads()
+
+    # 3. Each point moves by coeff times its 5-point Laplacian.
+    for k in range(ROWS_PER_THREAD):
+        r = ty + k * TY + 1
+        row = top + r - 1
+        if row < rows and col < cols:
+            c = tile[r, tx + 1]
+            laplacian = tile[r - 1, tx + 1] + tile[r + 1, tx + 1] + tile[r, tx] + tile[r, tx + 2] - (c + c + c + c)
+            u_new[row, col] = c + coeff * laplacian
+
+
+def initial_field(n: int, seed: int = 3966789) -> torch.Tensor:
+    """The Numba documentation's "jagged image": filtered noise, thresholded (float32)."""
+    from numpy import fft
+
+    r = np.random.default_rng(seed)
+    field = r.random(size=(n, n), dtype=np.float32)
+    field = fft.fftshift(fft.fft2(field))
+    radius = 1 + np.sqrt((np.arange(n).reshape(-1, 1) - n // 2) ** 2 + (np.arange(n).reshape(1, -1) - n // 2) ** 2)
+    field = field * (radius**-1.7)
+    field = fft.ifft2(fft.ifftshift(field)) * (radius < 0.45 * n)
+    field = field.real * (field.real > np.percentile(field.real, 70))
+    return torch.from_numpy(np.ascontiguousarray(field, dtype=np.float32))
+
+
+_LAPLACIAN = ((0.0, -1.0, 0.0), (-1.0, 4.0, -1.0), (0.0, -1.0, 0.0))
+
+
+def laplacian(u: torch.Tensor) -> torch.Tensor:
+    """The documentation's ``lapl``: 4 u minus its four neighbours (0 outside), by conv2d."""
+    weight = torch.tensor(_LAPLACIAN, dtype=u.dtype, device=u.device).view(1, 1, 3, 3)
+    return F.conv2d(u[None, None], weight, padding=1)[0, 0]
+
+
+def torch_diffusion_step(u: torch.Tensor, weight: torch.Tensor, coeff: float) -> torch.Tensor:
+    """One eager step on ``u`` of shape (1, 1, n, n): ``u - coeff * lapl``, the 5-point
+    Laplacian as a conv2d with zero padding (the same boundary as the kernels)."""
+    return u - coeff * F.conv2d(u, weight, padding=1)
+
+
+def reference_diffusion(u0: torch.Tensor, steps: int, coeff: float = 0.25) -> torch.Tensor:
+    """``steps`` steps in float64 by shifted slices (no conv2d, no TF32): the reference
+    every variant's field is checked against."""
+    u = u0.double()
+    for _ in range(steps):
+        p = F.pad(u, (1, 1, 1, 1))
+        u = u + coeff * (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4 * u)
+    return u
+
+
+def eager_step_into(u: torch.Tensor, u_new: torch.Tensor, coeff: float) -> None:
+    """The pnex op's contract in eager PyTorch: write one step from ``u`` into ``u_new``
+    (the reference the ``%%pnex`` cell checks the kernel against)."""
+    u_new.copy_(u - coeff * laplacian(u))
+
+
+def laplacian_weight(device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.tensor(_LAPLACIAN, dtype=dtype, device=device).view(1, 1, 3, 3)
+
+
+def run_diffusion(step_op: Any, u0: torch.Tensor, steps: int, coeff: float = 0.25) -> torch.Tensor:
+    """``steps`` steps of the pnex op from ``u0`` (unchanged), ping-ponging between two
+    buffers: no allocation per step.  Returns the final field."""
+    a = u0.clone()
+    b = torch.empty_like(a)
+    for _ in range(steps // 2):
+        step_op(a, b, coeff)
+        step_op(b, a, coeff)
+    if steps % 2:
+        step_op(a, b, coeff)
+        return b
+    return a
+
+
+def run_diffusion_eager(u0: torch.Tensor, steps: int, coeff: float = 0.25, step=torch_diffusion_step) -> torch.Tensor:
+    weight = laplacian_weight(u0.device, u0.dtype)
+    u = u0[None, None].clone()
+    for _ in range(steps):
+        u = step(u, weight, coeff)
+    return u[0, 0]
+
+
+# The documentation's kernel, as written there (8 x 8 blocks, x along the first axis,
+# updating the field in place and writing the Laplacian).  Compiled on first use.
+DOCS_TPB = 8
+_DOCS_SHASIZE = DOCS_TPB + 2
+_DOCS_COEFF = 0.25
+_docs_kernel_cache: list = []
+
+
+def docs_diffusion_kernel():
+    if not _docs_kernel_cache:
+
+        @cuda.jit
+        def diffusion(field, lapl):
+            x, y = cuda.grid(2)
+            # Shared array has two extra rows and columns to store edge values
+            sharedarray = cuda.shared.array(shape=(_DOCS_SHASIZE, _DOCS_SHASIZE), dtype=float32)
+            tx = cuda.threadIdx.x
+            ty = cuda.threadIdx.y
+            # Don't try to load edge values from outside the array
+            if tx == 0 and x > 0:
+                sharedarray[0, ty + 1] = field[x - 1, y]
+            if ty == 0 and y > 0:
+                sharedarray[tx + 1, 0] = field[x, y - 1]
+            if tx == DOCS_TPB - 1 and x < field.shape[0] - 1:
+                sharedarray[-1, ty + 1] = field[x + 1, y]
+            if ty == DOCS_TPB - 1 and y < field.shape[1] - 1:
+                sharedarray[tx + 1, -1] = field[x, y + 1]
+            # Load all inner values into tx + 1, ty + 1.
+            sharedarray[tx + 1, ty + 1] = field[x, y]
+            val = 4 * sharedarray[tx + 1, ty + 1]
+            # Synchronize after loading
+            cuda.syncthreads()
+            # Check that we are not at the very edges of the array.
+            if x > 0:
+                val -= sharedarray[tx, ty + 1]
+            if y > 0:
+                val -= sharedarray[tx + 1, ty]
+            if x < field.shape[0] - 1:
+                val -= sharedarray[tx + 2, ty + 1]
+            if y < field.shape[1] - 1:
+                val -= sharedarray[tx + 1, ty + 2]
+            # Check that we are within boundaries when saving.
+            if x < field.shape[0] and y < field.shape[1]:
+                lapl[x, y] = val
+                field[x, y] -= val * _DOCS_COEFF
+
+        _docs_kernel_cache.append(diffusion)
+    return _docs_kernel_cache[0]
+
+
+def _numba_event_timer(fn: Callable[[], Any], loops: int) -> float:
+    start = cuda.event()  # timing=True is the default (and the simulator takes no argument)
+    end = cuda.event()
+    start.record()
+    for _ in range(loops):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3  # milliseconds
+
+
+def raw_numba_diffusion(u0: torch.Tensor, chunk: int, repeat: int) -> tuple[float, torch.Tensor]:
+    """The documentation's launch loop: ``diffusion[blockspergrid, threadsperblock](field_gpu,
+    lapl_gpu)`` on numba device arrays.  Returns (seconds per step, final field) after
+    ``(repeat + 1) * chunk`` steps (one chunk of warm-up)."""
+    kernel = docs_diffusion_kernel()
+    field = u0.cpu().numpy().copy()
+    n0, n1 = field.shape
+    if n0 % DOCS_TPB or n1 % DOCS_TPB:
+        raise ValueError(f"the documentation's kernel needs sizes that are multiples of {DOCS_TPB}, got {field.shape}")
+    threadsperblock = (DOCS_TPB, DOCS_TPB)
+    blockspergrid = (math.ceil(n0 / DOCS_TPB), math.ceil(n1 / DOCS_TPB))
+    field_gpu = cuda.to_device(field)
+    lapl_gpu = cuda.device_array_like(field)
+
+    def run_chunk():
+        for _ in range(chunk):
+            kernel[blockspergrid, threadsperblock](field_gpu, lapl_gpu)
+
+    m = measure(run_chunk, _numba_event_timer, repeat=repeat, loops=1, warmup=1)
+    return m.median / chunk, torch.from_numpy(field_gpu.copy_to_host())
+
+
+def _graph_loop(step_op: Any, u0: torch.Tensor, chunk: int, repeat: int, coeff: float, graph_steps: int):
+    """The pnex op captured in a CUDA graph (``graph_steps`` steps per graph, ping-pong
+    buffers), replayed ``chunk // graph_steps`` times per timed run."""
+    a = u0.clone()
+    b = torch.empty_like(a)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (load the module) outside the capture
+        for _ in range(3):
+            step_op(a, b, coeff)
+            step_op(b, a, coeff)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(graph_steps // 2):
+            step_op(a, b, coeff)
+            step_op(b, a, coeff)
+    a.copy_(u0)
+    replays = chunk // graph_steps
+
+    def run_chunk():
+        for _ in range(replays):
+            graph.replay()
+
+    m = measure(run_chunk, cuda_event_timer(u0.device), repeat=repeat, loops=1, warmup=1)
+    return m.median / chunk, a
+
+
+def bench_diffusion(
+    n: int = 2000,
+    steps: int = 10_000,
+    *,
+    device: torch.device | str | None = None,
+    step_op: Any = None,
+    coeff: float = 0.25,
+    repeat: int = 5,
+    compile_variants: bool = True,
+) -> Workload:
+    """Time ``steps`` diffusion steps of every variant on an ``n`` x ``n`` grid (as
+    ``repeat`` timed runs of ``steps // repeat`` steps after one such run of warm-up)
+    and check each final field against eager PyTorch's."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    step_op = step_op or diffusion_step
+    on_gpu = device.type == "cuda"
+    chunk = max(2, steps // repeat // 2 * 2)  # even: the pnex loops ping-pong
+    total = (repeat + 1) * chunk
+    u0 = initial_field(n).to(device)
+    timer = _timer_for(device)
+    rows: list[Row] = []
+    results: dict[str, torch.Tensor] = {}
+
+    def torch_loop(step, variant):
+        weight = laplacian_weight(device)
+        state = [u0[None, None].clone()]
+
+        def run_chunk():
+            u = state[0]
+            for _ in range(chunk):
+                u = step(u, weight, coeff)
+            state[0] = u
+
+        m = measure(run_chunk, timer, repeat=repeat, loops=1, warmup=1)
+        results[variant] = state[0][0, 0]
+        return m.median / chunk
+
+    _run_variant(rows, EAGER, lambda: torch_loop(torch_diffusion_step, EAGER))
+    if compile_variants:
+        compiled = torch.compile(torch_diffusion_step, fullgraph=True)
+        _run_variant(rows, COMPILED, lambda: torch_loop(compiled, COMPILED))
+    if on_gpu:
+
+        def raw():
+            seconds, field = raw_numba_diffusion(u0, chunk, repeat)
+            results["raw"] = field
+            return Row("raw numba-cuda launch loop (documentation's kernel)", seconds)
+
+        _run_variant(rows, "raw numba-cuda launch loop (documentation's kernel)", raw)
+
+    def pnex_loop():
+        a = u0.clone()
+        b = torch.empty_like(a)
+
+        def run_chunk():
+            for _ in range(chunk // 2):
+                step_op(a, b, coeff)
+                step_op(b, a, coeff)
+
+        m = measure(run_chunk, timer, repeat=repeat, loops=1, warmup=1)
+        results["pnex"] = a
+        return Row("pnex op, Python loop", m.median / chunk)
+
+    _run_variant(rows, "pnex op, Python loop", pnex_loop)
+    graph_variant = ""
+    if on_gpu:
+        graph_steps = 100 if chunk % 100 == 0 else chunk
+
+        def graph():
+            seconds, field = _graph_loop(step_op, u0, chunk, repeat, coeff, graph_steps)
+            results["graph"] = field
+            return Row(f"pnex op, CUDA graph of {graph_steps} steps", seconds)
+
+        graph_variant = f"pnex op, CUDA graph of {graph_steps} steps"
+        _run_variant(rows, graph_variant, graph)
+        _run_variant(rows, FLOOR, lambda: copy_time(2 * 4 * n * n, device))
+
+    # Correctness: every variant ran `total` steps from u0; compare with float64.
+    reference = reference_diffusion(u0, total, coeff)
+    keys = {EAGER: EAGER, COMPILED: COMPILED, "raw numba-cuda launch loop (documentation's kernel)": "raw",
+            "pnex op, Python loop": "pnex", graph_variant: "graph"}
+    for row in rows:
+        field = results.get(keys.get(row.variant, ""))
+        if field is not None and row.seconds is not None:
+            ok, text = _check_close(field, reference, 1e-3)
+            row.check = ("matches float64: " if ok else "DIFFERS from float64: ") + text
+            if row.variant.startswith("raw") and not ok:
+                row.check += " (the documentation's kernel updates the field in place: blocks race on halos)"
+
+    w = Workload("diffusion", f"{n}x{n}, {repeat * chunk:,} steps timed", "per step", rows, device=str(device))
+    w.headline, mine = w.best("pnex")
+    if on_gpu:
+        raw_s = w.seconds("raw numba-cuda launch loop (documentation's kernel)")
+        eager = w.seconds(EAGER)
+        w.goal = "fastest pnex variant <= raw numba-cuda loop and >= 7x faster than eager"
+        if None not in (mine, raw_s, eager):
+            w.goal_met = mine <= raw_s and eager / mine >= 7
+    return w
+
+
+# =============================================================================================
+# LLTM
+# =============================================================================================
+
+
+class LLTM(torch.nn.Module):
+    """The tutorial's LLTM cell in plain PyTorch (its "Python version")."""
+
+    def __init__(self, input_features: int, state_size: int):
+        super().__init__()
+        self.input_features = input_features
+        self.state_size = state_size
+        # 3 * state_size for input gate, output gate and candidate cell gate.
+        # input_features + state_size because we will multiply with [input, h].
+        self.weights = torch.nn.Parameter(torch.empty(3 * state_size, input_features + state_size))
+        self.bias = torch.nn.Parameter(torch.empty(3 * state_size))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        stdv = 1.0 / math.sqrt(self.state_size)
+        for weight in self.parameters():
+            weight.data.uniform_(-stdv, +stdv)
+
+    def forward(self, input, state):
+        old_h, old_cell = state
+        X = torch.cat([old_h, input], dim=1)
+        # Compute the input, output and candidate cell gates with one MM.
+        gate_weights = F.linear(X, self.weights, self.bias)
+        # Split the combined gate weight matrix into its components.
+        gates = gate_weights.chunk(3, dim=1)
+        input_gate = torch.sigmoid(gates[0])
+        output_gate = torch.sigmoid(gates[1])
+        # Here we use an ELU instead of the usual tanh.
+        candidate_cell = F.elu(gates[2])
+        # Compute the new cell state.
+        new_cell = old_cell + candidate_cell * input_gate
+        # Compute the new hidden state and output.
+        new_h = torch.tanh(new_cell) * output_gate
+        return new_h, new_cell
+
+
+def lltm_cell_reference(gates: torch.Tensor, old_cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tutorial's element-wise part (after the matmul) in eager PyTorch:
+    what ``lltm_forward`` fuses into one kernel."""
+    ig, og, cc = gates.chunk(3, dim=1)
+    new_cell = old_cell + F.elu(cc) * torch.sigmoid(ig)
+    return torch.tanh(new_cell) * torch.sigmoid(og), new_cell
+
+
+def lltm_cell_backward_reference(
+    grad_new_h: torch.Tensor, grad_new_cell: torch.Tensor, gates: torch.Tensor, new_cell: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tutorial's ``lltm_backward`` up to ``d_gates`` (before its matmuls), in eager
+    PyTorch: what ``lltm_backward`` fuses into one kernel.  Returns (d_gates, d_old_cell)."""
+    gate_in, gate_out, gate_cand = gates.chunk(3, dim=1)
+    input_gate, output_gate = torch.sigmoid(gate_in), torch.sigmoid(gate_out)
+    candidate_cell = F.elu(gate_cand)
+    d_output_gate = torch.tanh(new_cell) * grad_new_h
+    d_tanh_new_cell = output_gate * grad_new_h
+    d_new_cell = (1 - torch.tanh(new_cell) ** 2) * d_tanh_new_cell + grad_new_cell
+    d_old_cell = d_new_cell
+    d_candidate_cell = input_gate * d_new_cell
+    d_input_gate = candidate_cell * d_new_cell
+    d_input_gate = d_input_gate * (1 - input_gate) * input_gate  # d_sigmoid
+    d_output_gate = d_output_gate * (1 - output_gate) * output_gate
+    e = gate_cand.exp()  # d_elu, alpha = 1
+    d_candidate_cell = d_candidate_cell * ((gate_cand > 0).type_as(e) + ((e - 1) < 0).type_as(e) * e)
+    return torch.cat([d_input_gate, d_output_gate, d_candidate_cell], dim=1), d_old_cell
+
+
+class LLTMOps(NamedTuple):
+    forward: Any  #: (gates, old_cell) -> (new_h, new_cell), with autograd
+    backward: Any  #: (grad_new_h, grad_new_cell, gates, new_cell) -> (grad_gates, grad_old_cell)
+
+
+LLTM_THREADS_PER_BLOCK = (128, 2)
+_lltm_cache: dict = {}
+
+
+def lltm_ops(dtype: torch.dtype = torch.float32) -> LLTMOps:
+    """The LLTM's fused kernels for ``dtype`` (float32 for speed, float64 for
+    gradcheck), the backward attached to the forward.  Made once per dtype."""
+    if dtype in _lltm_cache:
+        return _lltm_cache[dtype]
+    import numba
+
+    DTYPE = dtype
+    # The kernels' float type, for literals: real(1.0) keeps float32 kernels in single
+    # precision (a bare 1.0 is a float64 and would promote the arithmetic).
+    real = numba.from_dtype(torch.empty(0, dtype=dtype).numpy().dtype)
+    suffix = "" if dtype == torch.float32 else "_" + str(dtype).removeprefix("torch.")
+
+    def lltm_forward(
+        gates: pnex.In(DTYPE, (None, None)),
+        old_cell: pnex.In(DTYPE, ("gates.size(0)", "gates.size(1) // 3")),
+        new_h: pnex.Out(DTYPE, "old_cell"),
+        new_cell: pnex.Out(DTYPE, "old_cell"),
+    ):
+        # gates = [input, output, candidate] pre-activations, from X @ W.T + b (one matmul)
+        s, b = cuda.grid(2)
+        S = old_cell.shape[1]
+        if b < old_cell.shape[0] and s < S:
+            one = real(1.0)
+            input_gate = one / (one + math.exp(-gates[b, s]))
+            output_gate = one / (one + math.exp(-gates[b, S + s]))
+            z = gates[b, 2 * S + s]
+            candidate_cell = z if z > 0 else math.exp(z) - one  # ELU
+            c = old_cell[b, s] + candidate_cell * input_gate
+            new_cell[b, s] = c
+            new_h[b, s] = math.tanh(c) * output_gate
+
+    def lltm_backward(
+        grad_new_h: pnex.In(DTYPE, (None, None)),
+        grad_new_cell: pnex.In(DTYPE, "grad_new_h"),
+        gates: pnex.In(DTYPE, ("grad_new_h.size(0)", "3 * grad_new_h.size(1)")),
+        new_cell: pnex.In(DTYPE, "grad_new_h"),
+        grad_gates: pnex.Out(DTYPE, "gates"),
+        grad_old_cell: pnex.Out(DTYPE, "grad_new_h"),
+    ):
+        # Recomputes the activations from the saved gates instead of saving them.
+        s, b = cuda.grid(2)
+        S = new_cell.shape[1]
+        if b < new_cell.shape[0] and s < S:
+            one = real(1.0)
+            input_gate = one / (one + math.exp(-gates[b, s]))
+            output_gate = one / (one + math.exp(-gates[b, S + s]))
+            z = gates[b, 2 * S + s]
+            if z > 0:
+                candidate_cell = z
+                d_elu = one
+            else:
+                e = math.exp(z)
+                candidate_cell = e - one
+                d_elu = e
+            t = math.tanh(new_cell[b, s])
+            gh = grad_new_h[b, s]
+            d_new_cell = (one - t * t) * output_gate * gh + grad_new_cell[b, s]
+            grad_old_cell[b, s] = d_new_cell
+            grad_gates[b, s] = candidate_cell * d_new_cell * input_gate * (one - input_gate)
+            grad_gates[b, S + s] = t * gh * output_gate * (one - output_gate)
+            grad_gates[b, 2 * S + s] = input_gate * d_new_cell * d_elu
+
+    for fn in (lltm_forward, lltm_backward):
+        fn.__name__ += suffix  # an op's name comes from its function's: one op per dtype
+        fn.__qualname__ = fn.__name__
+    forward = pnex.jit(n_threads=("old_cell.size(1)", "old_cell.size(0)"), threads_per_block=LLTM_THREADS_PER_BLOCK)(
+        lltm_forward
+    )
+    backward = pnex.jit(
+        n_threads=("grad_new_h.size(1)", "grad_new_h.size(0)"), threads_per_block=LLTM_THREADS_PER_BLOCK
+    )(lltm_backward)
+    attach_backward(forward, backward)
+    _lltm_cache[dtype] = LLTMOps(forward, backward)
+    return _lltm_cache[dtype]
+
+
+lltm_forward, lltm_backward = lltm_ops(torch.float32)
+
+
+class LLTMPnex(LLTM):
+    """The LLTM with its element-wise part fused into one pnex kernel each way:
+    ``gates = addmm(bias, [h, x], W.T)`` (cuBLAS), then ``lltm_forward``; autograd runs
+    ``lltm_backward`` and the matmuls' own backward."""
+
+    def __init__(self, input_features: int, state_size: int, forward_op: Any = None):
+        super().__init__(input_features, state_size)
+        self.forward_op = forward_op
+
+    def forward(self, input, state):
+        old_h, old_cell = state
+        op = self.forward_op or lltm_ops(self.weights.dtype).forward
+        X = torch.cat([old_h, input], dim=1)
+        gates = torch.addmm(self.bias, X, self.weights.t())
+        return op(gates, old_cell)
+
+
+def _lltm_data(batch, features, state, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(batch, features, generator=g, dtype=dtype)
+    h = torch.randn(batch, state, generator=g, dtype=dtype)
+    C = torch.randn(batch, state, generator=g, dtype=dtype)
+    return X.to(device), h.to(device), C.to(device)
+
+
+def train_lltm(
+    model: torch.nn.Module,
+    teacher: torch.nn.Module,
+    *,
+    steps: int,
+    seq_len: int,
+    batch: int,
+    lr: float = 0.5,
+    seed: int = 0,
+) -> list[float]:
+    """Train ``model`` for ``steps`` SGD steps to reproduce ``teacher``'s final hidden
+    state over a random input sequence of ``seq_len`` steps; returns the losses."""
+    p = next(model.parameters())
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.randn(seq_len, batch, model.input_features, generator=g, dtype=p.dtype).to(p.device)
+
+    def run(cell):
+        h = torch.zeros(batch, cell.state_size, dtype=p.dtype, device=p.device)
+        c = torch.zeros_like(h)
+        for x in xs:
+            h, c = cell(x, (h, c))
+        return h
+
+    with torch.no_grad():
+        target = run(teacher)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(run(model), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def bench_lltm(
+    batch: int = 16,
+    features: int = 32,
+    state: int = 128,
+    *,
+    device: torch.device | str | None = None,
+    forward_op: Any = None,
+    repeat: int = 10,
+    loops: int = 50,
+    compile_variants: bool = True,
+) -> Workload:
+    """Forward + backward of one LLTM step, as the tutorial measures it:
+    ``new_h, new_C = rnn(X, (h, C)); (new_h.sum() + new_C.sum()).backward()``."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(0)
+    reference = LLTM(features, state).to(device)
+    X, h, C = _lltm_data(batch, features, state, device)
+
+    def make_pnex():
+        m = LLTMPnex(features, state, forward_op=forward_op).to(device)
+        m.load_state_dict(reference.state_dict())
+        return m
+
+    def fwd_bwd(rnn, graphs=False):
+        # A training step's gradients: set to None first (as optimizer.zero_grad() does),
+        # so that no step reads the previous one's; with CUDA graphs, a new step is marked
+        # so that the graphs' static outputs may be reused.
+        rnn.zero_grad(set_to_none=True)
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        new_h, new_C = rnn(X, (h, C))
+        (new_h.sum() + new_C.sum()).backward()
+        return new_h, new_C
+
+    def once(rnn, graphs=False):
+        new_h, new_C = fwd_bwd(rnn, graphs)
+        return [t.detach().clone() for t in (new_h, new_C, rnn.weights.grad, rnn.bias.grad)]
+
+    expected = once(reference)
+
+    def variant(name, rnn, *, check=True, graphs=False):
+        def run():
+            text = ""
+            if check:
+                got = once(rnn, graphs)
+                oks, errs = zip(*(_check_close(a, e, 1e-4) for a, e in zip(got, expected)))
+                worst = max(errs, key=lambda s: float(s.rsplit("=", 1)[1]))
+                text = ("matches eager: " if all(oks) else "DIFFERS from eager: ") + worst + " (outputs and grads)"
+            m = time_per_call(lambda: fwd_bwd(rnn, graphs), device, repeat=repeat, loops=loops, warmup=5)
+            return Row(name, m.median, check=text)
+
+        return run
+
+    rows: list[Row] = []
+    _run_variant(rows, EAGER, variant(EAGER, reference, check=False))
+    if compile_variants:
+        twin = LLTM(features, state).to(device)
+        twin.load_state_dict(reference.state_dict())
+        _run_variant(rows, COMPILED, variant(COMPILED, torch.compile(twin)))
+    _run_variant(rows, "pnex fused kernels (eager)", variant("pnex fused kernels (eager)", make_pnex()))
+    if compile_variants:
+        name = "pnex fused kernels in torch.compile"
+        _run_variant(rows, name, variant(name, torch.compile(make_pnex(), fullgraph=True)))
+    if compile_variants and device.type == "cuda":
+        # CUDA graphs remove the per-launch cost that dominates at the tutorial's size;
+        # measured for both, so that neither side is compared with a handicapped other.
+        twin2 = LLTM(features, state).to(device)
+        twin2.load_state_dict(reference.state_dict())
+        _run_variant(rows, COMPILED_GRAPHS,
+                     variant(COMPILED_GRAPHS, torch.compile(twin2, mode="reduce-overhead"), graphs=True))
+        name = "pnex fused kernels in torch.compile(mode='reduce-overhead')"
+        _run_variant(rows, name, variant(name, torch.compile(make_pnex(), mode="reduce-overhead", fullgraph=True),
+                                         graphs=True))
+
+    w = Workload("LLTM", f"batch {batch}, {features} features, state {state}", "forward+backward", rows,
+                 device=str(device))
+    w.headline, mine = w.best("pnex")
+    if device.type == "cuda":
+        eager = w.seconds(EAGER)
+        _, compiled = w.best("torch.compile")
+        if (batch, features, state) == (16, 32, 128):
+            w.goal = "fastest pnex variant faster than eager and than the fastest torch.compile variant"
+            if None not in (mine, eager, compiled):
+                w.goal_met = mine < eager and mine < compiled
+        else:
+            w.goal = "fastest pnex variant no slower than eager"
+            if None not in (mine, eager):
+                w.goal_met = mine <= eager
+    return w
+
+
+# =============================================================================================
+# k-means assignment
+# =============================================================================================
+
+
+POINTS_PER_THREAD = 4  # also in n_threads below: (points.size(0) + 3) // 4 threads
+_kmeans_cache: dict = {}
+
+
+def kmeans_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
+    """The assignment kernel, writing ``labels_dtype`` labels: int64 as ``argmin`` does, or
+    int32, 4 bytes less per point to write.  Made once per dtype."""
+    if labels_dtype in _kmeans_cache:
+        return _kmeans_cache[labels_dtype]
+    LABELS = labels_dtype
+
+    def kmeans_assign(
+        points: pnex.In("f32", (None, 2)),
+        centroids: pnex.In("f32", (None, 2)),
+        labels: pnex.Out(LABELS, ("points.size(0)",)),
+    ):
+        # Each thread assigns POINTS_PER_THREAD points, one block width apart (so that a
+        # warp's loads and stores are contiguous): it loads them all, compares them with
+        # every centroid, then stores their labels.  Several loads in flight per thread
+        # are what it takes to keep the GPU's memory busy.
+        n = points.shape[0]
+        first = cuda.blockIdx.x * cuda.blockDim.x * POINTS_PER_THREAD + cuda.threadIdx.x
+        x = cuda.local.array(POINTS_PER_THREAD, float32)
+        y = cuda.local.array(POINTS_PER_THREAD, float32)
+        best_d = cuda.local.array(POINTS_PER_THREAD, float32)
+        best = cuda.local.array(POINTS_PER_THREAD, int64)
+        for j in range(POINTS_PER_THREAD):
+            i = first + j * cuda.blockDim.x
+            x[j] = points[i, 0] if i < n else float32(0.0)
+            y[j] = points[i, 1] if i < n else float32(0.0)
+            best_d[j] = float32(math.inf)
+            best[j] = -1
+        for k in range(centroids.shape[0]):  # on a tie the first centroid wins, as in argmin
+            cx = centroids[k, 0]
+            cy = centroids[k, 1]
+            for j in range(POINTS_PER_THREAD):
+                dx = x[j] - cx
+                dy = y[j] - cy
+                d = dx * dx + dy * dy
+                if d < best_d[j]:
+                    best_d[j] = d
+                    best[j] = k
+        for j in range(POINTS_PER_THREAD):
+            i = first + j * cuda.blockDim.x
+            if i < n:
+                labels[i] = best[j]
+
+    if labels_dtype != torch.int64:
+        kmeans_assign.__name__ += "_" + str(labels_dtype).removeprefix("torch.")  # one op per dtype
+        kmeans_assign.__qualname__ = kmeans_assign.__name__
+    op = pnex.jit(n_threads="(points.size(0) + 3) // 4", threads_per_block=256)(kmeans_assign)
+    _kmeans_cache[labels_dtype] = op
+    return op
+
+
+kmeans_assign = kmeans_ops(torch.int64)
+
+
+def kmeans_reference(X: torch.Tensor, means: torch.Tensor) -> torch.Tensor:
+    """The tutorial's NumPy step, ``np.argmin(np.linalg.norm(X - means[:, None], axis=2),
+    axis=0)``, in PyTorch."""
+    return torch.argmin(torch.linalg.norm(X - means[:, None], dim=2), dim=0)
+
+
+def kmeans_data(n_points: int, device: torch.device | str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tutorial's data in float32: two Gaussian blobs around (5, 5) and (10, 10),
+    ``n_points // 2`` points each, and those two centres as the means."""
+    g = torch.Generator().manual_seed(seed)
+    half = n_points // 2
+    centres = torch.tensor([[5.0, 5.0], [10.0, 10.0]])
+    X = centres.repeat_interleave(torch.tensor([half, n_points - half]), dim=0)
+    X = X + torch.randn(X.shape, generator=g)
+    return X.to(device), centres.to(device)
+
+
+def check_labels(labels: torch.Tensor, expected: torch.Tensor, X: torch.Tensor, means: torch.Tensor) -> tuple[bool, str]:
+    """Labels agree with the reference's, or differ only where two centroids are equally
+    near (to float32 rounding)."""
+    differ = labels != expected
+    n = int(differ.sum())
+    if n == 0:
+        return True, "identical labels"
+    pts = X[differ].double()
+    m = means.double()
+    d_got = ((pts - m[labels[differ]]) ** 2).sum(1).sqrt()
+    d_ref = ((pts - m[expected[differ]]) ** 2).sum(1).sqrt()
+    gap = float((d_got - d_ref).abs().max())
+    ok = gap <= 1e-5 * float(d_ref.abs().max() + 1)
+    return ok, f"{n} of {labels.numel()} labels differ, all at ties (distance gap {gap:.1e})" if ok else (
+        f"{n} of {labels.numel()} labels differ (distance gap up to {gap:.1e})"
+    )
+
+
+def bench_kmeans(
+    n_points: int = 20_000_000,
+    *,
+    labels_dtype: torch.dtype = torch.int64,
+    device: torch.device | str | None = None,
+    op: Any = None,
+    repeat: int = 10,
+    loops: int = 20,
+    compile_variants: bool = True,
+) -> Workload:
+    """The assignment step writing ``labels_dtype`` labels: the pnex kernel against the
+    tutorial's function (its int64 result cast to ``labels_dtype``, if need be), eager and
+    compiled, and the memory floor for the bytes the step must move."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    op = op or kmeans_ops(labels_dtype)
+    X, means = kmeans_data(n_points, device)
+    if labels_dtype == torch.int64:
+        reference = kmeans_reference
+    else:
+
+        def reference(X, means):
+            return kmeans_reference(X, means).to(labels_dtype)
+
+    expected = reference(X, means)
+    rows: list[Row] = []
+
+    def variant(name, fn, check=True):
+        def run():
+            text = ""
+            if check:
+                got = fn(X, means)
+                ok, text = check_labels(got, expected, X, means)
+                if got.dtype != labels_dtype:
+                    ok, text = False, f"labels are {got.dtype}, not {labels_dtype}"
+                text = ("matches eager: " if ok else "DIFFERS from eager: ") + text
+            m = time_per_call(lambda: fn(X, means), device, repeat=repeat, loops=loops)
+            return Row(name, m.median, check=text)
+
+        return run
+
+    _run_variant(rows, EAGER, variant(EAGER, reference, check=False))
+    if compile_variants:
+        _run_variant(rows, COMPILED, variant(COMPILED, torch.compile(reference, fullgraph=True)))
+    _run_variant(rows, "pnex kernel", variant("pnex kernel", op))
+    itemsize = torch.empty(0, dtype=labels_dtype).element_size()
+    if device.type == "cuda":
+        moved = X.numel() * X.element_size() + n_points * itemsize  # read the points, write the labels
+        _run_variant(rows, FLOOR, lambda: copy_time(moved, device, repeat=repeat, loops=loops))
+    labels_name = str(labels_dtype).removeprefix("torch.")
+    w = Workload(f"k-means ({labels_name} labels)", f"{n_points:,} points, {means.shape[0]} centroids", "per call",
+                 rows, device=str(device))
+    w.headline, mine = w.best("pnex")
+    if device.type == "cuda":
+        floor, compiled = w.seconds(FLOOR), w.seconds(COMPILED)
+        w.goal = "within 1.3x of the memory floor and faster than torch.compile"
+        if None not in (mine, floor, compiled):
+            w.goal_met = mine <= 1.3 * floor and mine < compiled
+    return w
+
+
+# =============================================================================================
+# Command line
+# =============================================================================================
+
+FULL_SIZES = {
+    "diffusion": [dict(n=2000, steps=10_000)],
+    "lltm": [dict(batch=16, features=32, state=128), dict(batch=4096, features=256, state=1024)],
+    "kmeans": [dict(n_points=20_000_000), dict(n_points=20_000_000, labels_dtype=torch.int32)],
+}
+SMOKE_SIZES = {
+    "diffusion": [dict(n=24, steps=8, repeat=2)],
+    "lltm": [dict(batch=2, features=3, state=4, repeat=2, loops=1)],
+    "kmeans": [dict(n_points=96, repeat=2, loops=1), dict(n_points=96, labels_dtype=torch.int32, repeat=2, loops=1)],
+}
+
+
+def run(only: list[str], smoke: bool, compile_variants: bool = True) -> list[Workload]:
+    sizes = SMOKE_SIZES if smoke else FULL_SIZES
+    benches = {"diffusion": bench_diffusion, "lltm": bench_lltm, "kmeans": bench_kmeans}
+    workloads = []
+    for name in only:
+        for kwargs in sizes[name]:
+            print(f"running {name} {kwargs} ...", flush=True)
+            start = time.perf_counter()
+            w = benches[name](compile_variants=compile_variants, **kwargs)
+            print(f"  done in {time.perf_counter() - start:.1f} s", flush=True)
+            workloads.append(w)
+    return workloads
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, to check the script runs (on CPU through the simulator); writes no results")
+    parser.add_argument("--only", nargs="+", choices=["diffusion", "lltm", "kmeans"],
+                        default=["diffusion", "lltm", "kmeans"], help="workloads to run")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the JSON (default: benchmarks/results/workloads-<date>.json; "
+                             "with --smoke, nothing is written unless given)")
+    opts = parser.parse_args(argv)
+    global _TRACEBACKS
+    _TRACEBACKS = True
+    env = environment()
+    print(f"device: {env['device']}")
+    if not opts.smoke and not torch.cuda.is_available():
+        print("workloads.py measures GPU kernels and needs an NVIDIA GPU; use --smoke to check it runs here.")
+        return 1
+    workloads = run(opts.only, opts.smoke, compile_variants=not opts.no_compile)
+    table = format_table(workloads)
+    print()
+    print(table)
+    if opts.smoke:
+        print("\n(smoke run: tiny sizes" + ("" if torch.cuda.is_available() else ", CPU simulator times mean nothing")
+              + "; goals are judged at full size only)")
+    result = {
+        "benchmark": "workloads",
+        "smoke": opts.smoke,
+        **env,
+        "workloads": [w.to_json() for w in workloads],
+        "table": table,
+    }
+    if torch.cuda.is_available():
+        result["dram_copy_bandwidth_GBps"] = dram_copy_bandwidth("cuda") / 1e9
+        print(f"\nDRAM copy bandwidth (1 GiB copy): {result['dram_copy_bandwidth_GBps']:.0f} GB/s")
+    out = opts.out
+    if out is None and not opts.smoke:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / f"workloads-{_dt.datetime.now().strftime('%Y-%m-%d-%H%M')}.json"
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, default=str))
+        print(f"wrote {out}")
+    judged = [w for w in workloads if w.goal_met is not None]
+    if judged:
+        print(f"goals met: {sum(w.goal_met for w in judged)} of {len(judged)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

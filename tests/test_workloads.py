@@ -1,0 +1,97 @@
+"""benchmarks/workloads.py: its kernels against plain PyTorch, and its command line at
+smoke size (on CPU through the CUDA simulator; the real run needs a GPU)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import run_notebooks  # noqa: E402
+import workloads as wl  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [(19, 37), (40, 33), (3, 2)])
+def test_diffusion_kernel_matches_float64_on_ragged_tiles(shape):
+    # Sides that are not multiples of the 32 x 32 tile: edge blocks are partial.
+    g = torch.Generator()
+    g.seed()
+    u0 = torch.rand(*shape, generator=g)
+    got = wl.run_diffusion(wl.diffusion_step, u0, 3, 0.25)
+    torch.testing.assert_close(got.double(), wl.reference_diffusion(u0, 3, 0.25), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(wl.run_diffusion_eager(u0, 3, 0.25).double(), wl.reference_diffusion(u0, 3, 0.25),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_diffusion_odd_step_count_and_eager_into():
+    u0 = wl.initial_field(16)
+    torch.testing.assert_close(wl.run_diffusion(wl.diffusion_step, u0, 1, 0.25).double(),
+                               wl.reference_diffusion(u0, 1, 0.25), rtol=1e-5, atol=1e-6)
+    out = torch.empty_like(u0)
+    wl.eager_step_into(u0, out, 0.25)
+    torch.testing.assert_close(out.double(), wl.reference_diffusion(u0, 1, 0.25), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 150, 1025])  # 1024 points per block of 256 threads
+@pytest.mark.parametrize("labels_dtype", [torch.int64, torch.int32])
+def test_kmeans_kernel_matches_reference(n, labels_dtype):
+    X, means = wl.kmeans_data(n, "cpu", seed=torch.seed() % 2**31)
+    means = torch.cat([means, torch.tensor([[7.5, 7.5]])])
+    labels = wl.kmeans_ops(labels_dtype)(X, means)
+    assert labels.dtype == labels_dtype
+    ok, text = wl.check_labels(labels, wl.kmeans_reference(X, means), X, means)
+    assert ok, text
+
+
+def test_kmeans_first_of_equal_distances_and_no_centroids():
+    X = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    means = torch.tensor([[1.0, 0.0], [1.0, 0.0], [5.0, 5.0]])
+    assert wl.kmeans_assign(X, means).tolist() == wl.kmeans_reference(X, means).tolist() == [0, 0]
+    assert wl.kmeans_assign(X, torch.empty(0, 2)).tolist() == [-1, -1]
+
+
+def test_check_labels_rejects_a_wrong_label():
+    X, means = wl.kmeans_data(10, "cpu")
+    expected = wl.kmeans_reference(X, means)
+    wrong = expected.clone()
+    wrong[0] = 1 - wrong[0]
+    ok, text = wl.check_labels(wrong, expected, X, means)
+    assert not ok and "1 of 10 labels differ" in text
+
+
+def test_table_formats():
+    w = wl.Workload("k-means", "10 points", "per call", [
+        wl.Row(wl.EAGER, 2e-3), wl.Row(wl.COMPILED, 1e-4), wl.Row("pnex kernel", 8e-5, check="matches"),
+        wl.Row(wl.FLOOR, 7.6e-5), wl.Row("broken", None, note="FAILED: x"),
+    ], headline="pnex kernel", goal="within 1.3x of the floor", goal_met=True)
+    text = wl.format_table([w])
+    assert "25.00x" in text and "1.25x" in text and "1.05x" in text and "MET: within 1.3x" in text
+    assert "broken [FAILED: x]" in text
+    assert wl.markdown_table([w]).count("\n") == 6
+    assert json.dumps(w.to_json())
+
+
+@pytest.mark.slow
+def test_smoke_run(tmp_path, capsys):
+    out = tmp_path / "smoke.json"
+    assert wl.main(["--smoke", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FAILED" not in printed and "DIFFERS" not in printed
+    result = json.loads(out.read_text())
+    assert result["smoke"] is True
+    assert [w["name"] for w in result["workloads"]] == [
+        "diffusion", "LLTM", "k-means (int64 labels)", "k-means (int32 labels)"
+    ]
+    for w in result["workloads"]:
+        assert all(r["seconds"] is not None for r in w["rows"]), w
+
+
+def test_full_run_needs_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("there is a GPU here")
+    assert wl.main([]) == 1
+    assert "needs an NVIDIA GPU" in capsys.readouterr().out
+    assert run_notebooks.main([]) == 1
