@@ -170,10 +170,15 @@ class PnexOp(CustomOpDef):
     _native: bool = False
 
     def __call__(self, *args, **kwargs):
-        arguments = self._pnex.spec.arguments
-        if kwargs or len(args) != len(arguments):
+        if kwargs or len(args) != self._nargs:
             args = self._bind_call(args, kwargs)
-        self._check_types(args)
+        # Kind checks, precomputed per op (make_op) so that a call costs two isinstance()s.
+        for i in self._tensor_slots:
+            if not isinstance(args[i], torch.Tensor):
+                self._check_types(args)
+        for i in self._scalar_slots:
+            if type(args[i]) is not self._scalar_types[i]:
+                self._check_types(args)
         try:
             return self._opoverload(*args)
         except (TypeError, ValueError, RuntimeError) as exc:
@@ -293,6 +298,11 @@ def make_op(definition: KernelDefinition) -> PnexOp:
     op = PnexOp.__new__(PnexOp)
     op._pnex = definition
     op._native = native is not None
+    arguments = spec.arguments
+    op._nargs = len(arguments)
+    op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
+    op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
+    op._scalar_types = {i: p.dtype.python_type for i, p in enumerate(arguments) if isinstance(p, ScalarParam)}
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op.register_kernel(None)(impl)
     op.register_fake(make_fake(definition))

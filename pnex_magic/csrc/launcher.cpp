@@ -48,6 +48,10 @@ struct Driver {
   CUresult (*streamSynchronize)(CUstream) = nullptr;
   CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
   CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int) = nullptr;
+  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*deviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*primaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   std::string error;
 };
 
@@ -74,6 +78,10 @@ const Driver& driver() {
     bind(lib, "cuStreamSynchronize", d.streamSynchronize, d.error);
     bind(lib, "cuStreamIsCapturing", d.streamIsCapturing, d.error);
     bind(lib, "cuFuncSetAttribute", d.funcSetAttribute, d.error);
+    bind(lib, "cuCtxGetCurrent", d.ctxGetCurrent, d.error);
+    bind(lib, "cuCtxSetCurrent", d.ctxSetCurrent, d.error);
+    bind(lib, "cuDeviceGet", d.deviceGet, d.error);
+    bind(lib, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain, d.error);
     return d;
   }();
   return d;
@@ -249,6 +257,21 @@ uint64_t pack_scalar(const c10::IValue& v, c10::ScalarType t) {
   return slot;
 }
 
+// A thread that has made no CUDA runtime call yet (autograd's backward worker, say) has
+// no current context, and CUDAGuard does not bind one when the device index already
+// matches: bind the device's primary context, the one PyTorch uses.
+void ensure_context(int device, const std::string& kernel) {
+  const Driver& d = driver();
+  CUcontext ctx = nullptr;
+  if (d.ctxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr) return;
+  CUdevice dev = 0;
+  CUresult r = d.deviceGet(&dev, device);
+  if (r == CUDA_SUCCESS) r = d.primaryCtxRetain(&ctx, dev);
+  if (r == CUDA_SUCCESS) r = d.ctxSetCurrent(ctx);
+  TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", kernel, "': cannot make cuda:", std::to_string(device),
+              "'s context current: ", cu_error(r));
+}
+
 // The kernel for a device, loaded on first use: the variant for C-contiguous inputs
 // (whose loads compile to ld.global) or the one for any strides.
 CUfunction function_for(Spec& spec, int device, bool contiguous) {
@@ -396,6 +419,8 @@ class PnexKernel final : public c10::OperatorKernel {
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
       const int dev = device->index();
+      TORCH_CHECK(driver().error.empty(), "pnex: kernel '", spec.kernel, "': ", driver().error);
+      ensure_context(dev, spec.kernel);
       CUfunction fn = function_for(spec, dev, contiguous);
       CUstream stream = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(dev).stream());
       const Driver& d = driver();

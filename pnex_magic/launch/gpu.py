@@ -76,6 +76,20 @@ def _check(result, what: str, kernel: str) -> Any:
     return result[1] if len(result) == 2 else result[1:]
 
 
+def _ensure_context(device: torch.device, kernel: str) -> None:
+    """Bind the device's primary context (PyTorch's) to this thread if none is current,
+    as on autograd's backward worker thread before it made any CUDA runtime call."""
+    from cuda.bindings import driver
+
+    ctx = _check(driver.cuCtxGetCurrent(), "querying the current context", kernel)
+    if int(ctx) != 0:
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    dev = _check(driver.cuDeviceGet(index), "finding the device", kernel)
+    ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "retaining the primary context", kernel)
+    _check(driver.cuCtxSetCurrent(ctx), "making the context current", kernel)
+
+
 class DriverLauncher:
     """Pure-Python GPU launcher over the CUDA driver API (``cuda.bindings``)."""
 
@@ -99,7 +113,7 @@ class DriverLauncher:
             compiled = definition.compiled(arch, layout=layout)
             image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
             with torch.cuda.device(index):
-                torch.cuda.current_stream()  # make sure PyTorch's context exists and is current
+                _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
                 fn = _check(
                     driver.cuModuleGetFunction(module, compiled.entry.encode()),
@@ -142,6 +156,7 @@ class DriverLauncher:
                 types.append(ctypes.c_void_p)
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
+            _ensure_context(device, definition.spec.name)
             _check(
                 driver.cuLaunchKernel(fn, *grid, *block, 0, stream, (tuple(args), tuple(types)), 0),
                 "launch",
