@@ -428,6 +428,7 @@ def compile_kernel(
     cache_id: str | None = None,
     use_cache: bool = True,
     layout: str = "C",
+    refresh: bool = False,
 ) -> CompiledKernel:
     """PTX, cubin and resources of ``fn`` for ``arch``; served from the disk cache
     when ``key`` (which must cover everything that changes the result) matches."""
@@ -435,7 +436,7 @@ def compile_kernel(
     arch = arch_name(cc)
     if cache_id and layout != "C":
         cache_id = f"{cache_id}-strided"  # both variants of one kernel share its cache_id
-    if use_cache:
+    if use_cache and not refresh:
         entry = cache.load(key, cache_id)
         if entry is not None:
             ptx = entry.read_text("kernel.ptx")

@@ -32,7 +32,8 @@ class JitOptions:
     verbose: bool = False
     max_registers: int | None = None
     arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
-    use_cache: bool = True
+    use_cache: bool = True  # False: neither read nor write the disk cache
+    force: bool = False  # recompile even on a cache hit (the new build is still stored)
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,7 +105,8 @@ class KernelDefinition:
                 key=self.cache_key(arch, layout),
                 max_registers=self.options.max_registers,
                 cache_id=self.options.cache_id,
-                use_cache=self.options.use_cache and not force,
+                use_cache=self.options.use_cache,
+                refresh=force or self.options.force,
                 layout=layout,
             )
             self._compiled[(arch, layout)] = result

@@ -885,7 +885,7 @@ class _CellRun:
             verbose=opts.verbose,
             max_registers=opts.max_registers,
             arch=opts.arch,
-            use_cache=not opts.force,
+            force=bool(opts.force),
         )
         try:
             with capture_output() as captured:
@@ -1033,50 +1033,15 @@ def _launch_for(spec, args) -> tuple[tuple[int, ...], tuple[int, int, int], tupl
 
 
 def _kernel_report(op, arch: str | None, grid, block):
-    """``pnex.inspect(op)`` with the grid for the example arguments; without a CUDA
-    compiler, a report of the interface alone (and why)."""
-    import inspect as _inspect
+    """``pnex.inspect(op)`` with the grid for the example arguments, and a note when
+    there is no CUDA compiler (the report then covers the interface alone)."""
+    from .report import inspect
 
-    from .op import NAMESPACE
-    from .report import KernelReport, inspect
-
-    definition = op._pnex
-    if definition.toolchain_error is None:
-        report = inspect(op, arch=arch)
-        return dataclasses.replace(report, grid=grid, block=block), ""
-    spec = definition.spec
-    try:
-        source = _inspect.getsource(definition.fn)
-    except (OSError, TypeError):
-        source = ""
-    report = KernelReport(
-        name=spec.name,
-        op_name=f"{NAMESPACE}::{definition.op_name}",
-        schema=f"{NAMESPACE}::{definition.op_name}{spec.schema}",
-        signature=spec.python_signature(),
-        source=source,
-        n_threads=tuple(str(e) for e in spec.n_threads),
-        threads_per_block=spec.threads_per_block,
-        arch=definition.target_arch(arch),
-        ptx="",
-        entry="",
-        registers=None,
-        shared_bytes=None,
-        local_bytes=None,
-        const_bytes=None,
-        spill_store_bytes=None,
-        spill_load_bytes=None,
-        occupancy=None,
-        cache_hit=False,
-        compile_seconds=0.0,
-        cache_key="",
-        link_log="",
-        to_extension=definition.options.to_extension,
-        max_registers=definition.options.max_registers,
-        grid=grid,
-        block=block,
-    )
-    return report, f"no CUDA compiler ({definition.toolchain_error}); the op runs on CPU tensors through the simulator"
+    report = dataclasses.replace(inspect(op, arch=arch), grid=grid, block=block)
+    error = op._pnex.toolchain_error
+    if error is None:
+        return report, ""
+    return report, f"no CUDA compiler ({error}); the op runs on CPU tensors through the simulator"
 
 
 # --------------------------------------------------------------------------- %pnex_cache

@@ -122,13 +122,17 @@ class KernelReport:
 
 def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -> KernelReport:
     """Report on ``op`` compiled for ``arch`` (default: the op's target).  With
-    ``args`` (example arguments), the report also gives the concrete grid."""
+    ``args`` (example arguments), the report also gives the concrete grid.  Where no
+    CUDA compiler is installed (the op then runs on CPU tensors only), the report
+    covers the interface, and its compiler fields are empty."""
     definition = getattr(op, "_pnex", None)
     if definition is None:
         raise KernelDefinitionError(f"pnex.inspect() expects an op made by pnex.jit or %%pnex, got {op!r}")
-    compiled: CompiledKernel = definition.compiled(arch)
+    compiled: CompiledKernel | None = None
+    if definition.toolchain_error is None:
+        compiled = definition.compiled(arch)
     spec = definition.spec
-    res = compiled.resources
+    res = compiled.resources if compiled else None
     tpb = 1
     for t in spec.threads_per_block:
         tpb *= t
@@ -156,20 +160,20 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
         source=source,
         n_threads=tuple(str(e) for e in spec.n_threads),
         threads_per_block=spec.threads_per_block,
-        arch=compiled.arch,
-        ptx=compiled.ptx,
-        entry=compiled.entry,
+        arch=compiled.arch if compiled else definition.target_arch(arch),
+        ptx=compiled.ptx if compiled else "",
+        entry=compiled.entry if compiled else "",
         registers=res.registers if res else None,
         shared_bytes=res.shared_bytes if res else None,
         local_bytes=res.local_bytes if res else None,
         const_bytes=res.const_bytes if res else None,
         spill_store_bytes=res.spill_store_bytes if res else None,
         spill_load_bytes=res.spill_load_bytes if res else None,
-        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes, tpb) if res else None,
-        cache_hit=compiled.cache_hit,
-        compile_seconds=compiled.compile_seconds,
-        cache_key=compiled.key,
-        link_log=compiled.link_log,
+        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes, tpb) if compiled and res else None,
+        cache_hit=compiled.cache_hit if compiled else False,
+        compile_seconds=compiled.compile_seconds if compiled else 0.0,
+        cache_key=compiled.key if compiled else "",
+        link_log=compiled.link_log if compiled else "",
         to_extension=definition.options.to_extension,
         max_registers=definition.options.max_registers,
         grid=grid,

@@ -339,6 +339,11 @@ def test_force_recompiles_and_the_cache_is_shared_with_jit(ip, magic_cache):
     assert ip.user_ns["rep"].cache_hit is True
     run(ip, line + " --force", COPY)
     assert ip.user_ns["rep"].cache_hit is False
+    from pnex_magic import cache
+
+    hits = cache.stats.hits
+    run(ip, line, COPY)  # the forced build was stored: a plain re-run hits it
+    assert ip.user_ns["rep"].cache_hit is True and cache.stats.hits > hits
     run(ip, line + " --force --cache-id my_slot --max-registers 32 --to-extension --arch sm_80", COPY)
     rep = ip.user_ns["rep"]
     assert rep.cache_hit is False and rep.arch == "sm_80" and rep.max_registers == 32 and rep.to_extension
