@@ -468,9 +468,9 @@ def compile_kernel(
     cubin: bytes | None
     try:
         cubin, log = link_cubin(ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout))
+    except KernelCompileError:
+        raise
     except (ImportError, RuntimeError, OSError) as exc:
-        if isinstance(exc, KernelCompileError):
-            raise
         cubin, log = None, f"nvJitLink unavailable: {exc}"
     resources = _parse_resources(log) if cubin else None
     seconds = time.perf_counter() - start
