@@ -10,8 +10,7 @@ graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from . import autograd
 from .autograd import attach_backward, backward_of
 from .errors import (
@@ -24,9 +23,9 @@ from .errors import (
     PnexError,
     ShapeExpressionError,
 )
-from .jit import jit
+from .frontends.jit import jit
 from .op import PnexOp
-from .report import KernelReport, inspect
+from .report import KernelReport, build_report, inspect
 from .spec import In, InMut, Out, Scalar, Unused
 
 __all__ = [
@@ -56,12 +55,12 @@ __all__ = [
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext pnex_magic``: register the ``%%pnex`` magics."""
-    from .magic import load_ipython_extension as _load
+    from .frontends.magic import load_ipython_extension as _load
 
     _load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from .magic import unload_ipython_extension as _unload
+    from .frontends.magic import unload_ipython_extension as _unload
 
     _unload(ipython)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import re
 import threading
 import time
@@ -21,56 +20,20 @@ from collections.abc import Callable
 from typing import Any
 
 from . import cache
-from .errors import KernelCompileError, KernelDefinitionError, KernelTypingError
-from .spec import KernelSpec, ScalarParam, TensorParam, UnusedParam
+from .arch import arch_name, parse_arch
+from .errors import KernelCompileError, KernelTypingError
+from .spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = [
     "ResourceUsage",
     "CompiledKernel",
     "compile_kernel",
-    "default_arch",
-    "parse_arch",
     "abi_layout",
     "numba_signature",
+    "link_cubin",
+    "probe_linker",
+    "numba_error_line",
 ]
-
-DEFAULT_ARCH = "sm_75"  # the oldest architecture CUDA 13 targets; Colab's T4
-
-
-def parse_arch(arch: str | tuple[int, int] | int) -> tuple[int, int]:
-    """``"sm_90"``, ``"90"``, ``90``, ``(9, 0)``, ``"9.0"`` → ``(9, 0)``."""
-    if isinstance(arch, tuple) and len(arch) == 2:
-        return int(arch[0]), int(arch[1])
-    text = str(arch).strip().lower()
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(a|f)?", text)
-    if m:
-        digits = m.group(1)
-        return int(digits[:-1]), int(digits[-1])
-    m = re.fullmatch(r"(\d+)\.(\d+)", text)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    raise KernelDefinitionError(f"unknown GPU architecture {arch!r}; expected e.g. 'sm_90', (9, 0) or '9.0'")
-
-
-def arch_name(cc: tuple[int, int]) -> str:
-    return f"sm_{cc[0]}{cc[1]}"
-
-
-def default_arch() -> str:
-    """The architecture to compile for: ``$PNEX_ARCH``, else the current GPU's,
-    else ``sm_75``."""
-    env = os.environ.get("PNEX_ARCH")
-    if env:
-        return arch_name(parse_arch(env))
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return arch_name(torch.cuda.get_device_capability())
-    except Exception:  # a broken CUDA set-up still allows CPU use
-        pass
-    return DEFAULT_ARCH
-
 
 @dataclasses.dataclass(frozen=True)
 class ResourceUsage:
@@ -416,6 +379,21 @@ def link_cubin(
             compiler_log=log or str(exc),
         ) from None
     return bytes(cubin.code), linker.get_info_log()
+
+
+_PROBE_PTX = """.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry pnex_probe()
+{
+\tret;
+}
+"""
+
+
+def probe_linker() -> None:
+    """Link a trivial kernel with nvJitLink; raises if the linker is unusable here."""
+    link_cubin(_PROBE_PTX, "sm_75", None, "pnex_probe")
 
 
 def compile_kernel(

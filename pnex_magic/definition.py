@@ -1,6 +1,11 @@
 """A kernel definition: the user's function, its spec and options, and its compiled
-forms per architecture.  Front ends (``jit()``, ``%%pnex``) build one; the op,
-the launchers and the report read from it."""
+forms per architecture.  :mod:`pnex_magic.define` builds one for every front end;
+the op, the launchers and the report read from it.
+
+What the stages after this one need of a definition is small, and a kernel loaded
+from a saved artifact provides the same: ``spec``, ``op_name``, ``options``,
+``kernel_image(arch, layout)`` (the code a GPU launcher loads) and, for CPU
+tensors, ``simulated_function()``."""
 
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ import threading
 import types
 from typing import Any
 
-from . import __version__
-from .compiler import CompiledKernel, arch_name, compile_kernel, default_arch, parse_arch
-from .errors import KernelCompileError
-from .fingerprint import function_fingerprint
+from ._version import __version__
+from .arch import arch_name, default_arch, parse_arch
+from .compiler import CompiledKernel, compile_kernel
+from .errors import KernelCompileError, KernelDefinitionError
+from .fingerprint import function_fingerprint, referenced_names
 from .spec import KernelSpec
 
 __all__ = ["JitOptions", "KernelDefinition", "toolchain_versions"]
@@ -34,6 +40,36 @@ class JitOptions:
     arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
     use_cache: bool = True  # False: neither read nor write the disk cache
     force: bool = False  # recompile even on a cache hit (the new build is still stored)
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        to_extension: bool = False,
+        cache_id: str | None = None,
+        verbose: bool = False,
+        max_registers: int | None = None,
+        arch: str | None = None,
+        force: bool = False,
+    ) -> JitOptions:
+        """Options from a front end's values, validated (``KernelDefinitionError``
+        naming the option) and normalised (``arch`` as ``sm_XY``)."""
+        if max_registers is not None and (
+            isinstance(max_registers, bool) or not isinstance(max_registers, int) or max_registers <= 0
+        ):
+            raise KernelDefinitionError(f"max_registers must be a positive int, got {max_registers!r}")
+        if cache_id is not None and not isinstance(cache_id, str):
+            raise KernelDefinitionError(f"cache_id must be a string, got {cache_id!r}")
+        if arch is not None:
+            arch = arch_name(parse_arch(arch))
+        return cls(
+            to_extension=bool(to_extension),
+            cache_id=cache_id,
+            verbose=bool(verbose),
+            max_registers=max_registers,
+            arch=arch,
+            force=bool(force),
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,13 +148,28 @@ class KernelDefinition:
             self._compiled[(arch, layout)] = result
             return result
 
+    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+        """What a GPU launcher loads for ``arch``: the cubin (else NUL-terminated PTX)
+        and the entry name."""
+        compiled = self.compiled(arch, layout=layout)
+        image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
+        return image, compiled.entry
+
+    @property
+    def compiles(self) -> bool:
+        """Whether a CUDA compiler was found when the kernel was defined (else it runs
+        on CPU tensors only, through the simulator)."""
+        return self.toolchain_error is None
+
     def compiled_if_available(self) -> CompiledKernel | None:
         return next(iter(self._compiled.values()), None)
 
     def check_compiles(self) -> CompiledKernel | None:
         """Compile for the target architecture at definition time, so typing errors
         surface there.  A missing CUDA compiler (no NVVM wheel) is not an error: the
-        op still runs on CPU tensors through the simulator."""
+        op still runs on CPU tensors through the simulator (and it is said once)."""
+        if self.toolchain_error is not None:
+            return None
         try:
             return self.compiled()
         except KernelCompileError:
@@ -157,8 +208,6 @@ def _simulable(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionTy
                 memo[id(value)] = FakeCUDAKernel(_simulable(py_func, memo), device=True)
             return memo[id(value)]
         return value
-
-    from .fingerprint import referenced_names
 
     new_globals = dict(fn.__globals__)
     for name in referenced_names(fn):

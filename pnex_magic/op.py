@@ -2,108 +2,52 @@
 
 The operator's schema comes from the spec (``In``/``InMut``/``Scalar`` are
 arguments, ``InMut`` marked as mutated, ``Out`` tensors returned).  One Python
-implementation serves every device: it checks the arguments, allocates the
-outputs on the inputs' device, evaluates the launch grid and hands over to the
-launcher for that device.  The fake implementation runs the same checks and
-shape expressions on fake tensors, so ``torch.compile(fullgraph=True)`` traces
-through calls with symbolic sizes.
+implementation serves every device that no launcher serves from C++: it checks
+the arguments, allocates the outputs on the inputs' device, evaluates the launch
+grid and hands over to the launcher for that device.  The fake implementation
+runs the same checks and shape expressions on fake tensors, so
+``torch.compile(fullgraph=True)`` traces through calls with symbolic sizes.
+
+While the op is being defined, every launcher is offered the definition
+(:func:`pnex_magic.launch.register`); the C++ launcher registers its own CUDA
+kernel then, and the op leaves that device to it.  This module makes one op;
+:mod:`pnex_magic.define` decides what happens to earlier ops of the same name.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any
 
 import torch
 from torch._library.custom_ops import CustomOpDef
 
+from . import launch
+from .calls import bind_arguments, check_arguments, launch_grid, output_shapes
 from .definition import KernelDefinition
-from .errors import ArgumentShapeError, ArgumentTypeError, KernelLaunchError
-from .launch import launcher_for
+from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelLaunchError
 from .spec import KernelSpec, ScalarParam, TensorParam
 
-__all__ = ["PnexOp", "make_op", "NAMESPACE", "check_arguments", "output_shapes", "launch_grid"]
+__all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded"]
 
 NAMESPACE = "pnex"
 
 
-def _fmt_shape(shape: Sequence[Any]) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+@dataclasses.dataclass(frozen=True)
+class Superseded:
+    """Why an op object may no longer be called: its name was redefined with another
+    signature (see :mod:`pnex_magic.define`)."""
 
+    old_signature: str
+    new_signature: str
+    where: str  # file:line of the new definition
 
-def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | None:
-    """Check every tensor argument's dtype, rank, sizes and device against the spec;
-    returns the common device (``None`` if there are no tensor arguments)."""
-    device: torch.device | None = None
-    first: str | None = None
-    for p in spec.arguments:
-        if not isinstance(p, TensorParam):
-            continue
-        t = env[p.name]
-        if t.dtype != p.dtype.torch:
-            raise ArgumentTypeError(
-                f"{spec.name}(): argument {p.name!r} must be a {p.dtype.name} tensor, got {str(t.dtype).removeprefix('torch.')}"
-            )
-        if t.dim() != p.ndim:
-            raise ArgumentShapeError(
-                f"{spec.name}(): argument {p.name!r} must have {p.ndim} dimension(s) {p.shape_text()}, "
-                f"got {t.dim()} with shape {_fmt_shape(t.shape)}"
-            )
-        if device is None:
-            device, first = t.device, p.name
-        elif t.device != device:
-            raise ArgumentTypeError(
-                f"{spec.name}(): argument {p.name!r} is on {t.device} but {first!r} is on {device}; "
-                f"all tensor arguments must be on one device"
-            )
-    for p in spec.arguments:
-        if not isinstance(p, TensorParam):
-            continue
-        t = env[p.name]
-        for axis, expr in enumerate(p.shape):
-            if expr is None:
-                continue
-            expected = expr.evaluate(env)
-            if t.shape[axis] != expected:
-                raise ArgumentShapeError(
-                    f"{spec.name}(): argument {p.name!r} must have size {expr} = {expected} on axis {axis}, "
-                    f"got {t.shape[axis]} (shape {_fmt_shape(t.shape)})"
-                )
-    return device
-
-
-def output_shapes(spec: KernelSpec, env: dict[str, Any]) -> list[tuple[Any, ...]]:
-    shapes = []
-    for p in spec.outputs:
-        shape = tuple(expr.evaluate(env) for expr in p.shape)
-        for axis, size in enumerate(shape):
-            if isinstance(size, int) and size < 0:
-                raise ArgumentShapeError(
-                    f"{spec.name}(): output {p.name!r} would have size {p.shape[axis]} = {size} on axis {axis}; "
-                    f"sizes cannot be negative"
-                )
-        shapes.append(shape)
-    return shapes
-
-
-def launch_grid(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(blocks per grid, threads per block), both padded to three axes."""
-    grid = []
-    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, spec.threads_per_block)):
-        n = int(expr.evaluate(env))
-        if n < 0:
-            raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
-        grid.append(-(-n // tpb))
-    block = list(spec.threads_per_block)
-    while len(grid) < 3:
-        grid.append(1)
-        block.append(1)
-    return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
-
-
-def _bind(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
-    return {p.name: v for p, v in zip(spec.arguments, args)}
+    def error(self, name: str) -> KernelDefinitionError:
+        return KernelDefinitionError(
+            f"{name}(): this op object is from an earlier definition, {self.old_signature}; the op was "
+            f"redefined at {self.where} as {self.new_signature}. Use the object the new definition returned "
+            f"(re-run the code that holds this one, e.g. rebuild the model)"
+        )
 
 
 def _allocate(spec: KernelSpec, env: dict[str, Any], device: torch.device, fake: bool) -> list[torch.Tensor]:
@@ -134,13 +78,13 @@ def make_impl(definition: KernelDefinition):
     spec = definition.spec
 
     def impl(*args):
-        env = _bind(spec, args)
+        env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=False)
         grid, block = launch_grid(spec, env)
         if grid[0] and grid[1] and grid[2]:
             values = [env.get(p.name) for p in spec.params]
-            launcher_for(device).launch(definition, values, grid, block, device)
+            launch.launcher_for(device).launch(definition, values, grid, block, device)
         return _result(outs)
 
     return impl
@@ -150,7 +94,7 @@ def make_fake(definition: KernelDefinition):
     spec = definition.spec
 
     def fake(*args):
-        env = _bind(spec, args)
+        env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=True)
         return _result(outs)
@@ -167,9 +111,12 @@ class PnexOp(CustomOpDef):
     """
 
     _pnex: KernelDefinition
-    _native: bool = False
+    _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
+    _superseded: Superseded | None = None
 
     def __call__(self, *args, **kwargs):
+        if self._superseded is not None:
+            raise self._superseded.error(self._pnex.spec.name)
         if kwargs or len(args) != self._nargs:
             args = self._bind_call(args, kwargs)
         # Kind checks, precomputed per op (make_op) so that a call costs two isinstance()s.
@@ -210,19 +157,25 @@ class PnexOp(CustomOpDef):
         if self._native:
             # The C++ launcher installed a C++ "not implemented" autograd kernel so that
             # calls run no Python; a formula now exists: swap in CustomOpDef's autograd kernel.
-            from .launch import native
-
-            native.drop_autograd_fallback(self._pnex)
+            launch.autograd_registered(self._pnex)
             if not torch._C._dispatch_has_kernel_for_dispatch_key(self._qualname, "Autograd"):
                 from torch._library import autograd as _autograd
 
                 self._lib.impl(self._name, _autograd.make_autograd_impl(self._opoverload, self), "Autograd", with_keyset=True)
 
     def _register_autograd_dispatcher_impl(self) -> None:
-        # With the C++ launcher, autograd and ADInplaceOrView kernels are C++ (registered
-        # by the launcher); CustomOpDef's Python ones would run on every call.
+        # Called by CustomOpDef.__init__ (torch >= 2.12) right after the schema is
+        # defined: the moment to let the launchers register their own kernels.  With the
+        # C++ launcher, autograd and ADInplaceOrView kernels are C++ (registered by the
+        # launcher); CustomOpDef's Python ones would run on every call.
+        self._register_launchers()
         if not self._native:
             super()._register_autograd_dispatcher_impl()
+
+    def _register_launchers(self) -> None:
+        if not self._launchers_registered:
+            self._launchers_registered = True
+            self._native = "cuda" in launch.register(self._pnex)
 
     def _register_adinplaceorview_dispatcher_impl(self) -> None:
         if not self._native:
@@ -288,78 +241,26 @@ def _scalar_ok(p: ScalarParam, value: Any) -> bool:
 
 
 def make_op(definition: KernelDefinition) -> PnexOp:
-    """Register ``definition`` as ``torch.ops.pnex.<name>``; a definition with the
-    same name (a re-run cell) replaces the previous registration."""
+    """Register ``definition`` as ``torch.ops.pnex.<op_name>`` (replacing any op of
+    that name in the dispatcher) and return the op object."""
     spec = definition.spec
     impl = make_impl(definition)
     impl.__name__ = spec.name
-    native = _native_launcher(definition)
-    earlier = _LIVE.get(definition.op_name)
+    launch.unregister(definition.op_name)  # what an earlier definition of this name left
     op = PnexOp.__new__(PnexOp)
     op._pnex = definition
-    op._native = native is not None
+    op._native = False
+    op._launchers_registered = False
     arguments = spec.arguments
     op._nargs = len(arguments)
     op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
     op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
     op._scalar_types = {i: p.dtype.python_type for i, p in enumerate(arguments) if isinstance(p, ScalarParam)}
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
+    op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
     op.register_kernel(None)(impl)
     op.register_fake(make_fake(definition))
-    if native is not None:
-        try:
-            native.register(definition)
-        except Exception as exc:
-            _warn_python_launcher(definition, exc)
-            op._native = False
-            if hasattr(CustomOpDef, "_register_autograd_dispatcher_impl"):  # torch >= 2.12 split these out
-                CustomOpDef._register_autograd_dispatcher_impl(op)
-                CustomOpDef._register_adinplaceorview_dispatcher_impl(op)
-    _redirect_earlier(earlier, op)
-    _LIVE[definition.op_name] = weakref.WeakSet([op, *(earlier or ())])
     return op
-
-
-# Every op object ever made for an op name.  Re-registering a name frees the old
-# registration, so an object still held from before (a model's attribute, a report,
-# a compiled function) would call into freed memory; instead it is pointed at the new
-# registration: an old name keeps meaning "the kernel defined under this name last".
-_LIVE: dict[str, weakref.WeakSet] = {}
-
-
-def _redirect_earlier(earlier: weakref.WeakSet | None, op: PnexOp) -> None:
-    for old in list(earlier or ()):
-        if old is op:
-            continue
-        old.__dict__.clear()
-        old.__dict__.update(op.__dict__)
-
-
-def _native_launcher(definition: KernelDefinition):
-    """The C++ launcher module when CUDA calls should go through it, else ``None``."""
-    from .launch import native
-
-    native.unregister(definition)  # drop what an earlier definition of this name registered
-    if not native.native_wanted() or definition.compiled_if_available() is None:
-        return None
-    try:
-        native.load_launcher(verbose=definition.options.verbose)
-    except Exception as exc:  # no compiler, no headers: the Python launcher still works
-        _warn_python_launcher(definition, exc)
-        return None
-    return native
-
-
-def _warn_python_launcher(definition: KernelDefinition, exc: BaseException) -> None:
-    import logging
-
-    text = str(exc).strip()
-    logging.getLogger(__name__).warning(
-        "pnex: kernel %r uses the Python GPU launcher (slower per call) because the C++ launcher "
-        "is unavailable: %s",
-        definition.spec.name,
-        text.splitlines()[0] if text else type(exc).__name__,
-    )
 
 
 def _translate(exc: BaseException) -> BaseException:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from numba import cuda
 
 import pnex_magic as pnex
-from pnex_magic import KernelLaunchError
+from pnex_magic import KernelDefinitionError, KernelLaunchError
 
 SENTINEL = -7.0
 
@@ -619,6 +619,61 @@ def test_calling_a_replaced_op_object(tmp_path, pnex_env):
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stderr[-2000:]}"
     results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert results == ["RESULT [4.0, 4.0, 4.0]"] * 12
+
+
+def _make_kernel_named_twin(signature: str):
+    """Two definitions of one kernel name in one module: same op name."""
+    if signature == "one":
+        @pnex.jit(n_threads="a.numel()")
+        def twin(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                out[i] = a[i] + 1.0
+    else:
+        @pnex.jit(n_threads="a.numel()")
+        def twin(a: pnex.In("f32", (None,)), s: float, out: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                out[i] = a[i] * s
+    return twin
+
+
+def test_redefinition_with_another_signature_makes_old_objects_fail_clearly():
+    a = rand(6, seed=31)
+    old = _make_kernel_named_twin("one")
+    assert torch.equal(old(a), a + 1.0)
+    new = _make_kernel_named_twin("two")
+    assert old._qualname == new._qualname
+    assert torch.equal(new(a, 3.0), a * 3.0)
+    with pytest.raises(KernelDefinitionError, match=r"(?s)twin\(\): this op object is from an earlier definition, "
+                       r"twin\(a: Tensor\[float32, \(None,\)\]\).*redefined at .*test_core.py:\d+ as "
+                       r"twin\(a: Tensor\[float32, \(None,\)\], s: float\).*Use the object the new definition"):
+        old(a)
+    # Re-running the first definition brings the old signature back: the newest object works,
+    # and so does `new`'s signature no longer (it is superseded in turn).
+    again = _make_kernel_named_twin("one")
+    assert torch.equal(again(a), a + 1.0)
+    with pytest.raises(KernelDefinitionError, match="redefined"):
+        new(a, 3.0)
+
+
+def test_failed_redefinition_leaves_the_previous_op_registered():
+    from pnex_magic.define import definition as make_definition
+    from pnex_magic.define import registered
+
+    a = rand(5, seed=32)
+    first = make_scaler(2.0)
+    retry = make_definition(first.definition.fn, n_threads="a.numel()")  # scale 2 again, later
+    four = make_scaler(4.0)
+    assert torch.equal(first(a), a * 4.0)  # same signature: earlier objects call the newest kernel
+    with pytest.raises(RuntimeError, match="fails inside"):
+        with registered(retry) as op:
+            assert torch.equal(op(a), a * 2.0) and torch.equal(first(a), a * 2.0)
+            raise RuntimeError("fails inside the transaction")
+    # The definition registered before the failed block (scale 4) is back, everywhere.
+    assert first.definition is four.definition and op.definition is four.definition
+    for call in (first, four, op, getattr(torch.ops.pnex, four.definition.op_name)):
+        assert torch.equal(call(a), a * 4.0)
 
 
 def test_op_names_are_deterministic_and_distinct():

@@ -9,7 +9,7 @@ import torch
 from numba import cuda
 
 import pnex_magic as pnex
-from pnex_magic.compiler import DEFAULT_ARCH, arch_name, default_arch, parse_arch
+from pnex_magic.arch import DEFAULT_ARCH, arch_name, default_arch, parse_arch
 from pnex_magic.report import KernelReport, occupancy
 
 

@@ -10,14 +10,15 @@ from numba import cuda
 import pnex_magic as pnex
 from pnex_magic.errors import KernelCompileError
 from pnex_magic.expressions import OPCODES
-from pnex_magic.launch import native
+from pnex_magic.launch import build, native
+from pnex_magic.launch.description import describe_launch
 
 
 @pytest.fixture
 def fake_build(monkeypatch, tmp_path):
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "cuda_include_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(build, "cuda_include_dir", lambda: str(tmp_path))
     calls = []
 
     def load(name, sources, build_directory, **kwargs):
@@ -45,7 +46,7 @@ def test_stale_lock_is_removed_and_failed_build_is_not_cached(fake_build):
 
 def test_missing_cuda_headers_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "cuda_include_dir", lambda: None)
+    monkeypatch.setattr(build, "cuda_include_dir", lambda: None)
     with pytest.raises(KernelCompileError, match="needs the CUDA headers"):
         native.load_launcher()
 
@@ -63,7 +64,7 @@ def test_spec_for_the_launcher():
         if y < out.shape[0] and x < out.shape[1]:
             out[y, x] = a[0, 0]
 
-    d = native._spec_dict(kern.definition)
+    d = describe_launch(kern.definition.spec)
     assert [p["kind"] for p in d["params"]] == [0, 3, 4, 1, 2]
     assert d["arguments"] == [0, 1, 3] and d["outputs"] == [4]
     out = d["params"][4]

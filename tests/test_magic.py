@@ -257,7 +257,7 @@ def test_static_html_and_text_forms(ip, monkeypatch):
     assert "give --args" in text
     bundle = rep._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}  # no widget outside a kernel
-    monkeypatch.setattr("pnex_magic.widget._in_kernel", lambda: True)
+    monkeypatch.setattr("pnex_magic.render.report._in_kernel", lambda: True)
     bundle = rep._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle and "text/html" in bundle
 
@@ -271,7 +271,7 @@ def test_report_is_displayed_as_text_in_a_terminal_shell(ip, capsys):
 def test_progress_and_log_display_in_a_kernel(ip, monkeypatch, capsys):
     """In a Jupyter kernel the cell shows a progress bar, replaced by the report, and
     a failing cell shows the compiler log folded."""
-    monkeypatch.setattr("pnex_magic.magic._in_kernel", lambda shell: True)
+    monkeypatch.setattr("pnex_magic.frontends.cell.in_kernel", lambda shell: True)
     run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY)
     assert ip.user_ns["rep"].bound_name == "copy_k"
     with pytest.raises(KernelTypingError):
@@ -315,7 +315,7 @@ def test_report_renders_gpu_timings(ip):
 def test_progress_widget_steps_and_is_replaced(ip, capsys):
     import ipywidgets as w
 
-    from pnex_magic.widget import Progress
+    from pnex_magic.render.progress import Progress
 
     off = Progress(3, enabled=False)
     off.step("compiling")
@@ -443,7 +443,7 @@ def test_error_shows_concisely_through_ipython(ip, bound_copy, capsys):
         ("--args (x8.double(),)", ArgumentTypeError, "must be a float32 tensor"),
         ("--args (x8,) --eager torch.no_such_function", PnexError, "--eager"),
         ("--args (x8,) --eager 3", PnexError, "not a callable"),
-        ("--args (x8,) --eager lambda a: a.reshape(3, 5)", PnexError, "calling it on the --args raised"),
+        ("--args (x8,) --eager lambda a: a.reshape(3, 5)", PnexError, "calling it on --args \\(x8,\\) raised"),
     ],
 )
 def test_bad_args_or_eager_raise_and_keep_the_binding(ip, bound_copy, line, error, words):
@@ -534,7 +534,7 @@ def double_bw(grad_y: In("f32", (None,)), grad_x: Out("f32", "grad_y")):
 def test_compiler_output_is_captured_at_the_file_descriptor_level(capfd):
     import warnings
 
-    from pnex_magic.magic import capture_output
+    from pnex_magic.frontends.capture import capture_output
 
     with capture_output() as captured:
         print("python stdout")
@@ -673,7 +673,7 @@ def test_gpu_timing_path(ip):
 def test_ptx_lexer_and_highlighting():
     from pygments.token import Comment, Keyword, Name
 
-    from pnex_magic.widget import PtxLexer, SassLexer, highlight
+    from pnex_magic.render.listings import PtxLexer, SassLexer, highlight
 
     ptx = "// comment\n.reg .b32 %r<5>;\n@%p1 bra $L__BB0_2;\n\tld.param.u64 %rd1, [param_0];\n$L__BB0_2:\n\tret;\n"
     tokens = [(t, v) for t, v in PtxLexer().get_tokens(ptx) if v.strip()]
@@ -688,7 +688,7 @@ def test_ptx_lexer_and_highlighting():
 
 
 def test_tidy_sass_drops_encodings():
-    from pnex_magic.widget import tidy_sass
+    from pnex_magic.sass import tidy_sass
 
     raw = (
         "        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x00000a0000017a02 */\n"
@@ -702,9 +702,9 @@ def test_tidy_sass_drops_encodings():
 
 
 def test_real_sass_when_the_toolkit_has_a_disassembler(ip):
-    from pnex_magic import widget
+    from pnex_magic import sass
 
-    if widget.find_disassembler() is None:
+    if sass.find_disassembler() is None:
         pytest.skip("no cuobjdump or nvdisasm here")
     run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY)
     rep = ip.user_ns["rep"]
@@ -713,7 +713,7 @@ def test_real_sass_when_the_toolkit_has_a_disassembler(ip):
 
 
 def test_sass_is_shown_when_a_disassembler_exists(monkeypatch, tmp_path):
-    from pnex_magic import widget
+    from pnex_magic import sass as widget
 
     monkeypatch.setattr(widget, "find_disassembler", lambda: None)
     widget._disassemble_cached.cache_clear()

@@ -1,31 +1,49 @@
 """Launch stage: run a compiled kernel on concrete arguments.
 
-Every back end implements :class:`Launcher`; :func:`launcher_for` picks the one for
-a tensor's device: the CUDA simulator for CPU tensors, the GPU launcher for CUDA
-tensors.  The op stage only ever talks to this interface.
+Every back end implements :class:`Launcher`: the CUDA simulator for CPU tensors
+(:mod:`.simulator`), and for CUDA tensors the C++ launcher (:mod:`.native`), or
+the Python driver-API launcher (:mod:`.driver`) where the C++ one cannot be
+built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
+
+* when an op is made, :func:`register` offers its definition to every launcher;
+  a launcher that registers a dispatcher kernel of its own (the C++ launcher)
+  says so, and the op's Python implementation then never sees that device;
+* every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from ..errors import KernelLaunchError
+from .kernel import Kernel
+from .native import NativeLauncher
+from .simulator import SimulatorLauncher
 
-if TYPE_CHECKING:
-    from ..definition import KernelDefinition
 
-__all__ = ["Launcher", "launcher_for", "register_launcher"]
+__all__ = ["Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered"]
 
 
 class Launcher(Protocol):
     name: str
 
+    def register(self, definition: Kernel) -> bool:
+        """Prepare to run ``definition``'s op.  ``True`` means the launcher registered
+        a dispatcher kernel of its own for its device type, which then serves calls
+        without the op's Python implementation."""
+
+    def unregister(self, op_name: str) -> None:
+        """Forget what :meth:`register` did for an earlier op of this name."""
+
+    def autograd_registered(self, definition: Kernel) -> None:
+        """The op got an autograd formula (a registered launcher may have to step aside)."""
+
     def launch(
         self,
-        definition: KernelDefinition,
+        definition: Kernel,
         values: Sequence[Any],
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
@@ -36,11 +54,13 @@ class Launcher(Protocol):
         ``None`` for unused parameters."""
 
 
-_FACTORIES: dict[str, Any] = {}
+# CUDA: the C++ launcher registers each op it can (not with PNEX_LAUNCHER=driver, read
+# per op) and hands every other CUDA call to the Python driver launcher.
+_FACTORIES: dict[str, Callable[[], Launcher]] = {"cpu": SimulatorLauncher, "cuda": NativeLauncher}
 _INSTANCES: dict[str, Launcher] = {}
 
 
-def register_launcher(device_type: str, factory) -> None:
+def register_launcher(device_type: str, factory: Callable[[], Launcher]) -> None:
     """Make ``factory()`` the launcher for tensors of ``device_type``."""
     _FACTORIES[device_type] = factory
     _INSTANCES.pop(device_type, None)
@@ -60,17 +80,21 @@ def launcher_for(device: torch.device) -> Launcher:
     return launcher
 
 
-def _simulator():
-    from .simulator import SimulatorLauncher
-
-    return SimulatorLauncher()
+def _all() -> list[Launcher]:
+    return [launcher_for(torch.device(device_type)) for device_type in list(_FACTORIES)]
 
 
-def _gpu():
-    from .gpu import make_gpu_launcher
+def register(definition: Kernel) -> frozenset[str]:
+    """Offer a new op to every launcher; returns the device types whose calls a
+    launcher's own dispatcher kernel serves."""
+    return frozenset(dt for dt in list(_FACTORIES) if launcher_for(torch.device(dt)).register(definition))
 
-    return make_gpu_launcher()
+
+def unregister(op_name: str) -> None:
+    for launcher in _all():
+        launcher.unregister(op_name)
 
 
-register_launcher("cpu", _simulator)
-register_launcher("cuda", _gpu)
+def autograd_registered(definition: Kernel) -> None:
+    for launcher in _all():
+        launcher.autograd_registered(definition)

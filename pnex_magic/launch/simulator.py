@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import KernelLaunchError
 from ..spec import ScalarParam, TensorParam
+from .kernel import Kernel
 
-if TYPE_CHECKING:
-    from ..definition import KernelDefinition
 
 __all__ = ["SimulatorLauncher"]
 
@@ -28,9 +27,18 @@ _LOCK = threading.Lock()
 class SimulatorLauncher:
     name = "simulator"
 
+    def register(self, definition: Kernel) -> bool:
+        return False
+
+    def unregister(self, op_name: str) -> None:
+        pass
+
+    def autograd_registered(self, definition: Kernel) -> None:
+        pass
+
     def launch(
         self,
-        definition: KernelDefinition,
+        definition: Kernel,
         values: Sequence[Any],
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
@@ -56,7 +64,13 @@ class SimulatorLauncher:
                 args.append(np_type(value))
             else:
                 args.append(None)
-        kernel = FakeCUDAKernel(definition.simulated_function(), device=False)
+        simulated = definition.simulated_function()
+        if simulated is None:
+            raise KernelLaunchError(
+                f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
+                f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
+            )
+        kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:
                 kernel[grid, block](*args)

@@ -1,10 +1,10 @@
-"""GPU back end: load the kernel's cubin into the device's primary context (the one
-PyTorch uses) and launch it on PyTorch's current stream.
+"""The Python GPU launcher: load the kernel's cubin into the device's primary
+context (the one PyTorch uses) and launch it on PyTorch's current stream, through
+``cuda.bindings``' driver API.
 
-Two implementations exist: the C++ launcher (:mod:`pnex_magic.launch.native`),
-registered per op with PyTorch's dispatcher so that no Python runs per call, and
-:class:`DriverLauncher` here, pure Python over ``cuda.bindings``' driver API, used
-when the C++ launcher cannot be built (no C++ compiler) or ``PNEX_LAUNCHER=driver``.
+It serves CUDA calls when the C++ launcher (:mod:`pnex_magic.launch.native`) cannot
+be built here (no C++ compiler or CUDA headers) or ``PNEX_LAUNCHER=driver``; it
+costs tens of microseconds of Python per call, where the C++ launcher costs none.
 
 Kernel arguments follow Numba's ABI: an array is passed as (meminfo, parent,
 nitems, itemsize, data, shape..., strides...) with strides in bytes; raw
@@ -16,18 +16,18 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import KernelLaunchError
 from ..spec import ScalarParam, TensorParam
+from .kernel import Kernel
 
-if TYPE_CHECKING:
-    from ..definition import KernelDefinition
 
-__all__ = ["DriverLauncher", "make_gpu_launcher", "launch_blocking"]
+__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits"]
 
 _SCALAR_CTYPES = {
     "float16": ctypes.c_uint16,  # passed as raw bits
@@ -95,38 +95,50 @@ class DriverLauncher:
 
     name = "driver"
 
+    def register(self, definition: Kernel) -> bool:
+        """Nothing to register: calls reach :meth:`launch` through the op's Python
+        implementation."""
+        return False
+
+    def unregister(self, op_name: str) -> None:
+        pass
+
+    def autograd_registered(self, definition: Kernel) -> None:
+        pass
+
     def __init__(self) -> None:
-        self._functions: dict[tuple[int, int, str], Any] = {}
+        # Loaded functions per definition (weakly held: a redefined kernel's entry goes
+        # with it), keyed by (device index, layout).
+        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = weakref.WeakKeyDictionary()
         self._modules: list[Any] = []
         self._lock = threading.Lock()
 
-    def _function(self, definition: KernelDefinition, device: torch.device, layout: str):
+    def _function(self, definition: Kernel, device: torch.device, layout: str):
         from cuda.bindings import driver
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (id(definition), index, layout)
-        fn = self._functions.get(key)
+        key = (index, layout)
+        fn = self._functions.get(definition, {}).get(key)
         if fn is not None:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            compiled = definition.compiled(arch, layout=layout)
-            image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
+            image, entry = definition.kernel_image(arch, layout)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
                 fn = _check(
-                    driver.cuModuleGetFunction(module, compiled.entry.encode()),
+                    driver.cuModuleGetFunction(module, entry.encode()),
                     "finding the kernel",
                     definition.spec.name,
                 )
             self._modules.append(module)
-            self._functions[key] = fn
+            self._functions.setdefault(definition, {})[key] = fn
             return fn
 
     def launch(
         self,
-        definition: KernelDefinition,
+        definition: Kernel,
         values: Sequence[Any],
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
@@ -165,9 +177,3 @@ class DriverLauncher:
             if launch_blocking():
                 _check(driver.cuStreamSynchronize(stream), "running (synchronised after launch)", definition.spec.name)
 
-
-def make_gpu_launcher():
-    """The Python launcher for CUDA tensors.  It serves ops whose CUDA kernel is not
-    registered through the C++ launcher (:mod:`pnex_magic.launch.native`), e.g. when
-    that cannot be built here or ``PNEX_LAUNCHER=driver``."""
-    return DriverLauncher()

@@ -1,42 +1,16 @@
-"""The ``jit()`` decorator: the Python front end of the compiler core."""
+"""The ``jit()`` decorator: the Python front end.  It only turns its keyword
+options into :class:`~pnex_magic.definition.JitOptions` and calls the core
+(:func:`pnex_magic.define.define`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
 
-from .definition import JitOptions, KernelDefinition
-from .errors import KernelDefinitionError
-from .op import PnexOp, make_op
-from .spec import build_spec
+from ..define import define
+from ..definition import JitOptions
+from ..op import PnexOp
 
-__all__ = ["jit", "define"]
-
-
-def define(fn: Callable, *, n_threads: Any, threads_per_block: Any, options: JitOptions, name: str | None = None) -> PnexOp:
-    """Spec → compile check → op.  Shared by ``jit()`` and the ``%%pnex`` magic."""
-    start = time.perf_counter()
-    spec = build_spec(fn, n_threads=n_threads, threads_per_block=threads_per_block, name=name)
-    definition = KernelDefinition(fn, spec, options)
-    compiled = definition.check_compiles()
-    op = make_op(definition)
-    if options.verbose:
-        print(f"pnex: {spec.python_signature()}")
-        print(f"pnex: schema pnex::{definition.op_name}{spec.schema}")
-        if compiled is None:
-            print(f"pnex: not compiled ({definition.toolchain_error}); CPU tensors run in the simulator")
-        else:
-            how = "cache hit" if compiled.cache_hit else f"compiled in {compiled.compile_seconds:.2f} s"
-            print(f"pnex: {compiled.arch}, {how}, key {compiled.key[:16]}")
-            if compiled.resources is not None:
-                r = compiled.resources
-                print(
-                    f"pnex: {r.registers} registers/thread, {r.shared_bytes} B shared, "
-                    f"{r.local_bytes} B local, spills {r.spill_store_bytes}/{r.spill_load_bytes} B"
-                )
-        print(f"pnex: ready in {time.perf_counter() - start:.2f} s")
-    return op
+__all__ = ["jit"]
 
 
 def jit(
@@ -97,16 +71,8 @@ def jit(
     >>> copy(torch.arange(5, dtype=torch.float32))
     tensor([0., 1., 2., 3., 4.])
     """
-    if max_registers is not None and (isinstance(max_registers, bool) or not isinstance(max_registers, int) or max_registers <= 0):
-        raise KernelDefinitionError(f"max_registers must be a positive int, got {max_registers!r}")
-    if cache_id is not None and not isinstance(cache_id, str):
-        raise KernelDefinitionError(f"cache_id must be a string, got {cache_id!r}")
-    options = JitOptions(
-        to_extension=bool(to_extension),
-        cache_id=cache_id,
-        verbose=bool(verbose),
-        max_registers=max_registers,
-        arch=arch,
+    options = JitOptions.checked(
+        to_extension=to_extension, cache_id=cache_id, verbose=verbose, max_registers=max_registers, arch=arch
     )
 
     def decorator(fn: Callable[..., None]) -> PnexOp:

@@ -1,0 +1,48 @@
+"""GPU architectures: spellings (``"sm_90"``, ``(9, 0)``, ``"9.0"``) and the one a
+kernel is compiled for when none is named."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import KernelDefinitionError
+
+__all__ = ["DEFAULT_ARCH", "parse_arch", "arch_name", "default_arch"]
+
+DEFAULT_ARCH = "sm_75"  # the oldest architecture CUDA 13 targets; Colab's T4
+
+
+def parse_arch(arch: str | tuple[int, int] | int) -> tuple[int, int]:
+    """``"sm_90"``, ``"90"``, ``90``, ``(9, 0)``, ``"9.0"`` → ``(9, 0)``."""
+    if isinstance(arch, tuple) and len(arch) == 2:
+        return int(arch[0]), int(arch[1])
+    text = str(arch).strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)(a|f)?", text)
+    if m:
+        digits = m.group(1)
+        return int(digits[:-1]), int(digits[-1])
+    m = re.fullmatch(r"(\d+)\.(\d+)", text)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    raise KernelDefinitionError(f"unknown GPU architecture {arch!r}; expected e.g. 'sm_90', (9, 0) or '9.0'")
+
+
+def arch_name(cc: tuple[int, int]) -> str:
+    return f"sm_{cc[0]}{cc[1]}"
+
+
+def default_arch() -> str:
+    """The architecture to compile for: ``$PNEX_ARCH``, else the current GPU's,
+    else ``sm_75``."""
+    env = os.environ.get("PNEX_ARCH")
+    if env:
+        return arch_name(parse_arch(env))
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return arch_name(torch.cuda.get_device_capability())
+    except Exception:  # a broken CUDA set-up still allows CPU use
+        pass
+    return DEFAULT_ARCH

@@ -1,0 +1,155 @@
+"""Calls against a spec: concrete (or fake) arguments checked against a kernel's
+interface, its output shapes and its launch grid.
+
+Everything here evaluates the spec's shape and ``n_threads`` expressions on the
+arguments of one call; it runs on real tensors (eager calls, the simulator), on
+fake tensors with symbolic sizes (``torch.compile``'s fake implementation), on
+example arguments before an op is registered (the ``%%pnex`` magic) and on the
+static shapes of a JAX trace.  The C++ launcher runs the same checks, compiled to
+postfix programs (:mod:`pnex_magic.launch.description`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .errors import ArgumentShapeError, ArgumentTypeError
+from .spec import KernelSpec, ScalarParam, TensorParam
+
+__all__ = [
+    "LaunchInfo",
+    "bind_arguments",
+    "check_arguments",
+    "output_shapes",
+    "launch_grid",
+    "launch_info",
+    "format_shape",
+]
+
+
+def format_shape(shape: Sequence[Any]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def bind_arguments(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
+    """``{parameter name: value}`` for the op's arguments, in declaration order."""
+    return {p.name: v for p, v in zip(spec.arguments, args)}
+
+
+def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | None:
+    """Check every tensor argument's dtype, rank, sizes and device against the spec;
+    returns the common device (``None`` if there are no tensor arguments)."""
+    device: torch.device | None = None
+    first: str | None = None
+    for p in spec.arguments:
+        if not isinstance(p, TensorParam):
+            continue
+        t = env[p.name]
+        if t.dtype != p.dtype.torch:
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} must be a {p.dtype.name} tensor, got {str(t.dtype).removeprefix('torch.')}"
+            )
+        if t.dim() != p.ndim:
+            raise ArgumentShapeError(
+                f"{spec.name}(): argument {p.name!r} must have {p.ndim} dimension(s) {p.shape_text()}, "
+                f"got {t.dim()} with shape {format_shape(t.shape)}"
+            )
+        if device is None:
+            device, first = t.device, p.name
+        elif t.device != device:
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} is on {t.device} but {first!r} is on {device}; "
+                f"all tensor arguments must be on one device"
+            )
+    for p in spec.arguments:
+        if not isinstance(p, TensorParam):
+            continue
+        t = env[p.name]
+        for axis, expr in enumerate(p.shape):
+            if expr is None:
+                continue
+            expected = expr.evaluate(env)
+            if t.shape[axis] != expected:
+                raise ArgumentShapeError(
+                    f"{spec.name}(): argument {p.name!r} must have size {expr} = {expected} on axis {axis}, "
+                    f"got {t.shape[axis]} (shape {format_shape(t.shape)})"
+                )
+    return device
+
+
+def output_shapes(spec: KernelSpec, env: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The shape of every ``Out`` tensor, in declaration order."""
+    shapes = []
+    for p in spec.outputs:
+        shape = tuple(expr.evaluate(env) for expr in p.shape)
+        for axis, size in enumerate(shape):
+            if isinstance(size, int) and size < 0:
+                raise ArgumentShapeError(
+                    f"{spec.name}(): output {p.name!r} would have size {p.shape[axis]} = {size} on axis {axis}; "
+                    f"sizes cannot be negative"
+                )
+        shapes.append(shape)
+    return shapes
+
+
+def launch_grid(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(blocks per grid, threads per block), both padded to three axes.  ``env``
+    holds the arguments and the outputs."""
+    grid = []
+    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, spec.threads_per_block)):
+        n = int(expr.evaluate(env))
+        if n < 0:
+            raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
+        grid.append(-(-n // tpb))
+    block = list(spec.threads_per_block)
+    while len(grid) < 3:
+        grid.append(1)
+        block.append(1)
+    return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchInfo:
+    """What one call launches: ``n_threads`` evaluated, and the grid and block."""
+
+    n_threads: tuple[int, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def threads(self) -> int:
+        """Threads launched (the grid times the block)."""
+        g, b = self.grid, self.block
+        return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
+
+
+def launch_info(spec: KernelSpec, args: Sequence[Any]) -> LaunchInfo:
+    """Check ``args`` (the op's arguments, positionally) against the spec without
+    running anything, and say what a call on them launches."""
+    if len(args) != len(spec.arguments):
+        names = ", ".join(p.name for p in spec.arguments)
+        raise ArgumentTypeError(
+            f"{spec.name}() takes {len(spec.arguments)} argument(s) ({names}) but {len(args)} were given"
+        )
+    env = bind_arguments(spec, args)
+    for p in spec.arguments:
+        if isinstance(p, TensorParam) and not isinstance(env[p.name], torch.Tensor):
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} must be a torch.Tensor, got {type(env[p.name]).__name__}"
+            )
+        if isinstance(p, ScalarParam) and isinstance(env[p.name], torch.Tensor):
+            raise ArgumentTypeError(
+                f"{spec.name}(): argument {p.name!r} must be a Python {p.dtype.python_type.__name__}, got a tensor"
+            )
+    check_arguments(spec, env)
+    shapes = output_shapes(spec, env)
+    for p, shape in zip(spec.outputs, shapes, strict=True):
+        env[p.name] = torch.empty(shape, device="meta")
+    values = tuple(int(e.evaluate(env)) for e in spec.n_threads)
+    grid, block = launch_grid(spec, env)
+    return LaunchInfo(values, grid, block, tuple(tuple(int(s) for s in shape) for shape in shapes))

@@ -1,0 +1,194 @@
+"""The core entry point every front end uses: define a kernel as an op.
+
+:func:`define` runs the pipeline (spec → compile → op) for ``jit()``;
+:func:`definition` and :func:`registered` split it for front ends that do more
+between the steps (the ``%%pnex`` magic checks example arguments against the
+spec before anything is registered, then runs the new op on them and attaches
+its backward inside the ``registered`` block).
+
+Defining is transactional.  An op name is deterministic (the kernel's name and
+where it was defined), so a re-run cell or a re-defined function replaces its op
+in torch's dispatcher.  If anything fails after the replacement, inside
+:func:`registered`'s block or while registering, the previous definition of the
+name is registered again, with its autograd formula, and every op object of the
+name calls it: a failed re-definition leaves things as they were, with no
+roll-back code in the front end.
+
+Every op object ever made for a name stays usable, because an old object would
+otherwise call into a registration torch has freed:
+
+* a re-definition with the same signature (a re-run cell, a fixed kernel) makes
+  every earlier object call the new kernel: a model built before the fix picks
+  it up;
+* a re-definition with a different signature marks the earlier objects
+  superseded: calling one raises :class:`~pnex_magic.errors.KernelDefinitionError`
+  saying the op was redefined, where, and that the new object is to be used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .definition import JitOptions, KernelDefinition
+from .op import PnexOp, Superseded, make_op
+from .spec import build_spec
+
+__all__ = ["define", "definition", "registered", "live_ops"]
+
+
+def definition(
+    fn: Callable,
+    *,
+    n_threads: Any,
+    threads_per_block: Any = None,
+    options: JitOptions | None = None,
+    name: str | None = None,
+) -> KernelDefinition:
+    """Check ``fn``'s annotations and the launch options (no compiling yet)."""
+    spec = build_spec(fn, n_threads=n_threads, threads_per_block=threads_per_block, name=name)
+    return KernelDefinition(fn, spec, options or JitOptions())
+
+
+@dataclasses.dataclass
+class _Name:
+    """What is registered under one op name."""
+
+    current: PnexOp  # the op object made last (torch's OPDEFS keeps it alive anyway)
+    objects: weakref.WeakSet  # every op object made for the name
+
+
+_NAMES: dict[str, _Name] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Snapshot:
+    definition: KernelDefinition
+    state: dict[str, Any]  # the current op object's attributes (its autograd formula among them)
+
+
+def _snapshot(op_name: str) -> _Snapshot | None:
+    entry = _NAMES.get(op_name)
+    if entry is None:
+        return None
+    return _Snapshot(entry.current._pnex, dict(entry.current.__dict__))
+
+
+def _where(definition: KernelDefinition) -> str:
+    code = getattr(definition.fn, "__code__", None)
+    if code is None:
+        return definition.spec.module
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _adopt(op: PnexOp) -> None:
+    """Make ``op`` the current op of its name and point the earlier objects at it."""
+    name = op._pnex.op_name
+    entry = _NAMES.get(name)
+    if entry is None:
+        _NAMES[name] = _Name(op, weakref.WeakSet([op]))
+        return
+    new_spec = op._pnex.spec
+    for old in list(entry.objects):
+        if old is op:
+            continue
+        old_spec = old.__dict__.get("_pnex").spec if "_pnex" in old.__dict__ else None
+        if old_spec is not None and old.__dict__.get("_superseded") is None and old_spec.schema != new_spec.schema:
+            # Keep the old object's own attributes (its definition, for messages and
+            # reports) but make every call raise: its signature no longer exists.
+            old.__dict__["_superseded"] = Superseded(
+                old_spec.python_signature(), new_spec.python_signature(), _where(op._pnex)
+            )
+            continue
+        if old.__dict__.get("_superseded") is not None:
+            continue
+        old.__dict__.clear()
+        old.__dict__.update(op.__dict__)
+    entry.current = op
+    entry.objects.add(op)
+
+
+def _restore(snapshot: _Snapshot | None, op_name: str, failed: PnexOp | None) -> None:
+    """Register ``snapshot``'s definition again after a failed re-definition."""
+    if snapshot is None:
+        return
+    restored = make_op(snapshot.definition)
+    backward = snapshot.state.get("_backward_fn")
+    if backward is not None:
+        restored.register_autograd(backward, setup_context=snapshot.state.get("_setup_context_fn"))
+    entry = _NAMES[op_name]
+    schema = snapshot.definition.spec.schema
+    for obj in [*entry.objects, *([failed] if failed is not None else [])]:
+        if obj.__dict__.get("_superseded") is not None and obj.__dict__["_pnex"].spec.schema != schema:
+            continue  # superseded earlier, by a definition of another signature
+        obj.__dict__.clear()
+        obj.__dict__.update(restored.__dict__)
+    entry.current = restored
+    entry.objects.add(restored)
+
+
+@contextlib.contextmanager
+def registered(definition: KernelDefinition) -> Iterator[PnexOp]:
+    """Compile ``definition`` (typing and compile errors are raised here, before
+    anything is registered), register it as an op and yield the op.  If registering
+    or the block fails, the previous op of the same name is registered again."""
+    start = time.perf_counter()
+    definition.check_compiles()
+    name = definition.op_name
+    snapshot = _snapshot(name)
+    op: PnexOp | None = None
+    try:
+        op = make_op(definition)
+        _adopt(op)
+        if definition.options.verbose:
+            _print_summary(definition, start)
+        yield op
+    except BaseException:
+        _restore(snapshot, name, op)
+        raise
+
+
+def define(
+    fn: Callable,
+    *,
+    n_threads: Any,
+    threads_per_block: Any = None,
+    options: JitOptions | None = None,
+    name: str | None = None,
+) -> PnexOp:
+    """Spec → compile → op, in one step (what ``jit()`` does)."""
+    d = definition(fn, n_threads=n_threads, threads_per_block=threads_per_block, options=options, name=name)
+    with registered(d) as op:
+        pass
+    return op
+
+
+def live_ops(op_name: str) -> list[PnexOp]:
+    """Every op object alive for ``op_name`` (the current one first)."""
+    entry = _NAMES.get(op_name)
+    if entry is None:
+        return []
+    return [entry.current, *(o for o in entry.objects if o is not entry.current)]
+
+
+def _print_summary(d: KernelDefinition, start: float) -> None:
+    spec = d.spec
+    compiled = d.compiled_if_available()
+    print(f"pnex: {spec.python_signature()}")
+    print(f"pnex: schema pnex::{d.op_name}{spec.schema}")
+    if compiled is None:
+        print(f"pnex: not compiled ({d.toolchain_error}); CPU tensors run in the simulator")
+    else:
+        how = "cache hit" if compiled.cache_hit else f"compiled in {compiled.compile_seconds:.2f} s"
+        print(f"pnex: {compiled.arch}, {how}, key {compiled.key[:16]}")
+        if compiled.resources is not None:
+            r = compiled.resources
+            print(
+                f"pnex: {r.registers} registers/thread, {r.shared_bytes} B shared, "
+                f"{r.local_bytes} B local, spills {r.spill_store_bytes}/{r.spill_load_bytes} B"
+            )
+    print(f"pnex: ready in {time.perf_counter() - start:.2f} s")

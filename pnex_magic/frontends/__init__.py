@@ -1,0 +1,10 @@
+"""Front ends: thin layers that parse their own input and call the core.
+
+* :mod:`.jit`: the ``jit()`` decorator;
+* :mod:`.magic` (with :mod:`.cell`, :mod:`.capture`, :mod:`.cache_listing`,
+  :mod:`.doctor`): the IPython magics ``%%pnex``, ``%pnex_cache``,
+  ``%pnex_doctor``.
+
+``import pnex_magic`` imports only :mod:`.jit`; the IPython modules load with
+``%load_ext pnex_magic``.
+"""

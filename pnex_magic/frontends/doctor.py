@@ -1,0 +1,206 @@
+"""``%pnex_doctor``: what this environment can do for pnex, and what to install.
+
+It probes the GPU, the driver, PyTorch's CUDA build and the CUDA compiler wheels
+numba-cuda finds, without compiling user code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+import sys
+
+from .. import cache
+from .._version import __version__
+from ..compiler import probe_linker
+from ..sass import find_disassembler
+from ..timing import format_bytes
+
+__all__ = ["Check", "DoctorReport", "doctor"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One line of :class:`DoctorReport`: ``status`` is "ok", "warn" or "missing"."""
+
+    name: str
+    status: str
+    detail: str
+    advice: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DoctorReport:
+    """What this environment can do for pnex (``%pnex_doctor``)."""
+
+    checks: tuple[Check, ...]
+    advice: tuple[str, ...]
+
+    def __getitem__(self, name: str) -> Check:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        mark = {"ok": "ok  ", "warn": "WARN", "missing": "MISS"}
+        out = ["pnex doctor"]
+        for c in self.checks:
+            out.append(f"  [{mark.get(c.status, c.status)}] {c.name:<22} {c.detail}")
+        if self.advice:
+            out.append("what to do:")
+            out += [f"  - {a}" for a in self.advice]
+        else:
+            out.append("everything pnex uses is in place")
+        return "\n".join(out)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text("DoctorReport(...)" if cycle else str(self))
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        colour = {"ok": "var(--jp-success-color1, #2e9d4f)", "warn": "var(--jp-warn-color1, #d98c00)",
+                  "missing": "var(--jp-error-color1, #d9473f)"}
+        cell = "padding:1px 10px 1px 0;text-align:left;vertical-align:top"
+        rows = "".join(
+            f'<tr><td style="{cell};color:{colour.get(c.status, "inherit")};font-weight:600">{e(c.status)}</td>'
+            f'<td style="{cell}">{e(c.name)}</td><td style="{cell}">{e(c.detail)}</td></tr>'
+            for c in self.checks
+        )
+        advice = ("<div><b>What to do</b><ul>" + "".join(f"<li><code>{e(a)}</code></li>" if a.startswith("pip ")
+                                                         else f"<li>{e(a)}</li>" for a in self.advice) + "</ul></div>"
+                  if self.advice else "<div>Everything pnex uses is in place.</div>")
+        return (f'<div style="color:inherit"><b>pnex doctor</b><table style="border-collapse:collapse;color:inherit">'
+                f"{rows}</table>{advice}</div>")
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def doctor() -> DoctorReport:
+    """Probe the GPU, driver, PyTorch build and CUDA compiler wheels (no compile of
+    user code); see :class:`DoctorReport`."""
+    checks: list[Check] = []
+    advice: list[str] = []
+    in_colab = "google.colab" in sys.modules
+    checks.append(Check("pnex_magic", "ok", f"{__version__} on Python {sys.version.split()[0]}"
+                        + (" (Google Colab)" if in_colab else "")))
+
+    # PyTorch and the GPU.
+    import torch
+
+    torch_cuda = torch.version.cuda
+    build = f"built for CUDA {torch_cuda}" if torch_cuda else "CPU-only build"
+    checks.append(Check("torch", "ok" if torch_cuda else "warn", f"{torch.__version__}, {build}"))
+    gpu = False
+    try:
+        gpu = torch.cuda.is_available()
+    except Exception:
+        gpu = False
+    driver_cuda: tuple[int, int] | None = None
+    driver_text = "no NVIDIA driver found"
+    try:
+        from cuda.bindings import driver as cu_driver
+
+        err, version = cu_driver.cuDriverGetVersion()
+        if int(err) == 0 and version:
+            driver_cuda = (version // 1000, (version % 1000) // 10)
+            driver_text = f"supports CUDA {driver_cuda[0]}.{driver_cuda[1]}"
+    except Exception as exc:  # no libcuda.so: no driver
+        driver_text = f"no NVIDIA driver found ({type(exc).__name__})"
+    if gpu:
+        names = []
+        for i in range(torch.cuda.device_count()):
+            cc = torch.cuda.get_device_capability(i)
+            names.append(f"{torch.cuda.get_device_name(i)} (sm_{cc[0]}{cc[1]})")
+        checks.append(Check("GPU", "ok", "; ".join(names)))
+    else:
+        checks.append(Check("GPU", "warn", "none visible to PyTorch: ops run on CPU tensors through the CUDA "
+                            "simulator (slow; for small tests), and nothing is timed"))
+        if in_colab:
+            advice.append("On Colab choose Runtime > Change runtime type > T4 GPU, then reconnect")
+        elif driver_cuda and not torch_cuda:
+            advice.append("A driver is installed but PyTorch is a CPU-only build: install a CUDA build of PyTorch "
+                          "(https://pytorch.org/get-started/locally/)")
+    checks.append(Check("NVIDIA driver", "ok" if driver_cuda else ("missing" if gpu else "warn"), driver_text))
+
+    # The CUDA compiler wheels.
+    flavour = None
+    if any(_dist_version(d) for d in ("nvidia-nvjitlink-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-nvcc-cu12")):
+        flavour = 12
+    if _dist_version("nvidia-nvvm") or _dist_version("nvidia-nvjitlink"):
+        flavour = 13 if flavour is None else flavour
+    wanted = 12 if (driver_cuda and driver_cuda[0] == 12) or (torch_cuda or "").startswith("12") else 13
+    install = f'pip install "pnex_magic[cu{wanted}]"'
+    ncv = _dist_version("numba-cuda")
+    checks.append(Check("numba-cuda", "ok" if ncv else "missing", ncv or "not installed"))
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        checks.append(Check("NUMBA_ENABLE_CUDASIM", "warn",
+                            "set: numba runs everything in the simulator; unset it to compile"))
+
+    def libpath(name: str) -> str:
+        try:
+            from cuda.pathfinder import load_nvidia_dynamic_lib
+
+            return load_nvidia_dynamic_lib(name).abs_path or ""
+        except Exception:
+            return ""
+
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        ir = nvvm.NVVM().get_version()
+        checks.append(Check("NVVM", "ok", f"NVVM IR {ir[0]}.{ir[1]} {libpath('nvvm')}".strip()))
+        nvvm_ok = True
+    except Exception as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        checks.append(Check("NVVM", "missing", f"not found ({why}): no PTX, kernels run only in the simulator"))
+        nvvm_ok = False
+    try:
+        from cuda.bindings import nvjitlink
+
+        major, minor = nvjitlink.version()
+        probe_linker()
+        checks.append(Check("nvJitLink", "ok", f"CUDA {major}.{minor} {libpath('nvJitLink')}".strip()))
+        link_ok = True
+    except Exception as exc:
+        checks.append(Check("nvJitLink", "missing", f"not usable ({type(exc).__name__}): no cubin, registers or SASS"))
+        link_ok = False
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        checks.append(Check("NVRTC", "ok", f"CUDA {major}.{minor} {libpath('nvrtc')}".strip()))
+    except Exception as exc:
+        checks.append(Check("NVRTC", "warn", f"not found ({type(exc).__name__})"))
+    if not (nvvm_ok and link_ok):
+        advice.append(install + "   # the CUDA compiler wheels (NVVM, nvJitLink) matching your driver")
+    wheels = f"CUDA {flavour} (numba-cuda[cu{flavour}])" if flavour else "no nvidia-* compiler wheels found"
+    checks.append(Check("compiler wheels", "ok" if flavour else "warn", wheels))
+    if driver_cuda and flavour and flavour > driver_cuda[0]:
+        checks.append(Check("driver vs wheels", "warn",
+                            f"the compiler wheels are CUDA {flavour} but the driver supports CUDA "
+                            f"{driver_cuda[0]}.{driver_cuda[1]}: GPU launches may fail to load the kernels"))
+        advice.append(f'pip install "pnex_magic[cu{driver_cuda[0]}]"   # compiler wheels the driver can run')
+
+    # SASS.
+    found = find_disassembler()
+    if found:
+        checks.append(Check("SASS", "ok", f"{found[0]} at {found[1]}"))
+    else:
+        checks.append(Check("SASS", "warn", "no cuobjdump or nvdisasm: the report shows PTX but no SASS"))
+        advice.append('pip install "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"   # to see SASS '
+                      '(these CUDA 13 tools also read CUDA 12 builds)')
+
+    # The build cache.
+    entries = cache.entries()
+    size = sum(p.stat().st_size for e in entries for p in e.path.iterdir() if p.is_file())
+    checks.append(Check("build cache", "ok", f"{cache.cache_dir()}: {len(entries)} entries, {format_bytes(size)}"))
+    return DoctorReport(tuple(checks), tuple(advice))

@@ -1,0 +1,274 @@
+"""IPython front end: the ``%%pnex`` cell magic, ``%pnex_cache`` and ``%pnex_doctor``.
+
+``%load_ext pnex_magic`` registers them.  This module only parses: the options
+are declared once with ``IPython.core.magic_arguments`` (which also writes
+``%%pnex?``) and turned into :class:`~pnex_magic.definition.JitOptions`, the
+same the ``jit()`` decorator builds; a cell is then run by
+:class:`~pnex_magic.frontends.cell.CellRun` over the core, so the cache and the
+operator registration are shared with ``jit()``.  Option errors are
+``UsageError`` (shown without a traceback).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import keyword
+import shutil
+
+from IPython.core import magic_arguments
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from .. import cache
+from ..definition import JitOptions
+from ..errors import KernelDefinitionError
+from .cache_listing import CacheListing
+from .cell import HISTORY_NAMES, CellRun
+from .doctor import doctor
+
+__all__ = ["PnexMagics", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def _unquote(token: str) -> str:
+    """IPython splits magic lines keeping quotes (``"a, b"`` stays quoted): drop them."""
+    token = token.strip()
+    if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'":
+        try:
+            value = ast.literal_eval(token)
+        except (ValueError, SyntaxError):
+            return token
+        if isinstance(value, str):
+            return value
+    return token
+
+
+def _join(tokens: list[str] | None) -> str | None:
+    return None if tokens is None else " ".join(_unquote(t) for t in tokens).strip()
+
+
+def _split_expressions(text: str) -> list[str]:
+    """``"a.size(1), a.size(0)"`` or ``"(x, y)"`` → one expression per launch axis."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        return [text.strip()]
+    if isinstance(tree.body, ast.Tuple):
+        return [ast.get_source_segment(text.strip(), e) or "" for e in tree.body.elts]
+    return [text.strip()]
+
+
+
+@dataclasses.dataclass
+class _Options:
+    n_threads: str | tuple[str, ...]
+    threads_per_block: int | tuple[int, ...] | None
+    to_extension: bool
+    max_registers: int | None
+    cache_id: str | None
+    verbose: bool
+    arch: str | None
+    args: str | None
+    eager: str | None
+    name: str | None
+    force: bool
+    output: str | None
+    backward_of: str | None
+    options: JitOptions  # the options of jit() among the above, checked
+
+
+@magics_class
+class PnexMagics(Magics):
+    """``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``."""
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "--n-threads", dest="n_threads", action="append", nargs="+", metavar="EXPR",
+        help="Total threads per launch axis, as an expression over the kernel's parameters "
+             "(e.g. a.numel()). Repeat it, or give comma-separated expressions, for 2-D/3-D "
+             "launches in X, Y, Z order. Required.",
+    )
+    @magic_arguments.argument(
+        "--threads-per-block", dest="threads_per_block", metavar="N[,N[,N]]",
+        help="Block shape, one size per launch axis, without spaces (default 256, 16,16 or 8,8,4).",
+    )
+    @magic_arguments.argument(
+        "--to-extension", dest="to_extension", action="store_true",
+        help="Accepted for compatibility with jit(to_extension=True).",
+    )
+    @magic_arguments.argument(
+        "--max-registers", dest="max_registers", type=int, metavar="N",
+        help="Cap on registers per thread (ptxas -maxrregcount); excess spills to local memory.",
+    )
+    @magic_arguments.argument(
+        "--cache-id", dest="cache_id", metavar="ID",
+        help="Name of the on-disk cache slot for this kernel (as jit(cache_id=...)).",
+    )
+    @magic_arguments.argument(
+        "--verbose", action="store_true",
+        help="Print the compile steps, the compiler output and what was bound.",
+    )
+    @magic_arguments.argument(
+        "--arch", metavar="sm_XY",
+        help="Target architecture to compile and inspect for (default: the GPU's, else $PNEX_ARCH, "
+             "else sm_75). GPU launches always use the GPU's own.",
+    )
+    @magic_arguments.argument(
+        "--args", dest="args", nargs="+", metavar="EXPR",
+        help="Example arguments: an expression evaluated in the notebook's namespace giving the "
+             "op's arguments (a tuple, or one value). The op runs on them (through the CUDA "
+             "simulator for CPU tensors), and the report shows the concrete grid.",
+    )
+    @magic_arguments.argument(
+        "--eager", nargs="+", metavar="EXPR",
+        help="A PyTorch callable taking the same arguments: the reference the op is checked "
+             "against (max abs/rel error) and, on a GPU, timed against. Needs --args.",
+    )
+    @magic_arguments.argument(
+        "--name", metavar="NAME",
+        help="Which function in the cell is the kernel, when several are annotated.",
+    )
+    @magic_arguments.argument(
+        "--force", action="store_true",
+        help="Recompile even if the build cache holds this kernel.",
+    )
+    @magic_arguments.argument(
+        "-o", "--output", metavar="VAR",
+        help="Store the report object (a PnexReport) in the notebook variable VAR.",
+    )
+    @magic_arguments.argument(
+        "--backward-of", dest="backward_of", metavar="FORWARD_NAME",
+        help="Attach this cell's op as the backward of the pnex op FORWARD_NAME "
+             "(pnex_magic.autograd.attach_backward).",
+    )
+    @cell_magic
+    def pnex(self, line: str, cell: str):
+        """Compile the Numba-CUDA kernel in this cell into a PyTorch operator.
+
+        The cell holds a function whose parameters are annotated In, InMut, Out,
+        Scalar or Unused (these names, and ``cuda``, need no import here; the
+        notebook's In/Out history is left alone), and may define device functions
+        and constants it uses. It runs in a copy of the notebook's namespace; when
+        everything succeeded, the op is bound to the kernel's name and the other
+        names the cell defined are bound too. A report (signature, launch,
+        PTX/SASS, resources, timing) is shown under the cell. A failing cell
+        raises one error pointing at its line and binds nothing.
+
+        Example::
+
+            %%pnex --n-threads a.numel() --args (x,) --eager torch.clone
+            def copy(a: In("f32", (None,)), result: Out("f32", "a")):
+                i = cuda.grid(1)
+                if i < a.shape[0]:
+                    result[i] = a[i]
+        """
+        opts = self._parse(line)
+        return CellRun(self.shell, opts, cell).run()
+
+    def _parse(self, line: str) -> _Options:
+        try:
+            ns = magic_arguments.parse_argstring(self.pnex, line)
+        except ValueError as exc:  # unbalanced quotes
+            raise UsageError(f"%%pnex: cannot split the options: {exc}") from None
+        if not ns.n_threads:
+            raise UsageError("%%pnex needs --n-threads EXPR (e.g. --n-threads a.numel()); see %%pnex?")
+        exprs: list[str] = []
+        for group in ns.n_threads:
+            exprs += _split_expressions(_join(group) or "")
+        if any(not e for e in exprs):
+            raise UsageError(f"--n-threads: empty expression in {exprs!r}")
+        if len(exprs) > 3:
+            raise UsageError(f"--n-threads: at most 3 launch axes (X, Y, Z), got {len(exprs)}: {', '.join(exprs)}")
+        tpb: int | tuple[int, ...] | None = None
+        if ns.threads_per_block:
+            text = _unquote(ns.threads_per_block).strip("()")
+            try:
+                sizes = tuple(int(p) for p in text.split(",") if p.strip())
+            except ValueError:
+                raise UsageError(f"--threads-per-block expects N[,N[,N]] (positive ints), got {text!r}") from None
+            if not sizes or any(s <= 0 for s in sizes) or len(sizes) > 3:
+                raise UsageError(f"--threads-per-block expects 1 to 3 positive ints, got {text!r}")
+            tpb = sizes[0] if len(sizes) == 1 else sizes
+        if ns.max_registers is not None and ns.max_registers <= 0:
+            raise UsageError(f"--max-registers must be a positive int, got {ns.max_registers}")
+        arch = None if ns.arch is None else _unquote(ns.arch)
+        for key in ("output", "name", "backward_of", "cache_id"):
+            if getattr(ns, key) is not None:
+                setattr(ns, key, _unquote(getattr(ns, key)))
+        for flag, value in (("--output", ns.output), ("--name", ns.name), ("--backward-of", ns.backward_of)):
+            if value is not None and (not value.isidentifier() or keyword.iskeyword(value)):
+                raise UsageError(f"{flag} expects a Python name, got {value!r}")
+        if ns.output in HISTORY_NAMES:
+            raise UsageError(f"--output {ns.output}: that name is IPython's history; pick another")
+        eager = _join(ns.eager)
+        args = _join(ns.args)
+        if eager and not args:
+            raise UsageError("--eager needs --args: the reference is called on the example arguments")
+        try:
+            options = JitOptions.checked(
+                to_extension=ns.to_extension, cache_id=ns.cache_id, verbose=ns.verbose,
+                max_registers=ns.max_registers, arch=arch, force=ns.force,
+            )
+        except KernelDefinitionError as exc:
+            flag = "--arch" if "architecture" in str(exc) else "%%pnex"
+            raise UsageError(f"{flag}: {exc}") from None
+        return _Options(
+            options=options,
+            n_threads=exprs[0] if len(exprs) == 1 else tuple(exprs),
+            threads_per_block=tpb,
+            to_extension=ns.to_extension,
+            max_registers=ns.max_registers,
+            cache_id=ns.cache_id,
+            verbose=ns.verbose,
+            arch=options.arch,
+            args=args,
+            eager=eager,
+            name=ns.name,
+            force=ns.force,
+            output=ns.output,
+            backward_of=ns.backward_of,
+        )
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "--clear", action="store_true", help="Remove cached builds (all, or those matching --kernel)."
+    )
+    @magic_arguments.argument("--kernel", metavar="NAME", help="Only entries whose kernel name contains NAME.")
+    @line_magic
+    def pnex_cache(self, line: str):
+        """List (or clear) the compiled kernels in pnex's on-disk build cache.
+
+        Builds are stored under $PNEX_CACHE_DIR (else ~/.cache/pnex_magic), keyed by
+        the kernel's source, the values it reads, its options, the target
+        architecture and the toolchain versions; only successful builds are
+        stored. %%pnex --force recompiles without reading the cache.
+        """
+        ns = magic_arguments.parse_argstring(self.pnex_cache, line)
+        entries = [e for e in cache.entries() if not ns.kernel or ns.kernel in str(e.meta.get("kernel", ""))]
+        if ns.clear:
+            for entry in entries:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            return CacheListing.collect(removed=len(entries))
+        return CacheListing.collect(entries=entries)
+
+    @line_magic
+    def pnex_doctor(self, line: str = ""):
+        """Check what this environment can do: GPU and driver, PyTorch's CUDA build,
+        the CUDA compiler wheels numba-cuda found (NVVM, nvJitLink, NVRTC), whether
+        SASS can be shown, the build cache; and what to install when something is
+        missing."""
+        if line.strip():
+            raise UsageError("%pnex_doctor takes no options")
+        return doctor()
+
+
+def load_ipython_extension(ip) -> None:
+    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``."""
+    ip.register_magics(PnexMagics)
+
+
+def unload_ipython_extension(ip) -> None:
+    magics = ip.magics_manager.magics
+    for kind, name in (("cell", "pnex"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
+        magics[kind].pop(name, None)
+    ip.magics_manager.registry.pop("PnexMagics", None)

@@ -1,0 +1,52 @@
+"""The description of a kernel that pnex's generic launchers run: plain data.
+
+The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
+artifact all start from this dictionary: per parameter its kind, dtype, rank and
+shape checks, the op's arguments and outputs, the ``n_threads`` expressions and
+the block shape.  Expressions are compiled to postfix programs
+(:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
+without Python.  Nothing in it is code: it round-trips through JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..spec import KernelSpec, ScalarParam, TensorParam
+
+__all__ = ["KINDS", "describe_launch"]
+
+#: Parameter kinds, as the C++ sources number them.
+KINDS = {"in": 0, "inmut": 1, "out": 2, "scalar": 3, "unused": 4}
+
+
+def describe_launch(spec: KernelSpec) -> dict[str, Any]:
+    """The launch description of ``spec`` (see the module docstring)."""
+    index_of = spec.index_of
+    params = []
+    for p in spec.params:
+        entry: dict[str, Any] = {"name": p.name, "kind": KINDS[p.role], "init": None}
+        if isinstance(p, TensorParam):
+            entry.update(
+                dtype=p.dtype.name,
+                itemsize=p.dtype.itemsize,
+                ndim=p.ndim,
+                describe=p.shape_text(),
+                shape=[None if e is None else e.to_program(index_of) for e in p.shape],
+                shape_text=["" if e is None else str(e) for e in p.shape],
+                init=None if p.init is None else float(p.init),
+            )
+        else:
+            dtype = p.dtype.name if isinstance(p, ScalarParam) else "int64"
+            entry.update(dtype=dtype, itemsize=8, ndim=0, describe=p.describe(), shape=[], shape_text=[])
+        params.append(entry)
+    block = list(spec.threads_per_block) + [1] * (3 - len(spec.threads_per_block))
+    return {
+        "kernel": spec.name,
+        "params": params,
+        "arguments": [index_of(p.name) for p in spec.arguments],
+        "outputs": [index_of(p.name) for p in spec.outputs],
+        "n_threads": [e.to_program(index_of) for e in spec.n_threads],
+        "n_threads_text": [str(e) for e in spec.n_threads],
+        "block": block,
+    }

@@ -1,0 +1,32 @@
+"""What a launcher needs of a kernel: the interface both a kernel defined in this
+process (:class:`pnex_magic.definition.KernelDefinition`) and a kernel loaded
+from a saved artifact provide."""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Protocol
+
+from ..spec import KernelSpec
+
+__all__ = ["Kernel"]
+
+
+class Kernel(Protocol):
+    spec: KernelSpec
+    options: Any  # verbose, to_extension, ...
+
+    @property
+    def op_name(self) -> str:
+        """The op's name in the ``pnex`` namespace."""
+
+    @property
+    def compiles(self) -> bool:
+        """Whether GPU code exists (or can be made) for this kernel."""
+
+    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+        """The cubin (else NUL-terminated PTX) for ``arch`` and the entry name;
+        ``layout`` "C" is the variant for C-contiguous inputs, "A" for any strides."""
+
+    def simulated_function(self) -> types.FunctionType | None:
+        """The Python function the CUDA simulator runs (``None`` without source)."""

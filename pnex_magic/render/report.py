@@ -1,0 +1,420 @@
+"""The ``%%pnex`` report: one object, three renderings.
+
+:class:`PnexReport` holds what one ``%%pnex`` cell built: the core's
+:class:`~pnex_magic.report.KernelReport` (from :func:`~pnex_magic.report.build_report`)
+and what the cell bound.  It renders as
+
+* an ipywidgets ``Tab`` (:meth:`PnexReport.widget`) with the tabs Signature,
+  Launch, PTX, Resources and Timing, built from core widgets only (``HTML``,
+  ``Tab``, ``VBox``), so it needs no front-end extension beyond ipywidgets;
+* static HTML (:meth:`PnexReport.to_html`): the same sections under ``<details>``,
+  for nbconvert and reopened notebooks;
+* plain text (:meth:`PnexReport.to_text`): for terminal IPython and logs.
+
+Displayed, it offers all three (``_repr_mimebundle_``); each front end picks the
+richest it can show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..report import KernelReport, occupancy
+from ..sass import Disassembly
+from ..timing import TimingResult, format_bytes, format_time
+from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table
+from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+
+__all__ = ["PnexReport", "TAB_TITLES"]
+
+TAB_TITLES = ("Signature", "Launch", "PTX", "Resources", "Timing")
+
+
+@dataclasses.dataclass
+class PnexReport:
+    """What one ``%%pnex`` cell built, for display and for code (``-o VAR``).
+
+    Attributes
+    ----------
+    kernel : KernelReport
+        Schema, signature, launch configuration, PTX and resources (also reachable
+        directly: ``report.registers`` is ``report.kernel.registers``).
+    op : PnexOp
+        The operator the cell defined.
+    bound_name : str
+        The name the op was bound to in the notebook.
+    previous : str
+        What that name held before ("" if it was free).
+    also_bound : tuple of str
+        Other names the cell defined and bound (constants, device functions).
+    timing : TimingResult or None
+        Correctness and timings, with ``--args`` (``None`` without).
+    sass : Disassembly
+        SASS of the cubin, or why there is none.
+    n_threads_values : tuple of int or None
+        ``n_threads`` evaluated for ``--args``.
+    compile_log : str
+        Everything the compilers printed while the cell compiled.
+    skipped : tuple of str
+        Other annotated functions in the cell that were not compiled (see ``--name``).
+    """
+
+    kernel: KernelReport
+    op: Any
+    bound_name: str
+    previous: str = ""
+    also_bound: tuple[str, ...] = ()
+    timing: TimingResult | None = None
+    sass: Disassembly = dataclasses.field(default_factory=lambda: Disassembly(None, None, "not requested"))
+    n_threads_values: tuple[int, ...] | None = None
+    compile_log: str = ""
+    skipped: tuple[str, ...] = ()
+    backward_of: str | None = None
+    eager_text: str | None = None
+    args_text: str | None = None
+    not_compiled: str = ""
+    _widget: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Convenience: report.registers, report.ptx, ... read the KernelReport.
+        if name.startswith("_") or name == "kernel":
+            raise AttributeError(name)
+        try:
+            return getattr(self.kernel, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+
+    @property
+    def spec(self):
+        return self.op._pnex.spec
+
+    # ------------------------------------------------------------------ text
+
+    def binding_text(self) -> str:
+        what = f"{self.bound_name} = {self.kernel.op_name}"
+        if not self.previous:
+            return f"bound {what} (a new name)"
+        return f"bound {what} (replacing {self.previous})"
+
+    @classmethod
+    def from_kernel(cls, kernel: KernelReport, op: Any, bound_name: str, **binding: Any) -> PnexReport:
+        """The report of a cell from the core's report of its kernel (its run on the
+        example arguments included) and what the cell bound."""
+        return cls(
+            kernel=kernel, op=op, bound_name=bound_name, timing=kernel.timing, sass=kernel.sass,
+            n_threads_values=kernel.n_threads_values, not_compiled=kernel.not_compiled, **binding,
+        )
+
+    def lines(self) -> list[str]:
+        k = self.kernel
+        # The cell's own fields (timing may be replaced) are printed below, in the cell's words.
+        static = dataclasses.replace(
+            k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled=""
+        )
+        out = list(static.lines())
+        out.insert(1, f"  bound     : {self.binding_text().removeprefix('bound ')}")
+        if self.also_bound:
+            out.insert(2, f"  also bound: {', '.join(self.also_bound)}")
+        if self.backward_of:
+            out.insert(2, f"  backward  : attached as the backward of {self.backward_of}")
+        if self.not_compiled:
+            out.append(f"  compiled  : no ({self.not_compiled})")
+        if self.n_threads_values is not None:
+            out.append(f"  n_threads : {self.n_threads_values} for --args {self.args_text or ''}".rstrip())
+        sass = f"{len(self.sass.text.splitlines())} lines ({self.sass.tool})" if self.sass else self.sass.reason
+        out.append(f"  sass      : {sass}")
+        if self.skipped:
+            out.append(f"  skipped   : {', '.join(self.skipped)} (annotated too; compile one with --name)")
+        if self.timing is not None:
+            out += ["  " + line for line in self.timing.lines()]
+        else:
+            out.append("  timing    : give --args (and --eager) to check correctness and time the op")
+        return out
+
+    def to_text(self) -> str:
+        return "\n".join(self.lines())
+
+    __str__ = to_text
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text("PnexReport(...)" if cycle else self.to_text())
+
+    # ------------------------------------------------------------------ HTML sections
+
+    def header_html(self) -> str:
+        k = self.kernel
+        how = "cache hit" if k.cache_hit else f"compiled in {k.compile_seconds:.2f} s"
+        if self.not_compiled:
+            how = "not compiled"
+        badges = []
+        if k.spills:
+            badges.append(badge("SPILLS", ERR))
+        if self.timing is not None and self.timing.correctness is not None:
+            c = self.timing.correctness
+            badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
+        if self.timing is not None and self.timing.speedup is not None:
+            badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
+        prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
+        lines = [
+            f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(k.op_name)}{prev} '
+            f'&middot; {escape(k.arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
+        ]
+        extra = []
+        if self.also_bound:
+            extra.append("also bound: " + ", ".join(code(n) for n in self.also_bound))
+        if self.backward_of:
+            extra.append(f"attached as the backward of {code(self.backward_of)}")
+        if self.skipped:
+            extra.append("not compiled: " + ", ".join(code(n) for n in self.skipped) + " (pick with --name)")
+        if extra:
+            lines.append(note(" &middot; ".join(extra)))
+        return "".join(lines)
+
+    def signature_html(self) -> str:
+        k = self.kernel
+        spec = self.spec
+        outs = spec.outputs
+        if not outs:
+            mutated = ", ".join(spec.mutated)
+            returns = "nothing (None)" + (f"; it writes {code(mutated)} in place" if mutated else "")
+        elif len(outs) == 1:
+            returns = f"one tensor, {code(outs[0].name)}: {code(outs[0].describe())}"
+        else:
+            returns = f"a tuple of {len(outs)} tensors: " + ", ".join(code(o.name) for o in outs)
+        rows = []
+        for p in spec.params:
+            role = {"in": "argument", "inmut": "argument, written in place", "out": "returned",
+                    "scalar": "argument", "unused": "dropped (passed None)"}[p.role]
+            rows.append((code(p.name), code(p.describe()), escape(role)))
+        args = ", ".join(p.name for p in spec.arguments)
+        torch_call = "torch.ops." + k.op_name.replace("::", ".") + f"({args})"
+        parts = [
+            "<div><b>Python signature</b></div>",
+            pre(highlight(k.signature, python_lexer())),
+            f"<div>returns {returns}</div>",
+            '<div style="margin-top:6px"><b>torch schema</b></div>',
+            pre(escape(k.schema)),
+            note(f"call it as {code(f'{self.bound_name}({args})')} or "
+                  f"{code(torch_call)}; it works under "
+                  f"torch.compile(fullgraph=True)"),
+            table(rows, ("parameter", "annotation", "role")),
+        ]
+        if k.source:
+            parts.append(
+                f'<details><summary style="cursor:pointer">kernel source</summary>'
+                f"{pre(highlight(k.source, python_lexer()), max_height='24em')}</details>"
+            )
+        return "".join(parts)
+
+    def launch_html(self) -> str:
+        k = self.kernel
+        axes = "XYZ"
+        rows = []
+        for i, expr in enumerate(k.n_threads):
+            value = "" if self.n_threads_values is None else str(self.n_threads_values[i])
+            tpb = k.threads_per_block[i]
+            blocks = "" if k.grid is None else str(k.grid[i])
+            rows.append((axes[i], code(expr), escape(value), str(tpb), escape(blocks)))
+        header = ("axis", "n_threads", "value for --args", "threads per block", "blocks")
+        parts = [table(rows, header)]
+        block_total = 1
+        for t in k.threads_per_block:
+            block_total *= t
+        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, k.threads_per_block))})</div>")
+        if k.grid is not None and k.block is not None:
+            blocks = k.grid[0] * k.grid[1] * k.grid[2]
+            launched = blocks * block_total
+            needed = 1
+            for v in self.n_threads_values or ():
+                needed *= v
+            idle = launched - needed if self.n_threads_values else 0
+            parts.append(
+                f"<div>grid {code(str(k.grid))} blocks × block {code(str(k.block))} threads = "
+                f"{launched:,} threads launched for {escape(self.args_text or 'the example arguments')}"
+                + (f" ({idle:,} beyond n_threads, kept idle by the kernel's bounds check)" if idle > 0 else "")
+                + "</div>"
+            )
+        else:
+            parts.append(note("give --args EXPR to see the grid for concrete arguments"))
+        parts.append(note("Axes are in CUDA's X, Y, Z order: cuda.grid(2) returns (x, y); blocks per "
+                           "axis = ceil(n_threads / threads per block)."))
+        return "".join(parts)
+
+    def ptx_html(self) -> str:
+        k = self.kernel
+        if not k.ptx:
+            return note(escape(f"no PTX: {self.not_compiled or 'the kernel was not compiled'}"))
+        ptx_lines = k.ptx.count("\n") + 1
+        entry = k.entry[:60] + ("…" if len(k.entry) > 60 else "")
+        ptx = (
+            f"<div><b>PTX</b> ({ptx_lines} lines, {escape(k.arch)}; entry {code(entry)})</div>"
+            + listing(k.ptx, PtxLexer(), "rep.kernel.ptx")
+        )
+        if self.sass:
+            sass = (
+                f"<div><b>SASS</b> ({self.sass.text.count(chr(10)) + 1} lines, from {escape(self.sass.tool)})</div>"
+                + listing(self.sass.text, SassLexer(), "rep.sass.text")
+            )
+        else:
+            sass = "<div><b>SASS</b></div>" + note(escape(f"not shown: {self.sass.reason}"))
+        return (
+            '<div style="display:flex;flex-wrap:wrap;gap:12px">'
+            f'<div style="flex:1 1 28em;min-width:0">{ptx}</div>'
+            f'<div style="flex:1 1 28em;min-width:0">{sass}</div></div>'
+        )
+
+    def resources_html(self) -> str:
+        k = self.kernel
+        if k.registers is None:
+            parts = [note(escape("no resource figures: " + (self.not_compiled or
+                     "nvJitLink was not available to assemble the PTX (pip install numba-cuda[cu12] or [cu13])")))]
+            return "".join(parts)
+        spill_style = f"color:{ERR};font-weight:600" if k.spills else ""
+        spills = (
+            f'<span style="{spill_style}">{k.spill_store_bytes} B stored, {k.spill_load_bytes} B loaded</span>'
+            if k.spills else "none"
+        )
+        cap = f" (capped at {k.max_registers} by --max-registers)" if k.max_registers else ""
+        tpb = 1
+        for t in k.threads_per_block:
+            tpb *= t
+        rows = [
+            ("registers per thread", f"{k.registers}{escape(cap)}"),
+            ("shared memory per block (static)", f"{k.shared_bytes} B"),
+            ("local memory per thread", f'<span style="{spill_style}">{k.local_bytes} B</span>'),
+            ("register spills", spills),
+            ("constant memory (parameters)", f"{k.const_bytes} B"),
+        ]
+        if k.occupancy is not None:
+            bar = (
+                f'<span style="display:inline-block;width:8em;height:0.7em;border:1px solid {BORDER};'
+                f'vertical-align:middle;margin-right:6px"><span style="display:block;height:100%;'
+                f'width:{k.occupancy * 100:.0f}%;background:{ACCENT}"></span></span>'
+            )
+            rows.append((f"theoretical occupancy ({tpb} threads/block, {escape(k.arch)})", f"{bar}{k.occupancy:.0%}"))
+        parts = [table(rows)]
+        if k.spills:
+            parts.append(
+                f'<div style="color:{ERR}">The kernel spills registers to local memory, which is slow: '
+                f"raise --max-registers, or use fewer live values per thread.</div>"
+            )
+        sizes = [s for s in (32, 64, 128, 256, 512, 1024)]
+        occ = [(s, occupancy(k.arch, k.registers, k.shared_bytes or 0, s)) for s in sizes]
+        if all(o is not None for _, o in occ):
+            parts.append(note("theoretical occupancy by threads per block:"))
+            parts.append(table([tuple(f"{s}" for s, _ in occ), tuple(f"{o:.0%}" for _, o in occ)]))
+        if k.link_log.strip():
+            parts.append(log_details_html("ptxas / nvJitLink log", k.link_log))
+        if self.compile_log.strip():
+            parts.append(log_details_html("compiler output", self.compile_log))
+        return "".join(parts)
+
+    def timing_html(self) -> str:
+        t = self.timing
+        if t is None:
+            return note("Give --args EXPR (example arguments) and --eager EXPR (a PyTorch function taking the "
+                         "same arguments) to check the op against eager PyTorch and, on a GPU, time both.")
+        parts = [f"<div>on {escape(t.device)}</div>"]
+        if t.op is not None:
+            rows = []
+            for label, m, bw in ((t.name, t.op, t.bandwidth), (t.eager_name, t.eager, t.eager_bandwidth)):
+                if m is None:
+                    continue
+                rows.append((
+                    code(label), format_time(m.median), f"{format_time(m.q1)} – {format_time(m.q3)}",
+                    format_time(m.best), f"{m.repeat} × {m.loops}",
+                    "" if bw is None else f"{bw / 1e9:.1f} GB/s",
+                ))
+            parts.append(table(rows, ("", "median", "IQR", "min", "runs × loops", "bandwidth")))
+            if t.speedup is not None:
+                colour = OK if t.speedup >= 1 else WARN
+                parts.append(
+                    f'<div>speed-up: <b style="color:{colour}">{t.speedup:.2f}×</b> (eager median / op median)</div>'
+                )
+            parts.append(note(
+                f"CUDA events around back-to-back calls after warm-up; bandwidth = {format_bytes(t.bytes_moved)} "
+                f"of arguments and outputs per call / median time"
+            ))
+        else:
+            parts.append(note(escape(f"not timed: {t.reason}")))
+        c = t.correctness
+        if c is not None:
+            colour = OK if c.ok else ERR
+            verdict = "matches eager" if c.ok else "DIFFERS from eager" if c.compared else "not compared"
+            parts.append(f'<div style="color:{colour};font-weight:600">{verdict}</div>')
+            if c.compared:
+                parts.append(table([
+                    ("max abs error", f"{c.max_abs_error:.3g}"),
+                    ("max rel error", f"{c.max_rel_error:.3g}"),
+                    ("compared", escape(", ".join(c.compared))),
+                    ("tolerance", f"rtol={c.rtol:g}, atol={c.atol:g} (torch.testing defaults for the dtype)"),
+                ]))
+            if c.note:
+                parts.append(note(escape(c.note)))
+        elif self.eager_text is None:
+            parts.append(note("give --eager EXPR to check the results against PyTorch"))
+        return "".join(parts)
+
+    def sections(self) -> list[tuple[str, str]]:
+        contents = (
+            self.signature_html(), self.launch_html(), self.ptx_html(), self.resources_html(), self.timing_html(),
+        )
+        return list(zip(TAB_TITLES, contents, strict=True))
+
+    # ------------------------------------------------------------------ renderings
+
+    def to_html(self) -> str:
+        """The static HTML form: every section under ``<details>`` (PTX folded)."""
+        body = []
+        for title, content in self.sections():
+            opened = "" if title == "PTX" else " open"
+            body.append(
+                f'<details{opened} style="margin:4px 0">'
+                f'<summary style="cursor:pointer;font-weight:600">{title}</summary>'
+                f'<div style="padding-left:12px">{content}</div></details>'
+            )
+        return (
+            f'<div class="pnex-report" style="color:inherit;font-size:13px;line-height:1.45">'
+            f'<div style="font-weight:600">pnex kernel {code(self.kernel.name)}</div>'
+            f"{self.header_html()}{''.join(body)}</div>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def widget(self):
+        """A fresh ipywidgets view: a header above a ``Tab`` with the five sections."""
+        import ipywidgets as w
+
+        children = [w.HTML(value=_wrap(content), layout=w.Layout(width="100%")) for _title, content in self.sections()]
+        tab = w.Tab(children=children, titles=TAB_TITLES, layout=w.Layout(width="100%"))
+        header = w.HTML(value=_wrap(self.header_html()), layout=w.Layout(width="100%"))
+        return w.VBox([header, tab], layout=w.Layout(width="100%"))
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle: dict[str, Any] = {"text/plain": self.to_text(), "text/html": self.to_html()}
+        if _in_kernel():
+            if self._widget is None:
+                self._widget = self.widget()
+            view = self._widget._repr_mimebundle_()
+            if view and "application/vnd.jupyter.widget-view+json" in view:
+                bundle["application/vnd.jupyter.widget-view+json"] = view["application/vnd.jupyter.widget-view+json"]
+        return bundle
+
+
+def _wrap(content: str) -> str:
+    # ipywidgets' HTML widget sets line-height to the height of one input row (28px);
+    # reset it for multi-line content.
+    return f'<div style="color:inherit;font-size:13px;line-height:1.45">{content}</div>'
+
+
+def _in_kernel() -> bool:
+    """Whether we run in a Jupyter kernel (a front end that may show widgets)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+

@@ -1,0 +1,112 @@
+"""SASS: the machine code ptxas made of a kernel's cubin, disassembled by
+``cuobjdump`` (or ``nvdisasm``) from the CUDA toolkit or NVIDIA's pip wheels.
+
+A compile-stage inspection: the report gathers it next to the PTX and the
+resource figures.  Where no disassembler is installed, :class:`Disassembly` says
+why and what to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+__all__ = ["Disassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Disassembly:
+    """SASS of a cubin, or why there is none."""
+
+    text: str | None
+    tool: str | None
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.text)
+
+
+def find_disassembler() -> tuple[str, str] | None:
+    """``(tool, path)`` of ``cuobjdump`` or ``nvdisasm``: on PATH, in the NVIDIA pip
+    wheels (``cuda.pathfinder``, then any ``site-packages/nvidia/*/bin``), or under
+    ``$CUDA_HOME``/``$CUDA_PATH``/``/usr/local/cuda``."""
+    import glob
+    import site
+    import sys
+
+    roots = [p for p in dict.fromkeys([*site.getsitepackages(), site.getusersitepackages(), *sys.path]) if p]
+    for tool in ("cuobjdump", "nvdisasm"):
+        path = shutil.which(tool)
+        if not path:
+            try:
+                from cuda.pathfinder import find_nvidia_binary_utility
+
+                path = find_nvidia_binary_utility(tool)
+            except Exception:
+                path = None
+        if not path:
+            for root in roots:
+                hits = sorted(glob.glob(os.path.join(root, "nvidia", "*", "bin", tool)))
+                if hits and os.access(hits[-1], os.X_OK):
+                    path = hits[-1]
+                    break
+        if not path:
+            for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+                if root and os.access(os.path.join(root, "bin", tool), os.X_OK):
+                    path = os.path.join(root, "bin", tool)
+                    break
+        if path:
+            return tool, path
+    return None
+
+
+SASS_ADVICE = (
+    'pip install "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*" (the CUDA 13 disassemblers, '
+    "which read the cubins of CUDA 12 builds too), or put a CUDA toolkit's bin/ on PATH"
+)
+
+_ENCODING_LINE = re.compile(r"^\s*/\* 0x[0-9a-f]{16} \*/\s*$", re.MULTILINE)
+_ENCODING_TAIL = re.compile(r"\s*/\* 0x[0-9a-f]{16} \*/[ \t]*$", re.MULTILINE)
+
+
+def tidy_sass(text: str) -> str:
+    """Drop ``cuobjdump``'s instruction encodings (a hex comment after every
+    instruction and a line of its own after it), keeping offsets and code."""
+    text = _ENCODING_LINE.sub("", text)
+    text = _ENCODING_TAIL.sub("", text)
+    return re.sub(r"\n{2,}(?=\s*/\*[0-9a-f]{4}\*/)", "\n", text)
+
+
+def disassemble(cubin: bytes | None, *, timeout: float = 60.0) -> Disassembly:
+    """SASS of ``cubin`` via ``cuobjdump -sass`` (or ``nvdisasm -c``)."""
+    if cubin is None:
+        return Disassembly(None, None, "no cubin: nvJitLink was not available to assemble the PTX")
+    return _disassemble_cached(hashlib.sha256(cubin).hexdigest(), cubin, timeout)
+
+
+@functools.lru_cache(maxsize=32)
+def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembly:
+    found = find_disassembler()
+    if found is None:
+        return Disassembly(None, None, f"neither cuobjdump nor nvdisasm was found: {SASS_ADVICE}")
+    tool, path = found
+    with tempfile.TemporaryDirectory(prefix="pnex-sass-") as tmp:
+        file = os.path.join(tmp, "kernel.cubin")
+        with open(file, "wb") as f:
+            f.write(cubin)
+        argv = [path, "-sass", file] if tool == "cuobjdump" else [path, "-c", file]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Disassembly(None, tool, f"{tool} could not run: {exc}")
+    if done.returncode != 0 or not done.stdout.strip():
+        err = (done.stderr or done.stdout).strip().splitlines()
+        return Disassembly(None, tool, f"{tool} failed ({err[-1] if err else f'exit {done.returncode}'}); "
+                                       f"it may be older than the cubin's architecture")
+    return Disassembly(tidy_sass(done.stdout), tool, "")
