@@ -30,6 +30,12 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    folder = getattr(config, "pnex_browser_artifacts", None)
+    if folder is not None:
+        terminalreporter.write_line(f"browser test screenshots: {folder}")
+
+
 def _cuda_available() -> bool:
     try:
         import torch

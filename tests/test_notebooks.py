@@ -75,6 +75,18 @@ def test_notebook_kernels_are_the_benchmarked_ones(name, kernels):
         assert found[kernel] == ast.dump(fn, annotate_fields=False), f"{name}: {kernel} differs from workloads.py"
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_saved_outputs_need_no_kernel(path):
+    """GitHub, nbviewer, nbconvert and a reopened notebook show saved outputs without a
+    kernel: no widget view (it would show "Loading widget..."), the reports' HTML instead."""
+    nb = nbformat.read(path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if run_notebooks.WIDGET_VIEW in o.get("data", {})]
+    assert "widgets" not in nb.metadata
+    reports = [o for o in outputs if "pnex kernel" in str(o.get("data", {}).get("text/html", ""))]
+    assert reports, "the notebook shows at least one %%pnex report"
+
+
 def test_colab_install_cell_is_guarded():
     nb = nbformat.read(NOTEBOOKS["05_colab.ipynb"], as_version=4)
     install = next(c.source for c in nb.cells if c.cell_type == "code" and "%pip install" in c.source)

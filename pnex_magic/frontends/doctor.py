@@ -14,6 +14,7 @@ import sys
 from .. import cache
 from .._version import __version__
 from ..compiler import probe_linker
+from ..render.html import ERR, OK, WARN
 from ..sass import find_disassembler
 from ..timing import format_bytes
 
@@ -60,8 +61,7 @@ class DoctorReport:
 
     def _repr_html_(self) -> str:
         e = html.escape
-        colour = {"ok": "var(--jp-success-color1, #2e9d4f)", "warn": "var(--jp-warn-color1, #d98c00)",
-                  "missing": "var(--jp-error-color1, #d9473f)"}
+        colour = {"ok": OK, "warn": WARN, "missing": ERR}
         cell = "padding:1px 10px 1px 0;text-align:left;vertical-align:top"
         rows = "".join(
             f'<tr><td style="{cell};color:{colour.get(c.status, "inherit")};font-weight:600">{e(c.status)}</td>'
