@@ -40,8 +40,8 @@ _module: Any = None
 _load_lock = threading.Lock()
 
 
-def _build_key(include: str) -> str:
-    return build.build_key([SOURCE], [include], _CFLAGS + _ldflags())
+def _build_key(*includes: str) -> str:
+    return build.build_key([SOURCE], list(includes), _CFLAGS + _ldflags())
 
 
 _CFLAGS = ["-O2"]
@@ -60,16 +60,22 @@ def load_launcher(verbose: bool = False):
     with _load_lock:
         if _module is not None:
             return _module
-        include = build.cuda_include_dir()
-        if include is None:
+        includes = build.cuda_include_dirs()
+        if not includes:
             raise KernelCompileError(
                 "pnex's C++ launcher needs the CUDA headers (cuda.h): install the toolkit or "
-                "pip install 'numba-cuda[cu12]' / 'numba-cuda[cu13]'"
+                "pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]'"
+            )
+        if not any((Path(d) / "crt" / "host_config.h").exists() for d in includes):
+            raise KernelCompileError(
+                f"pnex's C++ launcher needs the CUDA headers' crt/ folder, which {includes[0]} lacks: install the "
+                f"toolkit or pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]' (nvidia-cuda-nvcc-cu12 / "
+                f"nvidia-cuda-crt)"
             )
         _module = build.build_extension(
             "pnex_launcher",
             [SOURCE],
-            includes=[include],
+            includes=includes,
             cflags=_CFLAGS,
             ldflags=_ldflags(),
             what="C++ launcher",
