@@ -32,7 +32,7 @@ from pnex_magic.op import PnexOp
 
 IPython = pytest.importorskip("IPython")
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.testing.globalipapp import get_ipython  # noqa: E402
+from IPython.testing import globalipapp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def muladd_k(
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = get_ipython()
+    shell = globalipapp.get_ipython()  # the module's name: rebound to the shell once started
     shell.run_line_magic("load_ext", "pnex_magic")
     shell.run_cell("import torch")
     return shell

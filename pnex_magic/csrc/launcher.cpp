@@ -442,9 +442,13 @@ class PnexKernel final : public c10::OperatorKernel {
         std::string hint;
         if (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED || r == CUDA_ERROR_ASSERT ||
             r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_MISALIGNED_ADDRESS) {
-          hint = "; this error is left by an earlier kernel on this device" +
-                 (previous.empty() ? std::string() : " (the last pnex kernel launched there was '" + previous + "')") +
-                 ". Set PNEX_LAUNCH_BLOCKING=1 to name the kernel that faulted";
+          hint = launch_blocking()
+                     ? std::string("; launches are synchronised (PNEX_LAUNCH_BLOCKING / CUDA_LAUNCH_BLOCKING), so "
+                                   "this kernel faulted, unless a kernel outside pnex did just before it")
+                     : "; this error is left by an earlier kernel on this device" +
+                           (previous.empty() ? std::string()
+                                             : " (the last pnex kernel launched there was '" + previous + "')") +
+                           ". Set PNEX_LAUNCH_BLOCKING=1 (or CUDA_LAUNCH_BLOCKING=1) to name the kernel that faulted";
         }
         TORCH_CHECK(false, "pnex: kernel '", spec.kernel, "' could not be launched on cuda:", std::to_string(dev),
                     " (grid ", std::to_string(grid[0]), "x", std::to_string(grid[1]), "x", std::to_string(grid[2]),
@@ -504,7 +508,40 @@ std::map<std::string, Registration>& registry() {
   return *r;
 }
 
+// torch < 2.12 has no hook to let the launcher register before CustomOpDef.__init__ puts its
+// Python autograd (and ADInplaceOrView) kernels there, so ours replace them, and the dispatcher
+// prints "Overriding a previously registered kernel ..." in every process.  Expected and
+// harmless here (dropping ours brings theirs back): while we register, that warning about this
+// op is dropped, as torch drops it for its own ADInplaceOrView kernel; every other warning goes
+// to the handler that was in place.  (torch warns once per process for all operators.)
+class DropOverrideWarning final : public c10::WarningHandler {
+ public:
+  explicit DropOverrideWarning(const std::string& name)
+      : op_("operator: pnex::" + name), previous_(c10::WarningUtils::get_warning_handler()) {}
+  void process(const c10::Warning& warning) override {
+    const std::string& msg = warning.msg();
+    const size_t at = msg.find(op_);
+    const char next = at == std::string::npos || at + op_.size() >= msg.size() ? '\0' : msg[at + op_.size()];
+    if (msg.find("Overriding a previously registered kernel") != std::string::npos && (next == '(' || next == '\n')) {
+      return;
+    }
+    previous_->process(warning);
+  }
+
+ private:
+  std::string op_;
+  c10::WarningHandler* previous_;
+};
+
 void unregister_op(const std::string& name) { registry().erase(name); }
+
+// The last pnex kernel launched on a device ("" if none): a fault is reported by CUDA at a
+// later call, so Python names this one in its messages.
+std::string last_kernel(int device) {
+  std::lock_guard<std::mutex> lock(g_last_mutex);
+  auto it = g_last_kernel.find(device);
+  return it == g_last_kernel.end() ? std::string() : it->second;
+}
 
 void drop_autograd_fallback(const std::string& name) {
   auto it = registry().find(name);
@@ -552,6 +589,8 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   reg.cuda = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::CUDA, __FILE__,
                                               __LINE__);
   reg.cuda->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PnexKernel>(spec)));
+  DropOverrideWarning quiet(name);
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
   if (autograd_fallback) {
     reg.autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::Autograd,
                                                     __FILE__, __LINE__);
@@ -575,4 +614,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unregister_op", &unregister_op, py::arg("name"));
   m.def("drop_autograd_fallback", &drop_autograd_fallback, py::arg("name"));
   m.def("driver_error", &driver_error);
+  m.def("last_kernel", &last_kernel, py::arg("device"));
 }

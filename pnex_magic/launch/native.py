@@ -31,7 +31,7 @@ from .driver import DriverLauncher
 from .kernel import Kernel
 
 
-__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted"]
+__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "last_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,11 @@ def load_launcher(verbose: bool = False):
         return _module
 
 
+def last_kernel(device: int) -> str:
+    """The kernel the C++ launcher launched last on cuda:``device`` ("" if none)."""
+    return _module.last_kernel(device) if _module is not None else ""
+
+
 def native_wanted() -> bool:
     return os.environ.get("PNEX_LAUNCHER", "native") != "driver" and torch.cuda.is_available()
 
@@ -133,6 +138,10 @@ class NativeLauncher:
             _warn_python_launcher(definition, exc)
             return False
         return True
+
+    def last_kernel(self, device: int) -> str:
+        """The pnex kernel launched last on cuda:``device``, by either launcher ("" if none)."""
+        return last_kernel(device) or self._fallback.last_kernel(device)
 
     def unregister(self, op_name: str) -> None:
         """Drop the C++ registration an earlier definition of ``op_name`` left."""
