@@ -17,7 +17,6 @@ installs them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess

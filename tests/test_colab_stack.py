@@ -76,16 +76,8 @@ def test_pins_admit_colabs_preinstalled_versions():
 
 
 @pytest.mark.slow
-def test_magic_under_colabs_ipython7_and_ipywidgets7(tmp_path):
-    overlay = tmp_path / "colab-stack"
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(overlay), *_OVERLAY],
-        capture_output=True, text=True, timeout=600,
-    )
-    if pip.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"pip could not fetch Colab's stack:\n{pip.stderr[-2000:]}")
-        pytest.skip(f"pip could not fetch Colab's stack (offline?): {pip.stderr.strip().splitlines()[-1:]}")
+def test_magic_under_colabs_ipython7_and_ipywidgets7(pip_target):
+    overlay = pip_target("colab-stack", *_OVERLAY)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(overlay), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     versions = subprocess.run(
         [sys.executable, "-c", "import IPython, ipywidgets, numpy; print(IPython.__version__, ipywidgets.__version__, "

@@ -88,21 +88,14 @@ def test_without_a_cubin_the_launch_fails_instead_of_handing_over_ptx(monkeypatc
 
 
 @pytest.mark.slow
-def test_cuda12_wheels_make_an_sm75_cubin(tmp_path):
+def test_cuda12_wheels_make_an_sm75_cubin(pip_target):
     """numba-cuda[cu12]'s NVVM and nvJitLink, in a folder on PYTHONPATH beside this
     environment's CUDA 13 ones (as on the GPU machine): benchmarks/cuda12_check.py."""
-    wheels = [
-        f"numba-cuda=={metadata.version('numba-cuda')}", "cuda-bindings==12.9.*",
+    overlay = pip_target(
+        "pnex-cu12", f"numba-cuda=={metadata.version('numba-cuda')}", "cuda-bindings==12.9.*",
         f"cuda-core=={metadata.version('cuda-core')}", f"cuda-pathfinder=={metadata.version('cuda-pathfinder')}",
         "nvidia-cuda-nvcc-cu12==12.9.*", "nvidia-nvjitlink-cu12==12.9.*",
-    ]
-    overlay = tmp_path / "pnex-cu12"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(overlay),
-                          *wheels], capture_output=True, text=True, timeout=900)
-    if pip.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"pip could not fetch the CUDA 12 wheels:\n{pip.stderr[-2000:]}")
-        pytest.skip(f"pip could not fetch the CUDA 12 wheels (offline?): {pip.stderr.strip().splitlines()[-1:]}")
+    )
     env = dict(os.environ, PYTHONPATH=str(overlay))
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda12_check.py"), "--compile-only",
                            "--no-results"], env=env, capture_output=True, text=True, timeout=600)

@@ -14,7 +14,6 @@ Each case runs in its own process (a fault leaves the CUDA context unusable).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
