@@ -258,13 +258,24 @@ def test_nbconvert_html_shows_the_report(live, place, browser, artifacts):
                            str(artifacts), str(saved)], env=jupyter_env(place[1]), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     page = browser.new_page()
-    page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())  # CDN scripts: off-line
+    errors = console_errors(page)
+    external: list[str] = []
+
+    def offline(route):  # nbconvert's page asks CDNs for require.js and MathJax: this machine is off-line
+        external.append(route.request.url)
+        route.abort()
+
+    page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), offline)
     page.goto((artifacts / "live.html").as_uri())
     report = page.locator(".pnex-report").first
     report.wait_for(timeout=30_000)
     assert page.locator("text=Loading widget").count() == 0
     _check_tabs(report, artifacts, "nbconvert")
     _check_contrast(report, "nbconvert")
+    # The report asks for nothing; the only errors are the template's CDN scripts, refused.
+    assert all(re.search(r"require\.js|mathjax", url, re.I) for url in external), external
+    assert all(e == "console.error: Failed to load resource: net::ERR_FAILED" for e in errors), errors
+    assert len(errors) <= len(external)
     page.close()
 
 
