@@ -81,10 +81,12 @@ def make_impl(definition: KernelDefinition):
         env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=False)
-        grid, block = launch_grid(spec, env)
+        values = [env.get(p.name) for p in spec.params]
+        launcher = launch.launcher_for(device)
+        shape = launcher.block(definition, values, device) if spec.autotuned else None
+        grid, block = launch_grid(spec, env, shape)
         if grid[0] and grid[1] and grid[2]:
-            values = [env.get(p.name) for p in spec.params]
-            launch.launcher_for(device).launch(definition, values, grid, block, device)
+            launcher.launch(definition, values, grid, block, device)
         return _result(outs)
 
     return impl

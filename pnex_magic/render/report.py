@@ -25,6 +25,7 @@ from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
 from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+from .tuning import autotune_html, efficiency_html
 
 __all__ = ["PnexReport", "TAB_TITLES"]
 
@@ -110,7 +111,8 @@ class PnexReport:
         k = self.kernel
         # The cell's own fields (timing may be replaced) are printed below, in the cell's words.
         static = dataclasses.replace(
-            k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled=""
+            k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled="",
+            efficiency=None,
         )
         out = list(static.lines())
         out.insert(1, f"  bound     : {self.binding_text().removeprefix('bound ')}")
@@ -130,6 +132,8 @@ class PnexReport:
             out += ["  " + line for line in self.timing.lines()]
         else:
             out.append("  timing    : give --args (and --eager) to check correctness and time the op")
+        if k.efficiency is not None:
+            out += ["  " + line for line in k.efficiency.lines()]
         return out
 
     def to_text(self) -> str:
@@ -211,17 +215,18 @@ class PnexReport:
         k = self.kernel
         axes = "XYZ"
         rows = []
+        shape = k.autotune.block if k.autotune is not None else k.threads_per_block
         for i, expr in enumerate(k.n_threads):
             value = "" if self.n_threads_values is None else str(self.n_threads_values[i])
-            tpb = k.threads_per_block[i]
+            tpb = shape[i]
             blocks = "" if k.grid is None else str(k.grid[i])
             rows.append((axes[i], code(expr), escape(value), str(tpb), escape(blocks)))
         header = ("axis", "n_threads", "value for --args", "threads per block", "blocks")
         parts = [table(rows, header)]
         block_total = 1
-        for t in k.threads_per_block:
+        for t in shape:
             block_total *= t
-        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, k.threads_per_block))})</div>")
+        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, shape))})</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
             launched = blocks * block_total
@@ -239,6 +244,8 @@ class PnexReport:
             parts.append(note("give --args EXPR to see the grid for concrete arguments"))
         parts.append(note("Axes are in CUDA's X, Y, Z order: cuda.grid(2) returns (x, y); blocks per "
                            "axis = ceil(n_threads / threads per block)."))
+        if k.candidates:
+            parts.append(autotune_html(k))
         return "".join(parts)
 
     def ptx_html(self) -> str:
@@ -338,6 +345,8 @@ class PnexReport:
             ))
         else:
             parts.append(note(escape(f"not timed: {t.reason}")))
+        if self.kernel.efficiency is not None:
+            parts.append(efficiency_html(self.kernel.efficiency, t.name, t.eager_name))
         c = t.correctness
         if c is not None:
             colour = OK if c.ok else ERR
