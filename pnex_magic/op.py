@@ -126,7 +126,7 @@ class PnexOp(CustomOpDef):
             if not isinstance(args[i], torch.Tensor):
                 self._check_types(args)
         for i in self._scalar_slots:
-            if type(args[i]) is not self._scalar_types[i]:
+            if type(args[i]) not in self._scalar_types[i]:
                 self._check_types(args)
         try:
             return self._opoverload(*args)
@@ -257,7 +257,12 @@ def make_op(definition: KernelDefinition) -> PnexOp:
     op._nargs = len(arguments)
     op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
     op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
-    op._scalar_types = {i: p.dtype.python_type for i, p in enumerate(arguments) if isinstance(p, ScalarParam)}
+    # The exact Python types a scalar argument takes without the slow check (an int is a
+    # fine float); anything else goes through _check_types.
+    op._scalar_types = {
+        i: (float, int) if p.dtype.python_type is float else (p.dtype.python_type,)
+        for i, p in enumerate(arguments) if isinstance(p, ScalarParam)
+    }
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
     op.register_kernel(None)(impl)

@@ -385,7 +385,7 @@ py::object to_python(const c10::IValue& v) {
 int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, int device, bool contiguous,
                  CUstream stream) {
   const int count = static_cast<int>(spec.candidates.size());
-  if (count <= 1) return 0;
+  if (count <= 1 || !spec.choose || spec.choose.is_none()) return 0;
   if (t_forced_candidate >= 0 && t_forced_op == spec.op_name) {
     TORCH_CHECK(t_forced_candidate < count, "pnex: kernel '", spec.kernel, "': no candidate ",
                 std::to_string(t_forced_candidate));
@@ -740,7 +740,7 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
     for (auto prog : d["key"]) spec->key.push_back(to_program(prog));
     spec->key_text = d["key_text"].cast<std::vector<std::string>>();
     spec->key_bucket = d["key_bucket"].cast<bool>();
-    spec->choose = d["choose"];
+    if (d.contains("choose")) spec->choose = d["choose"];  // without it: the first candidate
   }
   spec->get_image = d["get_image"];
 

@@ -121,6 +121,8 @@ class TuneResult:
 
     def lines(self) -> list[str]:
         out = [f"autotune  : {self.summary()}"]
+        if not self.timed:
+            return out + [f"  candidates: {', '.join(format_block(c.block) for c in self.candidates)}"]
         for i, c in enumerate(self.candidates):
             mark = "*" if i == self.choice else " "
             what = f"{c.seconds * 1e6:9.2f} µs" if c.seconds is not None else f"    skipped: {c.skipped}" \
