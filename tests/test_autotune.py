@@ -394,3 +394,60 @@ def test_strided_inputs_along_the_x_axis():
     assert strided_along_x(spec1, (torch.empty(16)[::2],)) == (("x", 2),)
     assert strided_along_x(spec1, (torch.empty(16),)) == ()
 
+
+
+def test_report_renders_timed_candidates_and_the_bandwidth_bars():
+    from pnex_magic.render.report import PnexReport
+    from pnex_magic.timing import Measurement, TimingResult
+
+    op = tuned(threads_per_block=[(16, 16), (4, 64), (32, 8)])
+    base = pnex.build_report(op, args=(torch.zeros(3, 5), 2), sass=False)
+    result = autotune.TuneResult(
+        "scale_kernel", (1 << 20, 4), "a.size(0)=1048576, a.size(1)=4 (sizes rounded up to powers of two), "
+        "contiguous inputs",
+        (autotune.CandidateResult((16, 16), 40e-6), autotune.CandidateResult((4, 64), 10e-6),
+         autotune.CandidateResult((32, 8), skipped="needs 131,072 blocks on axis Y for this call")),
+        1, "benchmarked", "Fake GPU",
+    )
+    timing = TimingResult(Measurement(10, 3, (1e-3,) * 3), Measurement(10, 3, (4e-3,) * 3), None, 32 << 20, "cuda:0")
+    efficiency = _efficiency(timing.bandwidth, eager=timing.eager_bandwidth, reasons=("blocks narrower than a warp",))
+    kernel = dataclasses.replace(base, autotune=result, timing=timing, efficiency=efficiency, block=(4, 64, 1))
+    report = PnexReport.from_kernel(kernel, op, "scale_k")
+    launch = report.launch_html()
+    assert "chose <code" in launch and "4.00×" in launch and "needs 131,072 blocks on axis Y" in launch
+    assert "256 threads per block (4 × 64)" in launch
+    assert "autotuned: (4, 64)" in report.header_html()
+    text = report.to_text()
+    assert "autotune  : (4, 64) (benchmarked, 4.00x the first candidate's speed)" in text
+    assert "* (4, 64)" in text and "skipped: needs 131,072 blocks" in text
+    assert "ceiling   : copy 4 TB/s (measured), peak 4.8 TB/s on Fake GPU" in text
+    timing_html = report.timing_html()
+    assert "bandwidth against the device's limits" in timing_html and "DRAM peak" in timing_html
+    assert "why far from the ceiling: blocks narrower than a warp" in timing_html
+
+
+def test_driver_launcher_tunes_on_copies_and_leaves_the_arguments_alone(fake_gpu, monkeypatch):
+    """The Python GPU launcher's tuner path, with the simulator standing in for the GPU."""
+    from pnex_magic.launch.driver import DriverLauncher
+    from pnex_magic.launch.simulator import SimulatorLauncher
+
+    def bump(x: pnex.InMut("f32", (None,)), total: pnex.Out("f32", (1,), init=0)):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] += 1.0
+            cuda.atomic.add(total, 0, 1.0)
+
+    op = pnex.jit(n_threads="x.numel()", threads_per_block=[4, 8, 16])(bump)
+    launcher = DriverLauncher()
+    monkeypatch.setattr(launcher, "launch", SimulatorLauncher().launch)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    clock = iter([3e-6, 1e-6, 2e-6])
+    monkeypatch.setattr(autotune, "_device_seconds", lambda call, device: (call(), next(clock))[1])
+    x = torch.arange(10, dtype=torch.float32)
+    total = torch.zeros(1)
+    block = launcher.block(op.definition, [x, total], torch.device("cpu", 0))
+    assert block == (8,) and autotune.stats.benchmarks == 1
+    assert torch.equal(x, torch.arange(10, dtype=torch.float32)) and total.item() == 0  # untouched
+    result = autotune._RESULTS[op.definition][(0, "C", (16,))]
+    assert [c.seconds for c in result.candidates] == [3e-6, 1e-6, 2e-6]
+    assert launcher.block(op.definition, [x, total], torch.device("cpu", 0)) == (8,)  # remembered

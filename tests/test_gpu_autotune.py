@@ -5,8 +5,10 @@ launchers are exercised: the C++ one (the choice made through its callback and
 kept in its table) and the Python driver-API one."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -27,12 +29,20 @@ def launcher(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def tuning(fresh_cache, monkeypatch):
-    """A private disk cache, autotuning on, fresh counters and warnings."""
+def tuning(tmp_path, monkeypatch):
+    """A private disk cache (sharing the session's C++ launcher build, so that
+    subprocesses do not build it again), autotuning on, fresh counters and warnings."""
+    fresh = tmp_path / "pnex-cache"
+    fresh.mkdir()
+    session = os.environ.get("PNEX_CACHE_DIR")
+    if session:
+        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
+        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
     monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
     autotune.stats.reset()
     autotune._WARNED.clear()
-    yield fresh_cache
+    yield fresh
     autotune.stats.reset()
 
 

@@ -18,8 +18,10 @@ richest it can show.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+from ..launch.autotune import format_block
 from ..report import KernelReport, occupancy
 from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
@@ -159,6 +161,8 @@ class PnexReport:
             badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
         if self.timing is not None and self.timing.speedup is not None:
             badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
+        if k.autotune is not None and k.autotune.timed:
+            badges.append(badge(f"autotuned: {format_block(k.autotune.block)}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
         lines = [
             f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(k.op_name)}{prev} '
@@ -223,9 +227,7 @@ class PnexReport:
             rows.append((axes[i], code(expr), escape(value), str(tpb), escape(blocks)))
         header = ("axis", "n_threads", "value for --args", "threads per block", "blocks")
         parts = [table(rows, header)]
-        block_total = 1
-        for t in shape:
-            block_total *= t
+        block_total = math.prod(shape)
         parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, shape))})</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
@@ -283,9 +285,7 @@ class PnexReport:
             if k.spills else "none"
         )
         cap = f" (capped at {k.max_registers} by --max-registers)" if k.max_registers else ""
-        tpb = 1
-        for t in k.threads_per_block:
-            tpb *= t
+        tpb = math.prod(k.autotune.block if k.autotune is not None else k.threads_per_block)
         rows = [
             ("registers per thread", f"{k.registers}{escape(cap)}"),
             ("shared memory per block (static)", f"{k.shared_bytes} B"),
