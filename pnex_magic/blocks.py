@@ -14,9 +14,10 @@ With several candidates the op is *autotuned*: on the first GPU call for a key i
 times every candidate that fits the kernel's limits and keeps the fastest (see
 :mod:`pnex_magic.launch.autotune`).  The first candidate is the default: what the
 CPU simulator and calls that may not benchmark (CUDA-graph capture,
-``PNEX_AUTOTUNE=0``) use.  Autotune only varies what the user allows: a kernel
-whose results depend on its block shape (a ``cuda.shared.array`` sized for one
-block, indexing that assumes ``cuda.blockDim``) must pin ``threads_per_block``.
+``torch.compile``'d code, ``PNEX_AUTOTUNE=0``) use.  Autotune only varies what the
+user allows: a kernel whose results depend on its block shape (a
+``cuda.shared.array`` sized for one block, indexing that assumes ``cuda.blockDim``)
+must pin ``threads_per_block``.
 
 ``autotune_key`` names integer expressions over the op's arguments (the
 expression language of shapes: ``"a.size(0)"``, ``"n"``); calls whose key values

@@ -53,9 +53,10 @@ def jit(
         autotunes: the first GPU call of each key times every candidate that fits the
         kernel's limits and keeps the fastest (stored on disk per GPU model); the
         first candidate is the default (CPU simulator, CUDA-graph capture,
-        ``PNEX_AUTOTUNE=0``).  Autotune only varies what you allow: a kernel whose
-        results depend on its block shape (a ``cuda.shared.array`` sized for one
-        block) must pin it.  See :mod:`pnex_magic.blocks`.
+        ``torch.compile``'d code, ``PNEX_AUTOTUNE=0``).  Autotune only varies what
+        you allow: a kernel whose results depend on its block shape (a
+        ``cuda.shared.array`` sized for one block) must pin it.  See
+        :mod:`pnex_magic.blocks`.
     max_registers : int, optional
         Cap on registers per thread (ptxas ``-maxrregcount``); excess spills to local memory.
     arch : str, optional

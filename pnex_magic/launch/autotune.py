@@ -423,6 +423,8 @@ def _benchmark(
             runner.reset()
             try:
                 written = runner.run(i)
+                if runner.device.type == "cuda":
+                    torch.cuda.synchronize(runner.device)  # a fault shows here, named by its block
             except Exception as exc:
                 sticky = _sticky(runner.device)
                 if sticky is not None:

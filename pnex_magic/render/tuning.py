@@ -40,7 +40,8 @@ def autotune_html(k: KernelReport) -> str:
                + f") for {escape(tuned.key_text)}")
     return (head + f": {summary}</div>"
             + table(rows, ("block", "threads", "device time per call", "speed vs first", ""))
-            + note("The first candidate is the default (CPU simulator, CUDA-graph capture, PNEX_AUTOTUNE=0). "
+            + note("The first candidate is the default (CPU simulator, CUDA-graph capture, torch.compile'd code, "
+                   "PNEX_AUTOTUNE=0). "
                    "Choices are stored per GPU model and key; %%pnex --force times them again."))
 
 
