@@ -164,6 +164,10 @@ def test_output_shapes_and_int_and_bool_scalars():
 
 def test_inmut_out_init_and_result_order():
     f = pnex.jax_op(accumulate)
+    assert repr(f) == (
+        "<pnex JAX function accumulate(a: Array[float32, (None,)], m: Array[float32, (a.size(0),)], c: float) -> "
+        "tuple[Array[int32, (4,)], Array[float32, (a.size(0),)], Array[float32, (a.size(0),)] (new m)]>"
+    )
     a, m = randn(10), randn(10)
     m_before = np.array(m)
     for call in (f, jax.jit(f, static_argnums=2)):
@@ -426,11 +430,11 @@ def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_magic_jax_binds_the_jax_function(tmp_path, monkeypatch):
-    pytest.importorskip("IPython")
-    from IPython.testing.globalipapp import get_ipython
+    IPython = pytest.importorskip("IPython")
+    from IPython.testing import globalipapp
 
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    ip = get_ipython()
+    ip = IPython.get_ipython() or globalipapp.start_ipython()  # the shell tests/test_magic.py uses
     ip.run_line_magic("load_ext", "pnex_magic")
     ip.run_cell("import torch, jax.numpy as jnp")
     cell = textwrap.dedent(

@@ -88,8 +88,25 @@ class JaxOp:
     def spec(self) -> KernelSpec:
         return self.op.spec
 
+    def signature(self) -> str:
+        """The function's signature: the op's arguments as arrays, and its results
+        (the ``Out`` arrays, then the new values of the ``InMut`` arguments)."""
+        spec = self.spec
+
+        def array(p: TensorParam) -> str:
+            return f"Array[{p.dtype.name}, {p.shape_text()}]"
+
+        args = ", ".join(
+            f"{p.name}: {p.dtype.python_type.__name__ if isinstance(p, ScalarParam) else array(p)}"
+            for p in spec.arguments
+        )
+        results = [array(p) for p in spec.outputs]
+        results += [f"{array(p)} (new {p.name})" for p in spec.arguments if p.role == "inmut"]
+        returns = "None" if not results else results[0] if len(results) == 1 else f"tuple[{', '.join(results)}]"
+        return f"{spec.name}({args}) -> {returns}"
+
     def __repr__(self) -> str:
-        return f"<pnex JAX function of {self.op!r}>"
+        return f"<pnex JAX function {self.signature()}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         op = self.op
@@ -190,6 +207,11 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any])
         if hint:
             raise ArgumentTypeError(f"{exc}{hint}") from None
         raise
+    for axis, blocks in enumerate(info.grid):
+        if blocks > (2**31 - 1 if axis == 0 else 65535):  # as the C++ launcher checks
+            raise ArgumentShapeError(
+                f"{spec.name}(): the launch needs {blocks} blocks on axis {axis}, more than CUDA allows"
+            )
     for p in spec.outputs:
         if p.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
             raise ArgumentTypeError(
