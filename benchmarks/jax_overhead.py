@@ -43,7 +43,7 @@ import torch  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import gpu_info, versions  # noqa: E402
+from overhead import device_ms, gpu_info, versions  # noqa: E402
 
 N_SMALL = 1024
 N_LARGE = (1 << 30) // 4  # 1 GiB of float32 per array
@@ -143,22 +143,6 @@ def back_to_back_ms(fn, args, sync, *, calls: int = 10, repeats: int = 10) -> tu
     return statistics.median(samples), samples
 
 
-def event_ms(fn, args, repeats: int = 20) -> float:
-    """Median device time of one call by CUDA events (PyTorch's stream)."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def first_use(salt: str) -> float:
     code = FIRST_USE.replace("SALT", salt)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -174,14 +158,100 @@ def hlo_summary(jitted, *args) -> dict:
             "pnex_target": "pnex_magic_launch" in text}
 
 
+def per_call(result: dict, ns: dict) -> None:
+    """Jitted functions on 1024 float32: jnp against one pnex kernel (goal: at most 1.1x)."""
+    import jax
+    import jax.numpy as jnp
+
+    import pnex_magic as pnex
+
+    rows: list[dict] = []
+    result["per_call"] = rows
+    x = jax.random.normal(jax.random.key(0), (N_SMALL,), jnp.float32)
+    y = jax.random.normal(jax.random.key(1), (N_SMALL,), jnp.float32)
+    add_one, mul_add_self = pnex.jax_op(ns["add_one"]), pnex.jax_op(ns["mul_add_self"])
+    variants = [
+        ("jnp x + 1", jax.jit(lambda x: x + 1), (x,), None),
+        ("pnex x + 1 (one kernel, XLA FFI)", jax.jit(lambda x: add_one(x)), (x,), "jnp x + 1"),
+        ("jnp x * y + x", jax.jit(lambda x, y: x * y + x), (x, y), None),
+        ("pnex x * y + x (one kernel, XLA FFI)", jax.jit(lambda x, y: mul_add_self(x, y)), (x, y), "jnp x * y + x"),
+    ]
+    base: dict[str, float] = {}
+    for name, fn, args, versus in variants:
+        expected = args[0] + 1 if len(args) == 1 else args[0] * args[1] + args[0]
+        if not bool(jnp.allclose(fn(*args), expected, rtol=1e-6)):
+            raise AssertionError(f"{name}: wrong result")
+        synced, synced_samples = per_call_us(fn, args)
+        piped, piped_samples = per_call_us(fn, args, sync_each=False)
+        row = {"route": name, "us_per_call": synced, "us_per_call_pipelined": piped,
+               "samples": synced_samples, "samples_pipelined": piped_samples, "hlo": hlo_summary(fn, *args)}
+        base[name] = synced
+        if versus is not None:
+            row["ratio_vs_jnp"] = synced / base[versus]
+            row["goal_met"] = row["ratio_vs_jnp"] <= 1.1
+        rows.append(row)
+        log(f"{name:40s} {synced:7.2f} µs/call synced, {piped:7.2f} pipelined, hlo {row['hlo']}")
+
+
+def device_time(result: dict, ns: dict) -> None:
+    """1 GiB a*b+c: the pnex kernel through JAX against the PyTorch op (goal: at least 0.98x)."""
+    import jax
+    import jax.numpy as jnp
+
+    import pnex_magic as pnex
+
+    device: dict = {}
+    result["device_1gib_muladd"] = device
+    keys = jax.random.split(jax.random.key(2), 3)
+    a, b, c = (jax.random.normal(k, (N_LARGE,), jnp.float32) for k in keys)
+    jax_pnex = jax.jit(pnex.jax_op(ns["muladd"]))
+    jax_xla = jax.jit(lambda a, b, c: a * b + c)
+    got = jax_pnex(a, b, c)
+    if not bool(jnp.array_equal(got[: 1 << 20], (a * b + c)[: 1 << 20])):
+        raise AssertionError("pnex through JAX: wrong result")
+    del got
+
+    def jax_sync(out=None):
+        if out is not None:
+            out.block_until_ready()
+
+    device["jax_pnex_ms"], device["jax_pnex_samples"] = back_to_back_ms(jax_pnex, (a, b, c), jax_sync)
+    device["jax_xla_fused_ms"], device["jax_xla_samples"] = back_to_back_ms(jax_xla, (a, b, c), jax_sync)
+    del a, b, c
+    ta, tb, tc = (torch.randn(N_LARGE, device="cuda") for _ in range(3))
+    op = ns["muladd"]
+    torch.testing.assert_close(op(ta, tb, tc), ta * tb + tc)
+    device["torch_op_ms"], device["torch_op_samples"] = back_to_back_ms(
+        op, (ta, tb, tc), lambda out=None: torch.cuda.synchronize()
+    )
+    device["torch_op_event_ms"] = device_ms(op, (ta, tb, tc))
+    device["speed_jax_vs_torch"] = device["torch_op_ms"] / device["jax_pnex_ms"]
+    device["goal_met"] = device["speed_jax_vs_torch"] >= 0.98
+    device["TBps_jax_pnex"] = 4 * N_LARGE * 4 / (device["jax_pnex_ms"] * 1e-3) / 1e12
+    log(f"1 GiB a*b+c: JAX {device['jax_pnex_ms']:.3f} ms, PyTorch op {device['torch_op_ms']:.3f} ms "
+        f"(events {device['torch_op_event_ms']:.3f} ms), XLA fused {device['jax_xla_fused_ms']:.3f} ms; "
+        f"JAX speed {device['speed_jax_vs_torch']:.3f}x the PyTorch op's")
+    del ta, tb, tc
+    torch.cuda.empty_cache()
+
+
+def first_uses(result: dict, ns: dict) -> None:
+    """A new kernel in fresh processes, then the same kernel again (from the cache)."""
+    first: dict = {}
+    result["first_use"] = first
+    salt = f"salt {time.time_ns()}"
+    first["new_kernel_s"] = first_use(salt)
+    first["cached_kernel_s"] = first_use(salt)
+    first["goal_met"] = first["new_kernel_s"] <= 1.0 and first["cached_kernel_s"] <= 0.5
+    log(f"first use in JAX: new kernel {first['new_kernel_s']:.2f} s, unchanged kernel {first['cached_kernel_s']:.2f} s")
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("jax_overhead.py needs an NVIDIA GPU; nothing measured.")
         return 1
     import jax
-    import jax.numpy as jnp
 
-    import pnex_magic as pnex
     from pnex_magic.launch import xla
 
     if not any(d.platform == "gpu" or d.platform == "cuda" for d in jax.devices()):
@@ -202,88 +272,12 @@ def main() -> int:
     ns: dict = {}
     exec(KERNELS.replace("SALT", "in process"), ns)
 
-    rows: list[dict] = []
-    result["per_call"] = rows
-    x = jax.random.normal(jax.random.key(0), (N_SMALL,), jnp.float32)
-    y = jax.random.normal(jax.random.key(1), (N_SMALL,), jnp.float32)
-    add_one, mul_add_self = pnex.jax_op(ns["add_one"]), pnex.jax_op(ns["mul_add_self"])
-    variants = [
-        ("jnp x + 1", jax.jit(lambda x: x + 1), (x,), None),
-        ("pnex x + 1 (one kernel, XLA FFI)", jax.jit(lambda x: add_one(x)), (x,), "jnp x + 1"),
-        ("jnp x * y + x", jax.jit(lambda x, y: x * y + x), (x, y), None),
-        ("pnex x * y + x (one kernel, XLA FFI)", jax.jit(lambda x, y: mul_add_self(x, y)), (x, y), "jnp x * y + x"),
-    ]
-    base: dict[str, float] = {}
-    for name, fn, args, versus in variants:
+    for name, section in (("per call", per_call), ("device time", device_time), ("first use", first_uses)):
         try:
-            expected = args[0] + 1 if len(args) == 1 else args[0] * args[1] + args[0]
-            if not bool(jnp.allclose(fn(*args), expected, rtol=1e-6)):
-                raise AssertionError(f"{name}: wrong result")
-            synced, synced_samples = per_call_us(fn, args)
-            piped, piped_samples = per_call_us(fn, args, sync_each=False)
-            row = {"route": name, "us_per_call": synced, "us_per_call_pipelined": piped,
-                   "samples": synced_samples, "samples_pipelined": piped_samples, "hlo": hlo_summary(fn, *args)}
-            base.setdefault(name, synced)
-            if versus is not None and versus in base:
-                row["ratio_vs_jnp"] = synced / base[versus]
-                row["goal_met"] = row["ratio_vs_jnp"] <= 1.1
-            rows.append(row)
-            log(f"{name:40s} {synced:7.2f} µs/call synced, {piped:7.2f} pipelined, hlo {row['hlo']}")
-        except Exception as exc:
+            section(result, ns)
+        except Exception as exc:  # report it, and go on with the other sections
             result["errors"].append(f"{name}: {traceback.format_exc()}")
             log(f"{name}: FAILED {type(exc).__name__}: {exc}")
-
-    # Device time, 1 GiB a*b+c: pnex through JAX against the PyTorch op.
-    device: dict = {}
-    result["device_1gib_muladd"] = device
-    try:
-        keys = jax.random.split(jax.random.key(2), 3)
-        a, b, c = (jax.random.normal(k, (N_LARGE,), jnp.float32) for k in keys)
-        jax_pnex = jax.jit(pnex.jax_op(ns["muladd"]))
-        jax_xla = jax.jit(lambda a, b, c: a * b + c)
-        got = jax_pnex(a, b, c)
-        if not bool(jnp.array_equal(got[:1 << 20], (a * b + c)[:1 << 20])):
-            raise AssertionError("pnex through JAX: wrong result")
-        del got
-
-        def jax_sync(out=None):
-            if out is not None:
-                out.block_until_ready()
-
-        device["jax_pnex_ms"], device["jax_pnex_samples"] = back_to_back_ms(jax_pnex, (a, b, c), jax_sync)
-        device["jax_xla_fused_ms"], device["jax_xla_samples"] = back_to_back_ms(jax_xla, (a, b, c), jax_sync)
-        del a, b, c
-        ta, tb, tc = (torch.randn(N_LARGE, device="cuda") for _ in range(3))
-        op = ns["muladd"]
-        torch.testing.assert_close(op(ta, tb, tc), ta * tb + tc)
-        device["torch_op_ms"], device["torch_op_samples"] = back_to_back_ms(
-            op, (ta, tb, tc), lambda out=None: torch.cuda.synchronize()
-        )
-        device["torch_op_event_ms"] = event_ms(op, (ta, tb, tc))
-        device["speed_jax_vs_torch"] = device["torch_op_ms"] / device["jax_pnex_ms"]
-        device["goal_met"] = device["speed_jax_vs_torch"] >= 0.98
-        device["TBps_jax_pnex"] = 4 * N_LARGE * 4 / (device["jax_pnex_ms"] * 1e-3) / 1e12
-        log(f"1 GiB a*b+c: JAX {device['jax_pnex_ms']:.3f} ms, PyTorch op {device['torch_op_ms']:.3f} ms "
-            f"(events {device['torch_op_event_ms']:.3f} ms), XLA fused {device['jax_xla_fused_ms']:.3f} ms; "
-            f"JAX speed {device['speed_jax_vs_torch']:.3f}x the PyTorch op's")
-        del ta, tb, tc
-        torch.cuda.empty_cache()
-    except Exception as exc:
-        result["errors"].append(f"device time: {traceback.format_exc()}")
-        log(f"device time: FAILED {type(exc).__name__}: {exc}")
-
-    # First use in fresh processes: a new kernel, then the same kernel again (cache).
-    first: dict = {}
-    result["first_use"] = first
-    try:
-        salt = f"salt {time.time_ns()}"
-        first["new_kernel_s"] = first_use(salt)
-        first["cached_kernel_s"] = first_use(salt)
-        first["goal_met"] = first["new_kernel_s"] <= 1.0 and first["cached_kernel_s"] <= 0.5
-        log(f"first use in JAX: new kernel {first['new_kernel_s']:.2f} s, unchanged kernel {first['cached_kernel_s']:.2f} s")
-    except Exception as exc:
-        result["errors"].append(f"first use: {traceback.format_exc()}")
-        log(f"first use: FAILED {type(exc).__name__}: {exc}")
 
     RESULTS.mkdir(exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d-%H%M")

@@ -4,9 +4,9 @@
 // ship with jaxlib (jax.ffi.include_dir()) and cuda.h, serves every pnex kernel.
 // Python (pnex_magic/launch/xla.py) registers each kernel under an integer id, with its
 // parameter table and its code per GPU architecture; XLA calls PnexJaxLaunch with the
-// buffers it allocated, the stream it runs on and three attributes: the kernel id, the
-// grid and block (fixed when the JAX function was traced) and the scalar arguments,
-// already packed into 8-byte slots.  The handler loads the kernel on a device the first
+// buffers it allocated, the stream it runs on and four attributes: the kernel id, the
+// grid and the block (fixed when the JAX function was traced), and the scalar
+// arguments, already packed into 8-byte slots.  The handler loads the kernel on a device the first
 // time it runs there, packs Numba's kernel ABI and calls cuLaunchKernel on XLA's stream.
 //
 // The parameter table has four int64 entries per kernel parameter, in declaration
@@ -54,8 +54,8 @@ struct Loaded {
 };
 
 struct Kernel {
-  std::string name;  // the user's kernel name, for messages
-  std::vector<Param> params;
+  std::string name;  // the user's kernel name, for messages (fixed at registration)
+  std::vector<Param> params;  // fixed at registration
   std::map<int64_t, Image> images;  // by architecture, 10 * major + minor
   std::mutex mutex;
   std::vector<Loaded> loaded;  // by device ordinal
@@ -260,21 +260,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PnexJaxLaunch, launch,
 
 extern "C" {
 
-// Register (or re-describe) kernel `id`: its name and its parameter table (4 entries per
-// parameter, see the top of this file).  Returns 0.
+// Register kernel `id`: its name and its parameter table (4 entries per parameter, see
+// the top of this file).  An id names one kernel (Python derives it from the kernel's
+// source and interface), so registering an id again changes nothing: a launch on
+// another thread may be reading the table.  Returns 0.
 PNEX_EXPORT int pnex_jax_register(int64_t id, const char* name, int64_t nparams, const int64_t* table) {
-  auto kernel = find_kernel(id);
-  if (!kernel) kernel = std::make_shared<Kernel>();
-  {
-    std::lock_guard<std::mutex> lock(kernel->mutex);
-    kernel->name = name;
-    kernel->params.clear();
-    for (int64_t i = 0; i < nparams; ++i) {
-      kernel->params.push_back({table[4 * i], table[4 * i + 1], table[4 * i + 2], table[4 * i + 3]});
-    }
-  }
   std::lock_guard<std::mutex> lock(g_mutex);
-  kernels()[id] = kernel;
+  if (kernels().count(id)) return 0;
+  auto kernel = std::make_shared<Kernel>();
+  kernel->name = name;
+  for (int64_t i = 0; i < nparams; ++i) {
+    kernel->params.push_back({table[4 * i], table[4 * i + 1], table[4 * i + 2], table[4 * i + 3]});
+  }
+  kernels()[id] = std::move(kernel);
   return 0;
 }
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,11 +175,19 @@ def _torch_dtype(dtype: Any) -> torch.dtype | None:
     return found if isinstance(found, torch.dtype) else None
 
 
+def _x64() -> bool:
+    """Whether JAX makes 64-bit arrays here (``jax_enable_x64``, or a local override)."""
+    try:
+        return jax.dtypes.canonicalize_dtype(np.int64) == np.dtype(np.int64)
+    except AttributeError:  # a JAX without jax.dtypes.canonicalize_dtype
+        return bool(jax.config.read("jax_enable_x64"))
+
+
 def _x64_hint(p: TensorParam) -> str:
-    if p.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+    if p.dtype.itemsize == 8 and not _x64():
         return (
-            f". JAX makes 32-bit arrays unless 64-bit types are enabled: "
-            f"jax.config.update('jax_enable_x64', True)"
+            ". JAX makes 32-bit arrays unless 64-bit types are enabled: "
+            "jax.config.update('jax_enable_x64', True)"
         )
     return ""
 
@@ -213,7 +222,7 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any])
                 f"{spec.name}(): the launch needs {blocks} blocks on axis {axis}, more than CUDA allows"
             )
     for p in spec.outputs:
-        if p.dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+        if p.dtype.itemsize == 8 and not _x64():
             raise ArgumentTypeError(
                 f"{spec.name}(): output {p.name!r} is {p.dtype.name}, which JAX makes only with 64-bit types "
                 f"enabled: jax.config.update('jax_enable_x64', True)"
@@ -224,13 +233,14 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any])
 # ---------------------------------------------------------------------------- running
 
 
-def _cuda_archs() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _cuda_archs() -> tuple[str, ...]:
     """The architectures of the GPUs JAX sees (none without a CUDA backend)."""
     try:
         devices = jax.devices("cuda")
     except RuntimeError:
-        return []
-    return sorted({str(d.compute_capability) for d in devices if getattr(d, "compute_capability", None)})
+        return ()
+    return tuple(sorted({str(d.compute_capability) for d in devices if getattr(d, "compute_capability", None)}))
 
 
 def _to_torch(array: np.ndarray) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
 import itertools
 import threading
 import weakref
@@ -47,10 +48,10 @@ HEADER = build.CSRC / "cuda_driver.h"
 _library: ctypes.CDLL | None = None
 _lock = threading.Lock()
 _ids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-# Ids are never reused and the C++ registry keeps every kernel (a few kB of code each):
-# an executable XLA compiled earlier may still launch a kernel whose definition is gone.
+# The C++ registry keeps every kernel (a few kB of code each): an executable XLA compiled
+# earlier may still launch a kernel whose definition is gone.
 _archs: dict[int, set[str]] = {}  # kernel id -> architectures whose code the registry holds
-_next_id = itertools.count(1)
+_next_id = itertools.count(1)  # ids of kernels without a source key (below 2**62)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +152,17 @@ def library_available() -> bool:
     return _library is not None
 
 
+def _new_id(definition: Kernel) -> int:
+    """A kernel's id: a hash of its source, interface and options where it has them
+    (the same kernel gets the same id in every process, so an executable XLA
+    compiled from the same program calls the same kernel), else a counter."""
+    source_key = getattr(definition, "source_key", None)
+    if source_key is None:
+        return next(_next_id)
+    text = f"{source_key}|max_registers={definition.options.max_registers}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**62 - 1) | 2**62
+
+
 def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = False) -> int:
     """The id of ``definition`` in the handler's registry, registering it (first time)
     with its parameter table and adding its code for every architecture of ``archs``
@@ -159,12 +171,12 @@ def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = Fa
     with _lock:
         kernel_id = _ids.get(definition)
         if kernel_id is None:
-            kernel_id = next(_next_id)
+            kernel_id = _new_id(definition)
             table = call_layout(definition.spec).table
             array = (ctypes.c_int64 * len(table))(*table)
             lib.pnex_jax_register(kernel_id, definition.spec.name.encode(), len(table) // 4, array)
             _ids[definition] = kernel_id
-            _archs[kernel_id] = set()
+            _archs.setdefault(kernel_id, set())
         for arch in sorted({arch_name(parse_arch(a)) for a in archs} - _archs[kernel_id]):
             image, entry = definition.kernel_image(arch, "C")
             major, minor = parse_arch(arch)
