@@ -135,6 +135,33 @@ def test_importing_pnex_does_not_import_jax(pnex_env):
     assert "jax_op" in pnex.__all__
 
 
+def test_without_jax_the_torch_op_works_and_jax_op_says_what_to_install(pnex_env):
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["jax"] = None  # as if JAX were not installed
+        import torch, pnex_magic as pnex
+        from numba import cuda
+
+        @pnex.jit(n_threads="a.numel()", threads_per_block=32)
+        def neg(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                out[i] = -a[i]
+
+        x = torch.randn(5)
+        assert torch.equal(neg(x), -x)
+        try:
+            pnex.jax_op(neg)
+        except ImportError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=pnex_env)
+    assert out.returncode == 0, out.stderr
+    assert "needs JAX: pip install 'pnex_magic[jax]'" in out.stdout
+
+
 def test_jax_op_of_something_else_is_a_clear_error():
     with pytest.raises(KernelDefinitionError, match="expects an op made by pnex.jit"):
         pnex.jax_op(lambda x: x)

@@ -315,12 +315,12 @@ class CellRun:
                     if not isinstance(exc, PnexError):
                         exc = PnexError(f"{type(exc).__name__}: {exc}")
                     raise CellFailure(_prefixed(exc, f"--backward-of {opts.backward_of}: "), 1) from None
+            bound = op
+            if getattr(opts, "jax", False):
+                from .jax import jax_op  # imports JAX (an optional dependency); without it, nothing is bound
 
-        bound = op
-        if getattr(opts, "jax", False):
-            from .jax import jax_op  # imports JAX, an optional dependency
+                bound = jax_op(op)
 
-            bound = jax_op(op)
         # Everything succeeded: bind.
         previous = "" if previous_value is _MISSING else _describe_previous(previous_value)
         also = tuple(sorted(k for k in defined if k != kernel_name and k not in skipped))

@@ -146,7 +146,9 @@ class JaxOp:
         slots = tuple(xla.scalar_slots(spec, values))
         key = (definition, slots)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
         fn = self._traced.get(key)
-        if fn is None:
+        if fn is not None:
+            self._traced.move_to_end(key)
+        else:
             fn = jax.jit(_differentiable(self, definition, values, slots))
             self._traced[key] = fn
             while len(self._traced) > _CACHE_SIZE:
