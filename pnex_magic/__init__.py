@@ -6,6 +6,8 @@ operator with :func:`jit` (or the ``%%pnex`` cell magic: ``%load_ext pnex_magic`
 The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
 graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 :func:`inspect` reports the schema, PTX and resource usage without a GPU.
+:func:`jax_op` makes the same op a JAX function (``jax.jit``, ``grad``, ``vmap``);
+JAX is imported only then.
 """
 
 from __future__ import annotations
@@ -48,9 +50,20 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "jax_op",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]
+
+
+def jax_op(op: PnexOp):
+    """The JAX function of a pnex op: same arguments, scalars and outputs (then the new
+    values of ``InMut`` arguments), eager and under ``jax.jit``, ``grad`` and ``vmap``;
+    launched by XLA on a GPU, through the CUDA simulator elsewhere.  Imports JAX (the
+    ``jax`` extra); see :mod:`pnex_magic.frontends.jax`."""
+    from .frontends.jax import jax_op as _jax_op
+
+    return _jax_op(op)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -75,6 +75,7 @@ class _Options:
     output: str | None
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
+    jax: bool = False  # bind the JAX function (jax_op) instead of the op
 
 
 @magics_class
@@ -140,6 +141,11 @@ class PnexMagics(Magics):
         "--backward-of", dest="backward_of", metavar="FORWARD_NAME",
         help="Attach this cell's op as the backward of the pnex op FORWARD_NAME "
              "(pnex_magic.autograd.attach_backward).",
+    )
+    @magic_arguments.argument(
+        "--jax", action="store_true",
+        help="Bind the kernel's name to its JAX function (pnex_magic.jax_op) instead of the PyTorch op, "
+             "which stays reachable as NAME.op. The report (and --args/--eager) still use the PyTorch op.",
     )
     @cell_magic
     def pnex(self, line: str, cell: str):
@@ -227,6 +233,7 @@ class PnexMagics(Magics):
             force=ns.force,
             output=ns.output,
             backward_of=ns.backward_of,
+            jax=ns.jax,
         )
 
     @magic_arguments.magic_arguments()
