@@ -36,18 +36,22 @@ def make_rich():
 
 
 def make_scale_pair():
-    """y = x * w + c with its backward op attached."""
+    """(y, z) = (x * w + c, x * x), with its backward op attached (two incoming gradients)."""
 
     @pnex.jit(n_threads="x.numel()", threads_per_block=32)
-    def scale(x: pnex.In("f64", (None,)), w: pnex.In("f64", "x"), c: float, y: pnex.Out("f64", "x")):
+    def scale(
+        x: pnex.In("f64", (None,)), w: pnex.In("f64", "x"), c: float, y: pnex.Out("f64", "x"), z: pnex.Out("f64", "x")
+    ):
         i = cuda.grid(1)
         if i < x.shape[0]:
             y[i] = x[i] * w[i] + c
+            z[i] = x[i] * x[i]
 
     @pnex.backward_of(scale)
     @pnex.jit(n_threads="x.numel()", threads_per_block=32)
     def scale_backward(
         grad_y: pnex.In("f64", (None,)),
+        grad_z: pnex.In("f64", "grad_y"),
         x: pnex.In("f64", "grad_y"),
         w: pnex.In("f64", "grad_y"),
         grad_x: pnex.Out("f64", "x"),
@@ -55,7 +59,7 @@ def make_scale_pair():
     ):
         i = cuda.grid(1)
         if i < x.shape[0]:
-            grad_x[i] = w[i] * grad_y[i]
+            grad_x[i] = w[i] * grad_y[i] + 2.0 * x[i] * grad_z[i]
             grad_w[i] = x[i] * grad_y[i]
 
     return scale, scale_backward
