@@ -5,7 +5,8 @@ put a finder on ``sys.meta_path`` that refuses Numba, numba-cuda, llvmlite, NVVM
 and nvJitLink (``block_nvjitlink=False`` lets nvJitLink through), as a production
 machine with torch and pnex_magic's launcher alone would.  The script can ``print``
 what the test checks; ``BLOCKED_NAMES`` lists what is refused and
-``imported_blocked()`` what was imported or tried anyway.
+``imported_blocked()`` what was imported anyway or tried by pnex_magic (torch's own
+optional imports are not pnex's to answer for).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ class _Blocker:
 
     def find_spec(self, name, path=None, target=None):
         if any(name == b or name.startswith(b + ".") for b in self.names):
-            self.attempts.append(name)
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_globals.get("__name__", "").startswith(("importlib", "_frozen")):
+                frame = frame.f_back
+            self.attempts.append((name, frame.f_globals.get("__name__", "?") if frame is not None else "?"))
             raise ImportError(f"{name} is blocked in this test")
         return None
 
@@ -38,9 +42,11 @@ sys.meta_path.insert(0, _BLOCKER)
 
 
 def imported_blocked():
-    # blocked modules imported anyway, or tried (an attempt the code that tried caught)
+    # blocked modules imported anyway, or tried by pnex_magic (an attempt the code caught);
+    # what torch itself tries and does without is its own business
     imported = [m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED_NAMES)]
-    return sorted(set(imported) | set(_BLOCKER.attempts))
+    tried = [f"{name} (by {who})" for name, who in _BLOCKER.attempts if who.startswith("pnex_magic")]
+    return sorted(set(imported) | set(tried))
 """
 
 
