@@ -8,6 +8,8 @@ graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 :func:`inspect` reports the schema, PTX and resource usage without a GPU.
 :func:`jax_op` makes the same op a JAX function (``jax.jit``, ``grad``, ``vmap``);
 JAX is imported only then.
+:func:`save` writes an op as one self-contained file that :func:`load` registers
+again in a process with torch alone (no Numba, no CUDA compiler).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 from ._version import __version__
 from . import autograd
 from .autograd import attach_backward, backward_of
+from .artifact import load, save
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
+    ArtifactError,
     KernelCompileError,
     KernelDefinitionError,
     KernelLaunchError,
@@ -38,6 +42,8 @@ __all__ = [
     "Scalar",
     "Unused",
     "inspect",
+    "save",
+    "load",
     "attach_backward",
     "backward_of",
     "KernelReport",
@@ -50,6 +56,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "ArtifactError",
     "jax_op",
     "load_ipython_extension",
     "unload_ipython_extension",

@@ -10,6 +10,12 @@ removed under it, so a killed build never makes the next one hang.  A failed
 build leaves nothing that counts as built: the next attempt compiles again and
 shows the compiler's output.  The first build of each extension prints its
 progress every few seconds (it takes tens of seconds on two cores).
+
+Once built, an extension is imported straight from its folder: a successful
+build records the library's size and modification time next to it, and a later
+process whose build key (sources, flags, torch, Python, CUDA headers) finds that
+record still true imports the library without ``cpp_extension.load`` (which runs
+a compiler and ninja to check that nothing changed, and so needs them installed).
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -34,6 +43,8 @@ from ..errors import KernelCompileError
 __all__ = ["cuda_include_dir", "build_extension", "build_shared_library", "CSRC"]
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
+
+log = logging.getLogger(__name__)
 
 
 def cuda_include_dir() -> str | None:
@@ -103,6 +114,36 @@ def _build_lock(root: Path, stem: str, key: str, build_dir: Path) -> Iterator[No
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
+def _stamp(library: Path) -> dict[str, Any]:
+    st = library.stat()
+    return {"library": library.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _record_build(name: str, build_dir: Path) -> None:
+    libraries = sorted(build_dir.glob(f"{name}*.so"))
+    if libraries:
+        (build_dir / f"{name}.built.json").write_text(json.dumps(_stamp(libraries[0])))
+
+
+def _import_built(name: str, build_dir: Path) -> Any | None:
+    """The extension ``name``, imported from ``build_dir`` if a recorded build is
+    there and its library unchanged since; ``None`` otherwise."""
+    try:
+        recorded = json.loads((build_dir / f"{name}.built.json").read_text())
+        library = build_dir / str(recorded["library"])
+        if _stamp(library) != recorded:
+            return None
+        spec = importlib.util.spec_from_file_location(name, library)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        log.debug("pnex: importing the built %s failed (%s); building it", name, exc)
+        return None
+
+
 def build_extension(
     stem: str,
     sources: Sequence[Path],
@@ -121,12 +162,15 @@ def build_extension(
     root = cache_dir() / "launcher"
     build_dir = root / (key if stem == "pnex_launcher" else f"{stem}-{key}")
     name = f"{stem}_{key}"
+    module = _import_built(name, build_dir)
+    if module is not None:
+        return module
     with _build_lock(root, stem, key, build_dir):
         built = any(build_dir.glob(f"{name}*.so"))
         ctx = contextlib.nullcontext() if built else progress(f"building the {what}")
         with ctx:
             try:
-                return cpp_extension.load(
+                module = cpp_extension.load(
                     name=name,
                     sources=[str(s) for s in sources],
                     extra_include_paths=list(includes),
@@ -141,6 +185,9 @@ def build_extension(
                     f"pnex could not build its {what}: {str(exc).strip()[-2000:]}",
                     compiler_log=str(exc),
                 ) from None
+        with contextlib.suppress(OSError):
+            _record_build(name, build_dir)
+        return module
 
 
 def build_shared_library(
