@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "ArtifactError",
 ]
 
 
@@ -67,3 +68,9 @@ class ArgumentShapeError(PnexError, ValueError):
 class KernelLaunchError(PnexError, RuntimeError):
     """A kernel could not be launched (no back end for the device) or faulted while
     running."""
+
+
+class ArtifactError(PnexError, ValueError):
+    """A saved kernel artifact (:func:`pnex_magic.save` / :func:`pnex_magic.load`)
+    cannot be written or read: not an artifact, truncated or corrupted, from a newer
+    format version, or an op that cannot be saved (its autograd formula is Python code)."""

@@ -1,4 +1,5 @@
-"""Torch-op stage: a kernel definition becomes a ``torch.library`` custom operator.
+"""Torch-op stage: a kernel (defined here, or loaded from a saved artifact) becomes a
+``torch.library`` custom operator.
 
 The operator's schema comes from the spec (``In``/``InMut``/``Scalar`` are
 arguments, ``InMut`` marked as mutated, ``Out`` tensors returned).  One Python
@@ -24,8 +25,8 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, launch_grid, output_shapes
-from .definition import KernelDefinition
 from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelLaunchError
+from .launch.kernel import Kernel
 from .spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded"]
@@ -74,7 +75,7 @@ def _default_device() -> torch.device:
     return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
 
 
-def make_impl(definition: KernelDefinition):
+def make_impl(definition: Kernel):
     spec = definition.spec
 
     def impl(*args):
@@ -92,7 +93,7 @@ def make_impl(definition: KernelDefinition):
     return impl
 
 
-def make_fake(definition: KernelDefinition):
+def make_fake(definition: Kernel):
     spec = definition.spec
 
     def fake(*args):
@@ -112,7 +113,7 @@ class PnexOp(CustomOpDef):
     ``CustomOpDef`` offers (``register_autograd``, ``register_fake``, ...) works.
     """
 
-    _pnex: KernelDefinition
+    _pnex: Kernel
     _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
     _superseded: Superseded | None = None
 
@@ -221,7 +222,7 @@ class PnexOp(CustomOpDef):
         return tuple(bound)
 
     @property
-    def definition(self) -> KernelDefinition:
+    def definition(self) -> Kernel:
         return self._pnex
 
     @property
@@ -242,7 +243,7 @@ def _scalar_ok(p: ScalarParam, value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def make_op(definition: KernelDefinition) -> PnexOp:
+def make_op(definition: Kernel) -> PnexOp:
     """Register ``definition`` as ``torch.ops.pnex.<op_name>`` (replacing any op of
     that name in the dispatcher) and return the op object."""
     spec = definition.spec

@@ -26,6 +26,7 @@ from . import hardware
 from . import timing as _timing
 from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
+from .definition import KernelDefinition
 from .efficiency import Efficiency, LaunchFacts, assess, strided_along_x
 from .errors import KernelDefinitionError, PnexError
 from .hardware import occupancy
@@ -129,10 +130,16 @@ class KernelReport:
         p.text("KernelReport(...)" if cycle else str(self))
 
 
-def _definition_of(op: Any, who: str):
+def _definition_of(op: Any, who: str) -> KernelDefinition:
     definition = getattr(op, "_pnex", None)
     if not isinstance(op, PnexOp) or definition is None:
         raise KernelDefinitionError(f"{who} expects an op made by pnex.jit or %%pnex, got {op!r}")
+    if not isinstance(definition, KernelDefinition):
+        where = getattr(definition, "origin", "a saved artifact")
+        raise KernelDefinitionError(
+            f"{who}: {op!r} was loaded from {where}, which holds its compiled code but not its Python "
+            f"source; build the report where the kernel is defined"
+        )
     return definition
 
 

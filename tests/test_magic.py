@@ -66,7 +66,7 @@ def muladd_k(
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = get_ipython()
+    shell = get_ipython() or IPython.get_ipython()  # None if another test module started it first
     shell.run_line_magic("load_ext", "pnex_magic")
     shell.run_cell("import torch")
     return shell

@@ -345,8 +345,14 @@ CUfunction function_for(Spec& spec, int device, bool contiguous) {
   spec.images.push_back(image);
   CUmodule module = nullptr;
   CUresult r = d.moduleLoadData(&module, image->data());
+  std::string hint;
+  if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_PTX) {
+    hint = ". There is no cubin for this GPU's architecture, so the driver compiled the kernel's PTX and could not "
+           "(PTX from a newer CUDA than the driver's): install nvJitLink (pip install nvidia-nvjitlink) so that pnex "
+           "links a cubin itself, or update the NVIDIA driver";
+  }
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': loading its code on cuda:", std::to_string(device),
-              " failed: ", cu_error(r));
+              " failed: ", cu_error(r), hint);
   CUfunction fn = nullptr;
   r = d.moduleGetFunction(&fn, module, entry.c_str());
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));

@@ -1,4 +1,4 @@
-"""IPython front end: the ``%%pnex`` cell magic, ``%pnex_cache`` and ``%pnex_doctor``.
+"""IPython front end: the ``%%pnex`` cell magic, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``.
 
 ``%load_ext pnex_magic`` registers them.  This module only parses: the options
 are declared once with ``IPython.core.magic_arguments`` (which also writes
@@ -21,9 +21,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .. import cache
+from ..artifact import save
 from ..definition import JitOptions
 from ..errors import KernelDefinitionError
 from ..launch.autotune import RECORD_KIND
+from ..multiarch import DEFAULT_ARCHS
+from ..op import PnexOp
 from .cache_listing import CacheListing
 from .cell import HISTORY_NAMES, CellRun
 from .doctor import doctor
@@ -114,11 +117,12 @@ class _Options:
     output: str | None
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
+    jax: bool = False  # bind the JAX function (jax_op) instead of the op
 
 
 @magics_class
 class PnexMagics(Magics):
-    """``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``."""
+    """``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
@@ -189,6 +193,11 @@ class PnexMagics(Magics):
         "--backward-of", dest="backward_of", metavar="FORWARD_NAME",
         help="Attach this cell's op as the backward of the pnex op FORWARD_NAME "
              "(pnex_magic.autograd.attach_backward).",
+    )
+    @magic_arguments.argument(
+        "--jax", action="store_true",
+        help="Bind the kernel's name to its JAX function (pnex_magic.jax_op) instead of the PyTorch op, "
+             "which stays reachable as NAME.op. The report (and --args/--eager) still use the PyTorch op.",
     )
     @cell_magic
     def pnex(self, line: str, cell: str):
@@ -265,6 +274,7 @@ class PnexMagics(Magics):
             force=ns.force,
             output=ns.output,
             backward_of=ns.backward_of,
+            jax=ns.jax,
         )
 
     @magic_arguments.magic_arguments()
@@ -295,6 +305,31 @@ class PnexMagics(Magics):
             return CacheListing.collect(removed=len(entries) + len(choices))
         return CacheListing.collect(entries=entries, choices=choices)
 
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="The pnex op to save: its name in the notebook.")
+    @magic_arguments.argument("path", help="The file to write (.pnex by convention).")
+    @magic_arguments.argument(
+        "--archs", metavar="sm_XY,...",
+        help=f"GPU architectures to ship cubins for (default {','.join(DEFAULT_ARCHS)}).",
+    )
+    @line_magic
+    def pnex_save(self, line: str):
+        """Save a pnex op, with the backward op attached to it, as one artifact file:
+        pnex_magic.load(PATH) registers it again in a process that has torch alone
+        (no Numba, no CUDA compiler). Same as pnex_magic.save(NAME, PATH)."""
+        ns = magic_arguments.parse_argstring(self.pnex_save, line)
+        name, path = _unquote(ns.name), _unquote(ns.path)
+        op = self.shell.user_ns.get(name)
+        if not isinstance(op, PnexOp):
+            found = "not defined" if op is None else f"of type {type(op).__name__}"
+            raise UsageError(f"%pnex_save: {name!r} is {found}; give the name of a pnex op (from %%pnex or pnex.jit)")
+        archs = DEFAULT_ARCHS if ns.archs is None else tuple(a for a in _unquote(ns.archs).split(",") if a.strip())
+        try:
+            written = save(op, path, archs=archs)
+        except KernelDefinitionError as exc:
+            raise UsageError(f"%pnex_save --archs: {exc}") from None
+        print(f"pnex: saved {name} (pnex::{op.definition.op_name}) to {written}, {written.stat().st_size} bytes")
+
     @line_magic
     def pnex_doctor(self, line: str = ""):
         """Check what this environment can do: GPU and driver, PyTorch's CUDA build,
@@ -307,12 +342,12 @@ class PnexMagics(Magics):
 
 
 def load_ipython_extension(ip) -> None:
-    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``."""
+    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``."""
     ip.register_magics(PnexMagics)
 
 
 def unload_ipython_extension(ip) -> None:
     magics = ip.magics_manager.magics
-    for kind, name in (("cell", "pnex"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
+    for kind, name in (("cell", "pnex"), ("line", "pnex_save"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
         magics[kind].pop(name, None)
     ip.magics_manager.registry.pop("PnexMagics", None)

@@ -10,6 +10,10 @@ built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
   says so, and the op's Python implementation then never sees that device;
 * every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`,
   after :meth:`Launcher.block` picked the block of an autotuned op.
+
+:mod:`.xla` is the launch stage of the JAX front end on a GPU: XLA, not the op,
+calls its FFI handler, so it is not a :class:`Launcher`; on CPU the JAX front end
+uses the simulator's launcher like the op does.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from . import autotune
 from .kernel import Kernel
 
 
-__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits"]
+__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits", "scalar_slot"]
 
 _SCALAR_CTYPES = {
     "float16": ctypes.c_uint16,  # passed as raw bits
@@ -62,6 +62,13 @@ def scalar_bits(dtype_name: str, value: Any) -> int | float | bool:
     if dtype_name == "bool":
         return int(bool(value))
     return value
+
+
+def scalar_slot(dtype_name: str, value: Any) -> int:
+    """The 8-byte argument slot of a scalar parameter as the C++ launchers fill it (the
+    value in the parameter's C type, zero-padded), read as a signed 64-bit integer."""
+    raw = bytes(_SCALAR_CTYPES[dtype_name](scalar_bits(dtype_name, value)))
+    return int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
 
 
 def _check(result, what: str, kernel: str) -> Any:

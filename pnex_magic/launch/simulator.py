@@ -50,6 +50,12 @@ class SimulatorLauncher:
         block: tuple[int, int, int],
         device: torch.device,
     ) -> None:
+        simulated = definition.simulated_function()
+        if simulated is None:
+            raise KernelLaunchError(
+                f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
+                f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
+            )
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         from numba.cuda.simulator.kernel import FakeCUDAKernel
 
@@ -70,12 +76,6 @@ class SimulatorLauncher:
                 args.append(np_type(value))
             else:
                 args.append(None)
-        simulated = definition.simulated_function()
-        if simulated is None:
-            raise KernelLaunchError(
-                f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
-                f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
-            )
         kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:

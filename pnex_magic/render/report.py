@@ -46,7 +46,7 @@ class PnexReport:
     op : PnexOp
         The operator the cell defined.
     bound_name : str
-        The name the op was bound to in the notebook.
+        The name the op (with ``--jax``, its JAX function) was bound to in the notebook.
     previous : str
         What that name held before ("" if it was free).
     also_bound : tuple of str
@@ -77,6 +77,7 @@ class PnexReport:
     eager_text: str | None = None
     args_text: str | None = None
     not_compiled: str = ""
+    jax: bool = False  #: the name holds the op's JAX function (``%%pnex --jax``)
     _widget: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
@@ -95,10 +96,13 @@ class PnexReport:
     # ------------------------------------------------------------------ text
 
     def binding_text(self) -> str:
-        what = f"{self.bound_name} = {self.kernel.op_name}"
+        what = f"{self.bound_name} = {self._bound_value()}"
         if not self.previous:
             return f"bound {what} (a new name)"
         return f"bound {what} (replacing {self.previous})"
+
+    def _bound_value(self) -> str:
+        return f"jax_op({self.kernel.op_name})" if self.jax else self.kernel.op_name
 
     @classmethod
     def from_kernel(cls, kernel: KernelReport, op: Any, bound_name: str, **binding: Any) -> PnexReport:
@@ -165,7 +169,7 @@ class PnexReport:
             badges.append(badge(f"autotuned: {format_block(k.autotune.block)}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
         lines = [
-            f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(k.op_name)}{prev} '
+            f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
             f'&middot; {escape(k.arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
         ]
         extra = []
@@ -203,9 +207,11 @@ class PnexReport:
             f"<div>returns {returns}</div>",
             '<div style="margin-top:6px"><b>torch schema</b></div>',
             pre(escape(k.schema)),
-            note(f"call it as {code(f'{self.bound_name}({args})')} or "
-                  f"{code(torch_call)}; it works under "
-                  f"torch.compile(fullgraph=True)"),
+            note(f"call it as {code(f'{self.bound_name}({args})')} on jax.Arrays (under jax.jit too), and the "
+                 f"PyTorch op as {code(f'{self.bound_name}.op({args})')} or {code(torch_call)}" if self.jax else
+                 f"call it as {code(f'{self.bound_name}({args})')} or "
+                 f"{code(torch_call)}; it works under "
+                 f"torch.compile(fullgraph=True)"),
             table(rows, ("parameter", "annotation", "role")),
         ]
         if k.source:
