@@ -451,3 +451,11 @@ def test_driver_launcher_tunes_on_copies_and_leaves_the_arguments_alone(fake_gpu
     result = autotune._RESULTS[op.definition][(0, "C", (16,))]
     assert [c.seconds for c in result.candidates] == [3e-6, 1e-6, 2e-6]
     assert launcher.block(op.definition, [x, total], torch.device("cpu", 0)) == (8,)  # remembered
+
+
+def test_saved_artifacts_keep_the_candidates_and_the_key(tmp_path):
+    op = tuned(threads_per_block=[(16, 16), (4, 64)], autotune_key=("a.size(0)", "s"))
+    loaded = pnex.load(pnex.save(op, tmp_path / "tuned.pnex", archs=("sm_80",)))
+    assert loaded.spec.candidates == ((16, 16), (4, 64))
+    assert [str(e) for e in loaded.spec.autotune_key] == ["a.size(0)", "s"]
+    assert describe_launch(loaded.spec) == describe_launch(op.spec)

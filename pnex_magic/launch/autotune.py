@@ -216,9 +216,13 @@ def _in_compiled_code() -> bool:
 def _slot(definition: Kernel, gpu: str, arch: str, layout: str, key: tuple[int, ...]) -> str:
     spec = definition.spec
     # A kernel defined here names its build (source, options, architecture, layout,
-    # toolchain); one loaded from elsewhere is named by its op and interface.
+    # toolchain); one loaded from an artifact is named by the code it launches.
     cache_key = getattr(definition, "cache_key", None)
-    build = cache_key(arch, layout) if cache_key is not None else f"{definition.op_name}|{spec.describe()}|{arch}"
+    if cache_key is not None:
+        build = cache_key(arch, layout)
+    else:
+        image, entry = definition.kernel_image(arch, layout)
+        build = f"{hashlib.sha256(image).hexdigest()}|{entry}|{spec.describe()}"
     text = f"{gpu}|{build}|{spec.block_candidates}|{spec.tuning_key()[1]}|{key}"
     return hashlib.sha256(text.encode()).hexdigest()
 
