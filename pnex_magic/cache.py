@@ -1,4 +1,4 @@
-"""The on-disk cache of compiled kernels.
+"""The on-disk cache of compiled kernels, and of small records such as autotune choices.
 
 Location: ``$PNEX_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/pnex_magic``, else
 ``~/.cache/pnex_magic``.  Each entry is a folder holding ``meta.json`` and the
@@ -8,10 +8,15 @@ content key, or by the user's ``cache_id``: then entries with the same
 wrong result.  Entries are written to a temporary folder and renamed into place,
 so a killed process never leaves half an entry, and only successful builds are
 written.
+
+Records (:func:`store_record`, :func:`load_record`, :func:`records`) are one JSON
+file each under a folder per kind (``autotune/``), named by their key and
+replaced atomically; the autotuner keeps one per GPU model, kernel build and key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,7 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "CacheEntry", "load", "store", "entries", "clear", "stats"]
+__all__ = [
+    "cache_dir", "CacheEntry", "load", "store", "entries", "clear", "stats",
+    "Record", "load_record", "store_record", "records", "remove_record",
+]
 
 
 @dataclasses.dataclass
@@ -127,3 +135,60 @@ def clear() -> int:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed += 1
     return removed
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One stored record: its file and its data (``key`` and ``created`` included)."""
+
+    path: Path
+    data: dict[str, Any]
+
+
+def _record_path(kind: str, key: str) -> Path:
+    return cache_dir() / kind / f"{key[:40]}.json"
+
+
+def load_record(kind: str, key: str) -> dict[str, Any] | None:
+    """The data stored under ``key`` for ``kind``, or ``None``."""
+    try:
+        data = json.loads(_record_path(kind, key).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("key") == key else None
+
+
+def store_record(kind: str, key: str, data: dict[str, Any]) -> Path | None:
+    """Write a record atomically (JSON-serialisable ``data``); returns its file, or
+    ``None`` if the cache is not writable."""
+    final = _record_path(kind, key)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=final.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump({**data, "key": key, "created": time.time()}, f, indent=1)
+        os.replace(tmp, final)
+    except OSError:
+        return None
+    return final
+
+
+def records(kind: str) -> list[Record]:
+    """Every readable record of ``kind``, oldest file name first."""
+    folder = cache_dir() / kind
+    found = []
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            try:
+                found.append(Record(path, json.loads(path.read_text())))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def remove_record(record: Record) -> None:
+    with contextlib.suppress(OSError):
+        record.path.unlink()

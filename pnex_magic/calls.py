@@ -96,16 +96,20 @@ def output_shapes(spec: KernelSpec, env: Mapping[str, Any]) -> list[tuple[Any, .
     return shapes
 
 
-def launch_grid(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def launch_grid(
+    spec: KernelSpec, env: Mapping[str, Any], block: Sequence[int] | None = None
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(blocks per grid, threads per block), both padded to three axes.  ``env``
-    holds the arguments and the outputs."""
+    holds the arguments and the outputs; ``block`` is the block shape to launch with
+    (default: the spec's first candidate)."""
+    shape = tuple(block) if block is not None else spec.threads_per_block
     grid = []
-    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, spec.threads_per_block)):
+    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, shape, strict=True)):
         n = int(expr.evaluate(env))
         if n < 0:
             raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
         grid.append(-(-n // tpb))
-    block = list(spec.threads_per_block)
+    block = list(shape)
     while len(grid) < 3:
         grid.append(1)
         block.append(1)
@@ -128,9 +132,10 @@ class LaunchInfo:
         return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
 
 
-def launch_info(spec: KernelSpec, args: Sequence[Any]) -> LaunchInfo:
+def launch_info(spec: KernelSpec, args: Sequence[Any], block: Sequence[int] | None = None) -> LaunchInfo:
     """Check ``args`` (the op's arguments, positionally) against the spec without
-    running anything, and say what a call on them launches."""
+    running anything, and say what a call on them launches (with ``block``, default
+    the spec's first candidate)."""
     if len(args) != len(spec.arguments):
         names = ", ".join(p.name for p in spec.arguments)
         raise ArgumentTypeError(
@@ -151,5 +156,5 @@ def launch_info(spec: KernelSpec, args: Sequence[Any]) -> LaunchInfo:
     for p, shape in zip(spec.outputs, shapes, strict=True):
         env[p.name] = torch.empty(shape, device="meta")
     values = tuple(int(e.evaluate(env)) for e in spec.n_threads)
-    grid, block = launch_grid(spec, env)
-    return LaunchInfo(values, grid, block, tuple(tuple(int(s) for s in shape) for shape in shapes))
+    grid, block3 = launch_grid(spec, env, block)
+    return LaunchInfo(values, grid, block3, tuple(tuple(int(s) for s in shape) for shape in shapes))

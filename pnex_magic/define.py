@@ -47,11 +47,14 @@ def definition(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     options: JitOptions | None = None,
     name: str | None = None,
 ) -> KernelDefinition:
     """Check ``fn``'s annotations and the launch options (no compiling yet)."""
-    spec = build_spec(fn, n_threads=n_threads, threads_per_block=threads_per_block, name=name)
+    spec = build_spec(
+        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name
+    )
     return KernelDefinition(fn, spec, options or JitOptions())
 
 
@@ -162,11 +165,15 @@ def define(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     options: JitOptions | None = None,
     name: str | None = None,
 ) -> PnexOp:
     """Spec → compile → op, in one step (what ``jit()`` does)."""
-    d = definition(fn, n_threads=n_threads, threads_per_block=threads_per_block, options=options, name=name)
+    d = definition(
+        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
+        name=name,
+    )
     with registered(d) as op:
         pass
     return op

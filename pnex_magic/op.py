@@ -82,10 +82,12 @@ def make_impl(definition: Kernel):
         env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=False)
-        grid, block = launch_grid(spec, env)
+        values = [env.get(p.name) for p in spec.params]
+        launcher = launch.launcher_for(device)
+        shape = launcher.block(definition, values, device) if spec.autotuned else None
+        grid, block = launch_grid(spec, env, shape)
         if grid[0] and grid[1] and grid[2]:
-            values = [env.get(p.name) for p in spec.params]
-            launch.launcher_for(device).launch(definition, values, grid, block, device)
+            launcher.launch(definition, values, grid, block, device)
         return _result(outs)
 
     return impl
@@ -125,7 +127,7 @@ class PnexOp(CustomOpDef):
             if not isinstance(args[i], torch.Tensor):
                 self._check_types(args)
         for i in self._scalar_slots:
-            if type(args[i]) is not self._scalar_types[i]:
+            if type(args[i]) not in self._scalar_types[i]:
                 self._check_types(args)
         try:
             return self._opoverload(*args)
@@ -256,7 +258,12 @@ def make_op(definition: Kernel) -> PnexOp:
     op._nargs = len(arguments)
     op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
     op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
-    op._scalar_types = {i: p.dtype.python_type for i, p in enumerate(arguments) if isinstance(p, ScalarParam)}
+    # The exact Python types a scalar argument takes without the slow check (an int is a
+    # fine float); anything else goes through _check_types.
+    op._scalar_types = {
+        i: (float, int) if p.dtype.python_type is float else (p.dtype.python_type,)
+        for i, p in enumerate(arguments) if isinstance(p, ScalarParam)
+    }
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
     op.register_kernel(None)(impl)

@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from .dtypes import DType, resolve_dtype, supported_dtype_names
 from .errors import KernelDefinitionError, ShapeExpressionError
 from .expressions import Expr, NameInfo, Size, parse_expression
@@ -170,7 +171,30 @@ class KernelSpec:
     module: str
     params: tuple[TensorParam | ScalarParam | UnusedParam, ...]
     n_threads: tuple[Expr, ...]  # X, Y, Z order; 1 to 3 entries
-    threads_per_block: tuple[int, ...]  # same length as n_threads
+    threads_per_block: tuple[int, ...]  # same length as n_threads; the default (first) candidate
+    #: Autotune candidates, ``threads_per_block`` first; empty when the block is fixed.
+    candidates: tuple[tuple[int, ...], ...] = ()
+    #: Autotune key expressions over the arguments; ``None``: every input size, bucketed.
+    autotune_key: tuple[Expr, ...] | None = None
+
+    @property
+    def autotuned(self) -> bool:
+        """Whether the op picks its block among several candidates (see :mod:`pnex_magic.blocks`)."""
+        return bool(self.candidates)
+
+    @property
+    def block_candidates(self) -> tuple[tuple[int, ...], ...]:
+        """Every block shape the op may launch with, the default first."""
+        return self.candidates or (self.threads_per_block,)
+
+    def tuning_key(self) -> tuple[tuple[Expr, ...], bool]:
+        """The autotune key's expressions and whether their values are bucketed to powers
+        of two (the default key: every input tensor's size on every axis)."""
+        if self.autotune_key is not None:
+            return self.autotune_key, False
+        sizes = tuple(Size(p.name, axis) for p in self.params if isinstance(p, TensorParam) and p.is_input
+                      for axis in range(p.ndim))
+        return sizes, True
 
     @property
     def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:
@@ -236,61 +260,14 @@ class KernelSpec:
     def describe(self) -> str:
         """A canonical text of the interface, part of the cache key."""
         params = "; ".join(f"{p.name}: {p.describe()}" for p in self.params)
-        return (
+        text = (
             f"{self.module}.{self.qualname}({params}) "
             f"n_threads={tuple(map(str, self.n_threads))} tpb={self.threads_per_block}"
         )
-
-
-_DEFAULT_TPB = {1: (256,), 2: (16, 16), 3: (8, 8, 4)}
-
-
-def _as_tuple(value: Any) -> tuple | None:
-    if isinstance(value, (tuple, list)):
-        return tuple(value)
-    return None
-
-
-def _launch_dims(
-    kernel: str, n_threads: Any, threads_per_block: Any
-) -> tuple[tuple[str | int, ...], tuple[int, ...]]:
-    nt = _as_tuple(n_threads)
-    if nt is None:
-        nt = (n_threads,)
-    if not 1 <= len(nt) <= 3:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: n_threads must be one expression or a tuple of 2 or 3 "
-            f"(X, Y, Z order); got {len(nt)} entries: {n_threads!r}"
-        )
-    if threads_per_block is None:
-        tpb = _DEFAULT_TPB[len(nt)]
-    else:
-        tpb = _as_tuple(threads_per_block) or (threads_per_block,)
-        if len(tpb) != len(nt):
-            raise KernelDefinitionError(
-                f"kernel {kernel!r}: threads_per_block {threads_per_block!r} has {len(tpb)} "
-                f"dimension(s) but n_threads has {len(nt)}; give one block size per launch axis"
-            )
-        for size in tpb:
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise KernelDefinitionError(
-                    f"kernel {kernel!r}: threads_per_block entries must be positive ints, got {threads_per_block!r}"
-                )
-    total = 1
-    for size in tpb:
-        total *= size
-    if total > 1024:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: threads_per_block {tpb} makes {total} threads per block; CUDA allows at most 1024"
-        )
-    if len(tpb) == 3 and tpb[2] > 64:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: threads_per_block Z size {tpb[2]} exceeds CUDA's limit of 64"
-        )
-    for entry in nt:
-        if isinstance(entry, int) and not isinstance(entry, bool) and entry <= 0:
-            raise KernelDefinitionError(f"kernel {kernel!r}: n_threads entries must be positive, got {n_threads!r}")
-    return nt, tuple(tpb)
+        if self.autotuned:
+            key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
+            text += f" candidates={self.candidates} autotune_key={key}"
+        return text
 
 
 def _resolve_annotation(kernel: str, name: str, raw: Any, fn: Callable) -> Any:
@@ -332,10 +309,12 @@ def build_spec(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     name: str | None = None,
     signature: inspect.Signature | None = None,
 ) -> KernelSpec:
-    """Check ``fn``'s annotations and the launch options; return its :class:`KernelSpec`."""
+    """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
+    return its :class:`KernelSpec`."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -405,17 +384,22 @@ def build_spec(
         if pname not in sig.parameters:
             raise KernelDefinitionError(f"kernel {kernel!r}: annotation for {pname!r}, which is not a parameter")
 
-    nt, tpb = _launch_dims(kernel, n_threads, threads_per_block)
+    nt = parse_n_threads(kernel, n_threads)
+    candidates = parse_threads_per_block(kernel, threads_per_block, len(nt))
     thread_exprs = tuple(
         parse_expression(e, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, e in enumerate(nt)
     )
+    arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
+    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) > 1)
     return KernelSpec(
         name=kernel,
         qualname=getattr(fn, "__qualname__", kernel),
         module=getattr(fn, "__module__", None) or "__main__",
         params=tuple(params),
         n_threads=thread_exprs,
-        threads_per_block=tpb,
+        threads_per_block=candidates[0],
+        candidates=candidates if len(candidates) > 1 else (),
+        autotune_key=key,
     )
 
 
@@ -460,7 +444,7 @@ def _shape(where: str, ann: _TensorAnnotation, visible: dict[str, NameInfo]) -> 
                 f"(earlier tensor parameters: {earlier})"
             )
         return tuple(Size(shape, axis) for axis in range(info.ndim))
-    entries = _as_tuple(shape)
+    entries = as_tuple(shape)
     if entries is None:
         if isinstance(shape, int) and not isinstance(shape, bool):
             entries = (shape,)

@@ -20,8 +20,9 @@ import keyword
 from collections.abc import Mapping
 from typing import Any
 
+from ..blocks import parse_autotune_key, parse_threads_per_block
 from ..dtypes import resolve_dtype
-from ..errors import ArtifactError, PnexError
+from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
 from ..launch.description import describe_launch
 from ..multiarch import LAYOUTS, ArchImages, target_archs
@@ -57,6 +58,9 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         "params": params,
         "n_threads": [str(e) for e in spec.n_threads],
         "threads_per_block": list(spec.threads_per_block),
+        # Autotuning (absent from artifacts saved before it existed: a fixed block).
+        "candidates": [list(c) for c in spec.candidates],
+        "autotune_key": None if spec.autotune_key is None else [str(e) for e in spec.autotune_key],
     }
 
 
@@ -164,6 +168,7 @@ def _spec(d: Any) -> KernelSpec:
     n_threads = tuple(
         parse_expression(t, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, t in enumerate(texts)
     )
+    candidates, key = _tuning(d, kernel, tpb, len(texts), params, visible)
     return KernelSpec(
         name=kernel,
         qualname=_get(d, "qualname", str, "the spec"),
@@ -171,7 +176,30 @@ def _spec(d: Any) -> KernelSpec:
         params=params,
         n_threads=n_threads,
         threads_per_block=tuple(tpb),
+        candidates=candidates,
+        autotune_key=key,
     )
+
+
+def _tuning(d: dict, kernel: str, tpb: list, ndim: int, params: tuple, visible: dict[str, NameInfo]) -> tuple:
+    """The autotune candidates and key of a saved spec (none in older artifacts)."""
+    saved = d.get("candidates") or []
+    key_texts = d.get("autotune_key")
+    if not saved:
+        if key_texts is not None:
+            raise _Malformed("it has an autotune key but no candidates")
+        return (), None
+    if not isinstance(saved, list) or not all(isinstance(c, list) for c in saved):
+        raise _Malformed(f"candidates {saved!r} is not a list of block shapes")
+    arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
+    try:
+        candidates = parse_threads_per_block(kernel, [tuple(c) for c in saved], ndim)
+        key = parse_autotune_key(kernel, key_texts, arguments, autotuned=True)
+    except (KernelDefinitionError, ShapeExpressionError) as exc:
+        raise _Malformed(str(exc)) from None
+    if len(candidates) < 2 or list(candidates[0]) != list(tpb):
+        raise _Malformed(f"candidates {saved!r} do not start with threads_per_block {tpb!r}")
+    return candidates, key
 
 
 def _images(layout: str, d: Any, files: Mapping[str, bytes]) -> ArchImages:

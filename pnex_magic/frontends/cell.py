@@ -467,7 +467,8 @@ class CellRun:
         with capture_output() as captured:
             try:
                 definition = make_definition(
-                    fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block, options=options
+                    fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
+                    autotune_key=opts.autotune_key, options=options,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -490,7 +491,7 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key", text) and "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -2,7 +2,8 @@
 Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
 shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
-prototype and test without a GPU.  It is slow: keep problem sizes small."""
+prototype and test without a GPU.  It is slow: keep problem sizes small.  An
+autotuned op runs its first candidate block here."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ class SimulatorLauncher:
 
     def autograd_registered(self, definition: Kernel) -> None:
         pass
+
+    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
+        """The first candidate: the simulator's speed says nothing about the GPU's, so
+        it does not autotune."""
+        return definition.spec.threads_per_block
 
     def launch(
         self,
