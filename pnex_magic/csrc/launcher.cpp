@@ -13,6 +13,7 @@
 
 #include <torch/extension.h>
 #include <torch/library.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -159,6 +160,9 @@ struct Spec {
   std::vector<Program> n_threads;
   std::vector<std::string> n_threads_text;
   std::array<unsigned, 3> block{1, 1, 1};
+  // Memory checks of InMut arguments (messages from Python, see description.py).
+  std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
+  std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
   py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
   std::mutex mutex;
 
@@ -367,6 +371,16 @@ class PnexKernel final : public c10::OperatorKernel {
                           std::to_string(axis), ", got ", std::to_string(t.size(axis)), " (shape ", shape_str(t.sizes()), ")");
       }
     }
+    // As torch's in-place operators: an InMut must not have two elements in one location,
+    // nor share memory with another argument (unless declared may_alias).
+    for (const auto& [pi, message] : spec.internal_overlap) {
+      TORCH_CHECK_VALUE(at::has_internal_overlap(*v.tensors[pi]) != at::MemOverlap::Yes, "pnex: ", message);
+    }
+    for (const auto& [written, other, message] : spec.overlap) {
+      const at::MemOverlapStatus status = at::get_overlap_status(*v.tensors[written], *v.tensors[other]);
+      TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, "pnex: ",
+                        message);
+    }
 
     c10::cuda::CUDAGuard guard(*device);
     for (int pi : spec.outputs) {
@@ -545,6 +559,8 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
   auto block = d["block"].cast<std::vector<unsigned>>();
   for (size_t i = 0; i < 3; ++i) spec->block[i] = i < block.size() ? block[i] : 1;
+  for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
+  for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
   spec->get_image = d["get_image"];
 
   registry().erase(name);

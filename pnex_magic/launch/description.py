@@ -2,8 +2,9 @@
 
 The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
 artifact all start from this dictionary: per parameter its kind, dtype, rank and
-shape checks, the op's arguments and outputs, the ``n_threads`` expressions and
-the block shape.  Expressions are compiled to postfix programs
+shape checks, the op's arguments and outputs, the ``n_threads`` expressions, the
+block shape, and the memory checks of ``InMut`` arguments (with their messages).
+Expressions are compiled to postfix programs
 (:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
 without Python.  Nothing in it is code: it round-trips through JSON.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..calls import alias_message, internal_overlap_message
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["KINDS", "describe_launch"]
@@ -49,4 +51,8 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         "n_threads": [e.to_program(index_of) for e in spec.n_threads],
         "n_threads_text": [str(e) for e in spec.n_threads],
         "block": block,
+        # Memory checks of InMut arguments, with their messages: [parameter, message] for
+        # "no two elements in one location", [written, other, message] for "no shared memory".
+        "internal_overlap": [[index_of(n), internal_overlap_message(spec, n)] for n in spec.mutated],
+        "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
     }
