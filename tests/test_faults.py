@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import re
 import shutil
@@ -211,51 +210,61 @@ def test_compile_killed_at_any_moment_then_the_next_run_recovers(tmp_path, pnex_
         print("   ", " | ".join(row))
 
 
-def _store_child(folder: str, kill_at: int, key: str, version: str, cache_id: str | None) -> None:
-    """Store an entry, SIGKILLing this process at its ``kill_at``-th file-system step."""
-    os.environ["PNEX_CACHE_DIR"] = folder
-    steps = [0]
+# A store in a process of its own, SIGKILLed at its N-th file-system step.  It loads
+# cache.py alone (the module needs only the standard library), so that a step costs a
+# few milliseconds and no fork of the (multithreaded) test process.
+STORE_STEP = """
+import importlib.util, json, os, shutil, signal, sys
+from pathlib import Path
 
-    def counted(fn):
-        def wrapper(*args, **kwargs):
-            steps[0] += 1
-            if steps[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return fn(*args, **kwargs)
+module_spec = importlib.util.spec_from_file_location("pnex_cache_alone", sys.argv[1])
+cache = sys.modules["pnex_cache_alone"] = importlib.util.module_from_spec(module_spec)
+module_spec.loader.exec_module(cache)
+kill_at, key, version, cache_id, files = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] or None, sys.argv[6]
+steps = [0]
 
-        return wrapper
+def counted(fn):
+    def wrapper(*args, **kwargs):
+        steps[0] += 1
+        if steps[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*args, **kwargs)
+    return wrapper
 
-    for name in ("mkdir", "replace", "rename", "unlink", "rmdir", "open"):
-        setattr(os, name, counted(getattr(os, name)))
-    Path.write_bytes = counted(Path.write_bytes)
-    Path.write_text = counted(Path.write_text)
-    shutil.rmtree = counted(shutil.rmtree)
-    cache.store(key, {"version": version}, _files(version), cache_id)
-    os._exit(0)
+for name in ("mkdir", "replace", "rename", "unlink", "rmdir", "open"):
+    setattr(os, name, counted(getattr(os, name)))
+Path.write_bytes = counted(Path.write_bytes)
+Path.write_text = counted(Path.write_text)
+shutil.rmtree = counted(shutil.rmtree)
+cache.store(key, {"version": version}, json.loads(files), cache_id)
+"""
 
 
-def _files(version: str) -> dict[str, str | bytes]:
-    return {"kernel.ptx": f"ptx of {version}\n" * 50, "kernel.cubin": version.encode() * 300, "link.log": version}
+def _files(version: str) -> dict[str, str]:
+    return {"kernel.ptx": f"ptx of {version}\n" * 50, "kernel.cubin": version * 300, "link.log": version}
 
 
-def _encoded(files: dict[str, str | bytes]) -> dict[str, bytes]:
-    return {n: d.encode() if isinstance(d, str) else d for n, d in files.items()}
+def _encoded(files: dict[str, str]) -> dict[str, bytes]:
+    return {n: d.encode() for n, d in files.items()}
 
 
 @pytest.mark.parametrize("cache_id", [None, "slot"], ids=["same-key-rewrite", "cache-id-eviction"])
-def test_store_killed_at_every_step_leaves_a_whole_entry_or_none(fresh_cache, cache_id):
+def test_store_killed_at_every_step_leaves_a_whole_entry_or_none(fresh_cache, pnex_env, tmp_path, cache_id):
     old_key, new_key = "a" * 64, ("a" * 64 if cache_id is None else "b" * 64)
-    ctx = multiprocessing.get_context("fork")
+    script = _script(tmp_path, "store_step.py", STORE_STEP)
+    env = _env(pnex_env, fresh_cache)
     outcomes = []
     for kill_at in range(1, 60):
         for path in list(fresh_cache.iterdir()):
             shutil.rmtree(path)
         assert cache.store(old_key, {"version": "old"}, _files("old"), cache_id) is not None
-        child = ctx.Process(target=_store_child, args=(str(fresh_cache), kill_at, new_key, "new", cache_id))
-        child.start()
-        child.join(60)
-        killed = child.exitcode == -signal.SIGKILL
-        assert killed or child.exitcode == 0, child.exitcode
+        child = subprocess.run(
+            [sys.executable, str(script), cache.__file__, str(kill_at), new_key, "new", cache_id or "",
+             json.dumps(_files("new"))],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+        killed = child.returncode == -signal.SIGKILL
+        assert killed or child.returncode == 0, child.stderr[-2000:]
         entries = _check_whole_entries(fresh_cache)
         assert len(entries) <= 1
         for entry in entries:  # whatever is visible holds all of one version's files
