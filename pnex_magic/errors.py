@@ -62,7 +62,9 @@ class ArgumentTypeError(PnexError, TypeError):
 
 class ArgumentShapeError(PnexError, ValueError):
     """A tensor argument has the wrong number of dimensions or a size that does not
-    match its declared shape."""
+    match its declared shape, or a memory layout the kernel cannot write safely (an
+    ``InMut`` tensor whose elements overlap, or that shares memory with another
+    argument)."""
 
 
 class KernelLaunchError(PnexError, RuntimeError):

@@ -212,13 +212,19 @@ class PnexOp(CustomOpDef):
                 raise ArgumentTypeError(f"{spec.name}() got multiple values for argument {key!r}")
         bound = list(args)
         for p in arguments[len(args):]:
-            if p.name not in kwargs:
-                missing = [q.name for q in arguments[len(bound):] if q.name not in kwargs]
+            if p.name in kwargs:
+                bound.append(kwargs[p.name])
+            elif isinstance(p, ScalarParam) and p.has_default:
+                bound.append(p.default)  # what the schema's default would give
+            else:
+                missing = [
+                    q.name for q in arguments[len(bound):]
+                    if q.name not in kwargs and not (isinstance(q, ScalarParam) and q.has_default)
+                ]
                 raise ArgumentTypeError(
                     f"{spec.name}() is missing argument(s) {', '.join(map(repr, missing))}; "
                     f"it takes ({', '.join(names)})"
                 )
-            bound.append(kwargs[p.name])
         return tuple(bound)
 
     @property

@@ -364,9 +364,51 @@ CORRUPTIONS = {
         lambda d: edit_manifest(d, lambda m: _spec(m)["params"][0].update(name="a) -> Tensor; x")),
         "not a Python identifier",
     ),
+    "a may_alias on an In": (
+        lambda d: edit_manifest(d, lambda m: _spec(m)["params"][0].update(may_alias=["out"])),
+        r"parameter 'a': may_alias is \['out'\]",
+    ),
     "no ops": (lambda d: edit_manifest(d, lambda m: m.update(ops=[])), "lists no ops"),
     "a missing backward": (lambda d: edit_manifest(d, lambda m: m["ops"][0].update(backward="ghost")), "backward op 'ghost'"),
 }
+
+
+def test_a_format_1_artifact_still_loads(good_artifact, tmp_path):
+    """Format 1 manifests predate the InMut memory checks in the launch description."""
+
+    def older(m):
+        m["format_version"] = 1
+        for op in m["ops"]:
+            del op["launch"]["internal_overlap"], op["launch"]["overlap"]
+
+    path = tmp_path / "v1.pnex"
+    path.write_bytes(edit_manifest(good_artifact, older))
+    loaded = pnex.load(path)
+    with FakeTensorMode():
+        assert loaded(torch.empty(6)).shape == (6,)
+
+
+def test_round_trip_keeps_scalar_defaults_and_may_alias(tmp_path):
+    @pnex.jit(n_threads="a.numel()")
+    def saved_axpy(
+        a: pnex.In("f32", (None,)), acc: pnex.InMut("f32", "a", may_alias="a"), s: float = 0.5, n: int = 2
+    ):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            acc[i] += a[i] * s + n
+
+    path = pnex.save(saved_axpy, tmp_path / "axpy.pnex", archs=("sm_80",))
+    params = manifest_of(path)["ops"][0]["spec"]["params"]
+    assert params[1]["may_alias"] == ["a"] and params[2]["default"] == 0.5 and params[3]["default"] == 2
+    assert "default" not in params[0] and "may_alias" not in params[0]
+    loaded = pnex.load(path)
+    assert loaded.spec == saved_axpy.spec
+    assert str(loaded._opoverload._schema).endswith("(Tensor a, Tensor(acc!) acc, float s=0.5, int n=2) -> ()")
+    with FakeTensorMode():
+        a = torch.empty(4)
+        loaded(a, a)  # defaults filled in; the aliasing is declared
+        with pytest.raises(ArgumentShapeError, match="more than one of its elements refers to a single memory"):
+            loaded(a, torch.empty(1).expand(4))
 
 
 @pytest.mark.parametrize("case", list(CORRUPTIONS))

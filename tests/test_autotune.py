@@ -57,7 +57,7 @@ def tuned(fn=scale_kernel, **options):
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_auto_lists_the_documented_candidates_default_first(ndim):
-    def k(a: pnex.In("f32", (None, None, None))):
+    def k(a: pnex.In("f32", (None, None, None)), out: pnex.Out("f32", "a")):
         pass
 
     n_threads = ("a.size(2)", "a.size(1)", "a.size(0)")[:ndim]

@@ -482,6 +482,42 @@ def test_kernel_fault_on_args_restores_the_previous_op(ip):
     torch.testing.assert_close(getattr(torch.ops.pnex, before._name)(x4), 2 * x4)
 
 
+RESCALED = SCALED.replace("def scaled(", "def rescaled(")
+RESCALED_WITH_OFFSET = RESCALED.replace('Out("f32", "a"))', 'Out("f32", "a"), offset: float = 1.5)').replace(
+    "* FACTOR", "* FACTOR + offset"
+)
+assert RESCALED_WITH_OFFSET.count("offset") == 2
+
+
+def test_rerun_keeps_earlier_objects_live_or_makes_them_fail_clearly(ip):
+    """Re-running a cell: earlier op objects (a model built before) call the new kernel
+    while the signature stays, and raise, naming the redefinition, once it changes."""
+    ip.run_cell("x4 = torch.randn(4); FACTOR = 2.0")
+    x4 = ip.user_ns["x4"]
+    run(ip, "--n-threads a.numel() --threads-per-block 32", RESCALED)
+    first = ip.user_ns["rescaled"]
+    torch.testing.assert_close(first(x4), 2 * x4)
+    ip.run_cell("FACTOR = 5.0")
+    run(ip, "--n-threads a.numel() --threads-per-block 32", RESCALED)  # same signature, new body
+    second = ip.user_ns["rescaled"]
+    assert second is not first
+    torch.testing.assert_close(first(x4), 5 * x4)
+    torch.testing.assert_close(second(x4), 5 * x4)
+    # Another signature (a scalar with a default), checked on --args that leave it out.
+    run(ip, "--n-threads a.numel() --threads-per-block 32 --args (x4,) --eager lambda a: a * 5 + 1.5 -o rep",
+        RESCALED_WITH_OFFSET)
+    assert ip.user_ns["rep"].timing.correctness.ok
+    third = ip.user_ns["rescaled"]
+    torch.testing.assert_close(third(x4), 5 * x4 + 1.5)
+    torch.testing.assert_close(third(x4, -1.0), 5 * x4 - 1.0)
+    for old in (first, second):
+        with pytest.raises(KernelDefinitionError, match=r"(?s)rescaled\(\): this op object is from an earlier "
+                           r"definition, rescaled\(a: Tensor\[float32, \(None,\)\]\) -> .*; the op was redefined "
+                           r"at .+ as rescaled\(a: Tensor\[float32, \(None,\)\], offset: float = 1.5\).*Use the object"):
+            old(x4)
+    torch.testing.assert_close(getattr(torch.ops.pnex, third._name)(x4), 5 * x4 + 1.5)
+
+
 @pytest.mark.parametrize(
     ("line", "words"),
     [

@@ -29,7 +29,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "write_archive", "read_archiv
 
 FORMAT = "pnex_magic kernel artifact"
 #: The artifact format this pnex_magic writes; it reads this one and older ones.
-FORMAT_VERSION = 1
+#: 2: the launch description holds the InMut memory checks; a scalar parameter may
+#: have a "default", an InMut a "may_alias" list.
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

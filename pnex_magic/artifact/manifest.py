@@ -1,5 +1,6 @@
 """One op in an artifact's manifest, as JSON: its name and schema, its spec (the
-parameters with their role, dtype name, shape expression texts and ``init``; the
+parameters with their role, dtype name, shape expression texts and ``init``, a
+scalar's ``default`` and an ``InMut``'s ``may_alias`` where given; the
 ``n_threads`` texts and the block), the launch description the C++ launcher runs
 (:func:`~pnex_magic.launch.description.describe_launch`), and per input layout the
 PTX and cubin files.
@@ -30,6 +31,8 @@ from ..spec import KernelSpec, ScalarParam, TensorParam, UnusedParam
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
+_MEMORY_CHECKS = {"internal_overlap", "overlap"}  # launch description keys added in format 2
+
 
 @dataclasses.dataclass(frozen=True)
 class OpEntry:
@@ -48,8 +51,12 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": p.name, "role": p.role}
         if isinstance(p, TensorParam):
             entry.update(dtype=p.dtype.name, shape=[None if e is None else str(e) for e in p.shape], init=p.init)
+            if p.may_alias:
+                entry["may_alias"] = list(p.may_alias)
         elif isinstance(p, ScalarParam):
             entry.update(dtype=p.dtype.name)
+            if p.has_default:
+                entry["default"] = p.default
         params.append(entry)
     return {
         "name": spec.name,
@@ -132,7 +139,10 @@ def _param(e: Any, visible: dict[str, NameInfo], kernel: str) -> TensorParam | S
         raise _Malformed(f"{what} has an unknown dtype {e['dtype']!r}")
     if role == "scalar":
         visible[name] = NameInfo("scalar", integral=not dtype.is_floating_point and dtype.name != "bool")
-        return ScalarParam(name, dtype)
+        default = e.get("default")
+        if default is not None and not isinstance(default, (bool, int, float)):
+            raise _Malformed(f"{what}: default is {default!r}")
+        return ScalarParam(name, dtype, default=default)  # the schema check below checks it further
     if role not in ("in", "inmut", "out"):
         raise _Malformed(f"{what} has an unknown role {role!r}")
     shape = []
@@ -147,8 +157,13 @@ def _param(e: Any, visible: dict[str, NameInfo], kernel: str) -> TensorParam | S
     init = e.get("init")
     if init is not None and not isinstance(init, (bool, int, float)):
         raise _Malformed(f"{what}: init is {init!r}")
+    may_alias = e.get("may_alias", [])
+    if not isinstance(may_alias, list) or not all(isinstance(n, str) for n in may_alias) or (
+        may_alias and role != "inmut"
+    ):
+        raise _Malformed(f"{what}: may_alias is {may_alias!r}")
     visible[name] = NameInfo("tensor", ndim=len(shape))
-    return TensorParam(name, role, dtype, tuple(shape), init)
+    return TensorParam(name, role, dtype, tuple(shape), init, tuple(may_alias))
 
 
 def _spec(d: Any) -> KernelSpec:
@@ -157,6 +172,10 @@ def _spec(d: Any) -> KernelSpec:
     params = tuple(_param(e, visible, kernel) for e in _get(d, "params", list, "the spec"))
     if len({p.name for p in params}) != len(params):
         raise _Malformed("two parameters have the same name")
+    inputs = {p.name for p in params if isinstance(p, TensorParam) and p.is_input}
+    for p in params:
+        if isinstance(p, TensorParam) and not set(p.may_alias) <= inputs - {p.name}:
+            raise _Malformed(f"parameter {p.name!r}: may_alias {list(p.may_alias)} names no other tensor argument")
     texts = _get(d, "n_threads", list, "the spec")
     tpb = _get(d, "threads_per_block", list, "the spec")
     if not 1 <= len(texts) <= 3 or len(tpb) != len(texts):
@@ -231,7 +250,11 @@ def read_op_entry(d: Any, files: Mapping[str, bytes], where: str) -> OpEntry:
         spec = _spec(_get(d, "spec", dict, "the op"))
         if spec.schema != d.get("schema"):
             raise _Malformed(f"its spec gives the schema {spec.schema}, not the saved {d.get('schema')}")
-        if _plain(describe_launch(spec)) != d.get("launch"):
+        launch, saved = _plain(describe_launch(spec)), d.get("launch")
+        if isinstance(saved, dict) and not _MEMORY_CHECKS & saved.keys():
+            # Format 1, from before the InMut memory checks: they follow from the spec.
+            launch = {k: v for k, v in launch.items() if k not in _MEMORY_CHECKS}
+        if launch != saved:
             raise _Malformed("its spec does not give the saved launch description")
         layouts = _get(d, "layouts", dict, "the op")
         if sorted(layouts) != sorted(LAYOUTS):

@@ -19,6 +19,7 @@
 #include <torch/library.h>
 #include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -198,6 +199,9 @@ struct Spec {
   std::vector<Program> key;  // autotune key (empty unless several candidates)
   std::vector<std::string> key_text;
   bool key_bucket = false;  // round key values up to powers of two
+  // Memory checks of InMut arguments (messages from Python, see description.py).
+  std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
+  std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
   py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
   py::object choose;     // callable(device_index, contiguous, key, args or None) -> (candidate, final)
   std::mutex mutex;      // loading code
@@ -528,6 +532,16 @@ class PnexKernel final : public c10::OperatorKernel {
                           std::to_string(axis), ", got ", std::to_string(t.size(axis)), " (shape ", shape_str(t.sizes()), ")");
       }
     }
+    // As torch's in-place operators: an InMut must not have two elements in one location,
+    // nor share memory with another argument (unless declared may_alias).
+    for (const auto& [pi, message] : spec.internal_overlap) {
+      TORCH_CHECK_VALUE(at::has_internal_overlap(*v.tensors[pi]) != at::MemOverlap::Yes, "pnex: ", message);
+    }
+    for (const auto& [written, other, message] : spec.overlap) {
+      const at::MemOverlapStatus status = at::get_overlap_status(*v.tensors[written], *v.tensors[other]);
+      TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, "pnex: ",
+                        message);
+    }
 
     c10::cuda::CUDAGuard guard(*device);
     // Outputs straight from PyTorch's caching allocator (what at::empty does on CUDA,
@@ -748,6 +762,8 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
     spec->key_bucket = d["key_bucket"].cast<bool>();
     if (d.contains("choose")) spec->choose = d["choose"];  // without it: the first candidate
   }
+  for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
+  for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
   spec->get_image = d["get_image"];
 
   registry().erase(name);

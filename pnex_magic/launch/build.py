@@ -4,10 +4,14 @@
 compiles a source into a folder keyed on the source, torch, Python and the
 include folders (:func:`build_extension`, the PyTorch launcher);
 :func:`build_shared_library` compiles a plain shared library for ``ctypes`` the
-same way (the XLA FFI handler, which must not link against torch).  A build is guarded by an ``flock`` that the OS releases when a
-process dies, and torch's own lock file, which a killed build leaves behind, is
-removed under it, so a killed build never makes the next one hang.  A failed
-build leaves nothing that counts as built: the next attempt compiles again and
+same way (the XLA FFI handler, which must not link against torch).  A build is
+guarded by an ``flock`` that the OS releases when a process dies, and torch's own
+lock file, which a killed build leaves behind, is removed under it, so a killed
+build never makes the next one hang.  The ninja and compiler processes of a killed
+build keep running (they are not its threads): the next build waits for them to
+finish rather than write the same files beside them.  A build folder that cannot
+be written is a :class:`~pnex_magic.errors.KernelCompileError` that says so.  A
+failed build leaves nothing that counts as built: the next attempt compiles again and
 shows the compiler's output.  The first build of each extension prints its
 progress every few seconds (it takes tens of seconds on two cores).
 
@@ -98,20 +102,57 @@ def progress(message: str):
 
 
 @contextlib.contextmanager
-def _build_lock(root: Path, stem: str, key: str, build_dir: Path) -> Iterator[None]:
+def _build_lock(root: Path, stem: str, key: str, build_dir: Path, what: str) -> Iterator[None]:
     """Hold the build's ``flock`` (released by the OS if this process dies) and clear
-    torch's lock file that a killed build left behind."""
-    root.mkdir(parents=True, exist_ok=True)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{stem}-{key}.flock", "w") as lock_file:
+    torch's lock file that a killed build left behind, once that build's ninja and
+    compiler are done."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        lock_file = open(root / f"{stem}-{key}.flock", "w")  # noqa: SIM115 -- closed by the with block below
+    except OSError as exc:
+        raise KernelCompileError(
+            f"pnex could not build its {what}: its build folder {build_dir} cannot be written "
+            f"({type(exc).__name__}: {exc.strerror or exc}); set PNEX_CACHE_DIR to a writable folder"
+        ) from None
+    with lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             stale = build_dir / "lock"  # torch's FileBaton, left behind by a killed build
             if stale.exists():
-                stale.unlink()
+                _wait_for_builders_left_running(build_dir, what)
+                stale.unlink(missing_ok=True)
             yield
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _builders_left_running(build_dir: Path) -> list[int]:
+    """Processes working in ``build_dir`` (torch runs ninja there, and the compiler
+    inherits it): what a build whose Python process was killed leaves running."""
+    target = os.path.realpath(build_dir)
+    found = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:  # no /proc: nothing to wait for that can be seen
+        return []
+    for pid in pids:
+        try:
+            if pid != os.getpid() and os.readlink(f"/proc/{pid}/cwd") == target:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for_builders_left_running(build_dir: Path, what: str, timeout: float = 900.0) -> None:
+    deadline = time.monotonic() + timeout
+    said = False
+    while _builders_left_running(build_dir) and time.monotonic() < deadline:
+        if not said:
+            print(f"pnex: waiting for the {what} build that a killed process left running...", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.2)
 
 
 def _stamp(library: Path) -> dict[str, Any]:
@@ -165,7 +206,7 @@ def build_extension(
     module = _import_built(name, build_dir)
     if module is not None:
         return module
-    with _build_lock(root, stem, key, build_dir):
+    with _build_lock(root, stem, key, build_dir, what):
         built = any(build_dir.glob(f"{name}*.so"))
         ctx = contextlib.nullcontext() if built else progress(f"building the {what}")
         with ctx:
@@ -211,10 +252,12 @@ def build_shared_library(
     root = cache_dir() / "launcher"
     build_dir = root / f"{stem}-{key}"
     library = build_dir / f"lib{stem}.so"
-    with _build_lock(root, stem, key, build_dir):
+    with _build_lock(root, stem, key, build_dir, what):
         if library.exists():
             return library
-        partial = build_dir / f"lib{stem}.so.partial"  # renamed when complete: a killed build leaves no library
+        # Renamed when complete: a killed build leaves no library.  Per process: the
+        # compiler of a killed build keeps running and must not write this build's file.
+        partial = build_dir / f"lib{stem}.so.partial-{os.getpid()}"
         command = [
             compiler, "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", *cflags,
             *(f"-I{i}" for i in includes), *(str(s) for s in sources), "-o", str(partial), *ldflags,

@@ -2,8 +2,10 @@
 
 The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
 artifact all start from this dictionary: per parameter its kind, dtype, rank and
-shape checks, the op's arguments and outputs, the ``n_threads`` expressions,
-the block shape and, for an autotuned op, its block candidates and key.  Expressions are compiled to postfix programs
+shape checks, the op's arguments and outputs, the ``n_threads`` expressions, the
+block shape and, for an autotuned op, its block candidates and key, and the
+memory checks of ``InMut`` arguments (with their messages).  Expressions are
+compiled to postfix programs
 (:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
 without Python.  Nothing in it is code: it round-trips through JSON.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..calls import alias_message, internal_overlap_message
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["KINDS", "describe_launch"]
@@ -55,6 +58,10 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         "key": [e.to_program(index_of) for e in key] if spec.autotuned else [],
         "key_text": [str(e) for e in key] if spec.autotuned else [],
         "key_bucket": key_bucket,
+        # Memory checks of InMut arguments, with their messages: [parameter, message] for
+        # "no two elements in one location", [written, other, message] for "no shared memory".
+        "internal_overlap": [[index_of(n), internal_overlap_message(spec, n)] for n in spec.mutated],
+        "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
     }
 
 
