@@ -1,8 +1,16 @@
 """Per-call overhead, first-use time and device time of pnex ops against every peer.
 
-    python benchmarks/overhead.py            # on a machine with an NVIDIA GPU
+    python benchmarks/overhead.py                    # on a machine with an NVIDIA GPU
+    python benchmarks/overhead.py --signatures-only  # only the table of signatures (a minute)
 
 Rows, all in one run on one GPU:
+  * per call (µs) of a table of signatures against the closest native op, on tiny
+    tensors (host-bound): 1-D copy vs torch.clone; 2-D, two tensors and two scalars vs
+    torch.addcmul; 3-D, four inputs vs torch.addcmul; 2-D, five inputs and two scalars
+    (8 parameters with the output) vs torch.addcmul; an InMut in-place add vs
+    Tensor.add_.  Each pair is measured alternately, three rounds; the ratio's goal is
+    at most 1.10.  Also per signature: the same op called as torch.ops.pnex.<name>
+    (without the op object's Python checks) and the device time of one call of each;
   * per call (µs) of a 1024-element float32 copy called in a host loop: torch.clone,
     pnex (to_extension=True and False: one C++ launcher serves both), pnex through its
     pure-Python driver launcher, pytorch-numba-extension-jit 0.1.6 (both modes, if
@@ -19,20 +27,17 @@ Prints a table and writes JSON (GPU, driver, versions, date) to benchmarks/resul
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench_common import device_seconds, result_header, write_result
+
 N_SMALL = 1024
 
 
@@ -49,22 +54,6 @@ def per_call_us(fn, arg, calls: int = 2000, repeats: int = 7) -> float:
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(samples)
-
-
-def device_ms(fn, args, repeats: int = 20) -> float:
-    """Median device time of one call, by CUDA events."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 PNEX_DEFS = textwrap.dedent(
@@ -156,37 +145,163 @@ def first_use(salt: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def versions() -> dict:
-    from importlib import metadata
+SIGNATURE_DEFS = textwrap.dedent(
+    """
+    import torch, pnex_magic as pnex
+    from numba import cuda
 
-    v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
-    for dist in ("numba-cuda", "numba", "pnex_magic", "pytorch-numba-extension-jit", "triton", "numpy"):
-        try:
-            v[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            v[dist] = None
-    return v
+    @pnex.jit(n_threads="a.numel()")
+    def sig_copy(a: pnex.In("f32", (None,)), result: pnex.Out("f32", "a")):
+        x = cuda.grid(1)
+        if x < a.shape[0]:
+            result[x] = a[x]
+
+    @pnex.jit(n_threads=("result.size(1)", "result.size(0)"))
+    def sig_2d_scalars(a: pnex.In("f32", (None, None)), b: pnex.In("f32", "a"), s: float, t: float,
+                       result: pnex.Out("f32", "a")):
+        x, y = cuda.grid(2)
+        if y < result.shape[0] and x < result.shape[1]:
+            result[y, x] = a[y, x] + s * a[y, x] * b[y, x] + t
+
+    @pnex.jit(n_threads=("result.size(2)", "result.size(1)", "result.size(0)"))
+    def sig_3d_four(a: pnex.In("f32", (None, None, None)), b: pnex.In("f32", "a"), c: pnex.In("f32", "a"),
+                    d: pnex.In("f32", "a"), result: pnex.Out("f32", "a")):
+        x, y, z = cuda.grid(3)
+        if z < result.shape[0] and y < result.shape[1] and x < result.shape[2]:
+            result[z, y, x] = a[z, y, x] + b[z, y, x] * c[z, y, x] + d[z, y, x]
+
+    @pnex.jit(n_threads=("result.size(1)", "result.size(0)"))
+    def sig_2d_eight(a: pnex.In("f32", (None, None)), b: pnex.In("f32", "a"), c: pnex.In("f32", "a"),
+                     d: pnex.In("f32", "a"), e: pnex.In("f32", "a"), s: float, t: int,
+                     result: pnex.Out("f32", "a")):
+        x, y = cuda.grid(2)
+        if y < result.shape[0] and x < result.shape[1]:
+            result[y, x] = a[y, x] * b[y, x] + c[y, x] * d[y, x] + e[y, x] * s + t
+
+    @pnex.jit(n_threads="x.numel()")
+    def sig_inmut(x: pnex.InMut("f32", (None,)), y: pnex.In("f32", "x")):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] += y[i]
+    """
+)
 
 
-def gpu_info() -> dict:
-    info = {"name": torch.cuda.get_device_name(), "capability": "%d.%d" % torch.cuda.get_device_capability()}
-    try:
-        info["driver"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
-        ).stdout.strip().splitlines()[0]
-    except Exception:
-        info["driver"] = None
-    return info
+def _signature_cases(ns: dict) -> list[tuple[str, str, object, object, tuple]]:
+    """(signature, native op's name, pnex op, native callable, arguments)."""
+    v = lambda *shape: torch.randn(*shape, device="cuda")  # noqa: E731
+    a2, b2 = v(32, 32), v(32, 32)
+    a3 = [v(4, 16, 16) for _ in range(4)]
+    five = [v(32, 32) for _ in range(5)]
+    x, y = v(N_SMALL), v(N_SMALL)
+    return [
+        ("1-D copy", "torch.clone", ns["sig_copy"], torch.clone, (v(N_SMALL),)),
+        ("2-D, 2 tensors + 2 scalars", "torch.addcmul(a, a, b, value=s)", ns["sig_2d_scalars"],
+         lambda a, b, s, t: torch.addcmul(a, a, b, value=s), (a2, b2, 0.5, 0.25)),
+        ("3-D, 4 tensors", "torch.addcmul(a, b, c)", ns["sig_3d_four"],
+         lambda a, b, c, d: torch.addcmul(a, b, c), tuple(a3)),
+        ("2-D, 5 tensors + 2 scalars", "torch.addcmul(a, b, c, value=s)", ns["sig_2d_eight"],
+         lambda a, b, c, d, e, s, t: torch.addcmul(a, b, c, value=s), (*five, 0.5, 3)),
+        ("InMut in-place add", "Tensor.add_", ns["sig_inmut"], lambda x, y: x.add_(y), (x, y)),
+    ]
+
+
+def per_call_args_us(fn, args, calls: int = 2000, repeats: int = 7) -> float:
+    return per_call_us(lambda packed: fn(*packed), args, calls, repeats)
+
+
+def device_us_per_call(fn, args, loops: int = 200) -> float:
+    """Device time of one call, back to back (the stream is kept busy while the host
+    queues the calls, so host overhead does not count)."""
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        torch.cuda._sleep(int(loops * 50e-6 * 2e9))  # ~50 µs of host time per call, at most ~2 GHz
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(loops):
+            fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / loops)
+    return statistics.median(times)
+
+
+def signature_table() -> list[dict]:
+    """Per-call overhead of each signature against its closest native op."""
+    ns: dict = {}
+    exec(SIGNATURE_DEFS, ns)
+    rows = []
+    for signature, native_name, op, native, args in _signature_cases(ns):
+        reference = native(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        if signature.startswith("InMut"):
+            check = args[0].clone()
+            op(check, args[1])
+            torch.testing.assert_close(check, reference)
+        else:
+            expected = {
+                "1-D copy": lambda: args[0],
+                "2-D, 2 tensors + 2 scalars": lambda: args[0] + args[2] * args[0] * args[1] + args[3],
+                "3-D, 4 tensors": lambda: args[0] + args[1] * args[2] + args[3],
+                "2-D, 5 tensors + 2 scalars": lambda: (args[0] * args[1] + args[2] * args[3]
+                                                       + args[4] * args[5] + args[6]),
+            }[signature]()
+            torch.testing.assert_close(op(*args), expected)
+        direct = getattr(torch.ops.pnex, op.definition.op_name).default
+        pnex_runs, native_runs, direct_runs = [], [], []
+        for _ in range(3):  # alternate, so drift on a shared machine hits both
+            pnex_runs.append(per_call_args_us(op, args))
+            native_runs.append(per_call_args_us(native, args))
+            direct_runs.append(per_call_args_us(direct, args))
+        pnex_us, native_us = statistics.median(pnex_runs), statistics.median(native_runs)
+        row = {
+            "signature": signature,
+            "native": native_name,
+            "params": len(op.spec.params),
+            "pnex_us": pnex_us,
+            "native_us": native_us,
+            "ratio": pnex_us / native_us,
+            "torch_ops_us": statistics.median(direct_runs),
+            "pnex_device_us": device_us_per_call(op, args),
+            "native_device_us": device_us_per_call(native, args),
+        }
+        rows.append(row)
+        print(f"{signature:28s} pnex {pnex_us:6.2f} µs  {native_name:34s} {native_us:6.2f} µs  "
+              f"{row['ratio']:.3f}x  (torch.ops route {row['torch_ops_us']:.2f} µs; device "
+              f"{row['pnex_device_us']:.2f} vs {row['native_device_us']:.2f} µs)", flush=True)
+    return rows
+
+
+def print_signature_table(rows: list[dict]) -> None:
+    print(f"\nper-call overhead by signature (goal: at most {GOAL:.2f}x the closest native op)")
+    print(f"{'signature':28s} {'params':>6} {'pnex µs':>8} {'native µs':>9} {'ratio':>6}  {'torch.ops µs':>12}  native op")
+    for r in rows:
+        flag = "" if r["ratio"] <= GOAL else "  (over the goal)"
+        print(f"{r['signature']:28s} {r['params']:>6} {r['pnex_us']:8.2f} {r['native_us']:9.2f} {r['ratio']:6.3f}  "
+              f"{r['torch_ops_us']:12.2f}  {r['native']}{flag}")
+
+
+GOAL = 1.10
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-old", action="store_true", help="skip pytorch-numba-extension-jit")
     parser.add_argument("--skip-load-inline", action="store_true", help="skip the hand-written CUDA op")
+    parser.add_argument("--signatures-only", action="store_true", help="only the table of signatures")
     opts = parser.parse_args()
     if not torch.cuda.is_available():
         print("overhead.py needs an NVIDIA GPU; nothing measured.")
         return 1
+    signatures = signature_table()
+    if opts.signatures_only:
+        path = write_result({**result_header("overhead-signatures"), "goal": GOAL, "signatures": signatures},
+                            "overhead-signatures")
+        print_signature_table(signatures)
+        print(f"wrote {path}")
+        return 0
     rows: list[dict] = []
 
     def row(route, us=None, first_use_s=None, note=""):
@@ -311,7 +426,7 @@ def main() -> int:
             ("1 GiB a*b+c", ns["muladd"], hand.muladd, (a, b, c)),
         ):
             torch.testing.assert_close(ours(*args), theirs(*args))
-            t_ours, t_hand = device_ms(ours, args), device_ms(theirs, args)
+            t_ours, t_hand = device_seconds(ours, args) * 1e3, device_seconds(theirs, args) * 1e3
             moved = (len(args) + 1) * n * 4
             device_rows.append({
                 "workload": label, "pnex_ms": t_ours, "handwritten_ms": t_hand, "ratio_hand_over_pnex": t_hand / t_ours,
@@ -321,10 +436,7 @@ def main() -> int:
                   f"speed vs hand-written {t_hand / t_ours:.3f}x  ({moved / t_ours / 1e9:.2f} TB/s)", flush=True)
 
     result = {
-        "benchmark": "overhead",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": gpu_info(),
-        "versions": versions(),
+        **result_header("overhead", "pytorch-numba-extension-jit", "triton"),
         "n_elements": N_SMALL,
         "per_call": rows,
         "pnex_over_clone": ext_us / clone_us,
@@ -332,11 +444,12 @@ def main() -> int:
         "pnex_first_use_cold_s": cold,
         "pnex_first_use_warm_s": warm,
         "device_time": device_rows,
+        "goal": GOAL,
+        "signatures": signatures,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"overhead-{_dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=1))
-    print(f"\npnex / torch.clone per call: {ext_us / clone_us:.3f}x (goal <= 1.15)")
+    path = write_result(result, "overhead")
+    print(f"\npnex / torch.clone per call: {ext_us / clone_us:.3f}x")
+    print_signature_table(signatures)
     print(f"wrote {path}")
     return 0
 

@@ -6,6 +6,10 @@ operator with :func:`jit` (or the ``%%pnex`` cell magic: ``%load_ext pnex_magic`
 The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
 graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 :func:`inspect` reports the schema, PTX and resource usage without a GPU.
+:func:`jax_op` makes the same op a JAX function (``jax.jit``, ``grad``, ``vmap``);
+JAX is imported only then.
+:func:`save` writes an op as one self-contained file that :func:`load` registers
+again in a process with torch alone (no Numba, no CUDA compiler).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 from ._version import __version__
 from . import autograd
 from .autograd import attach_backward, backward_of
+from .artifact import load, save
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
+    ArtifactError,
     KernelCompileError,
     KernelDefinitionError,
     KernelLaunchError,
@@ -36,6 +42,8 @@ __all__ = [
     "Scalar",
     "Unused",
     "inspect",
+    "save",
+    "load",
     "attach_backward",
     "backward_of",
     "KernelReport",
@@ -48,9 +56,21 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "ArtifactError",
+    "jax_op",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]
+
+
+def jax_op(op: PnexOp):
+    """The JAX function of a pnex op: same arguments, scalars and outputs (then the new
+    values of ``InMut`` arguments), eager and under ``jax.jit``, ``grad`` and ``vmap``;
+    launched by XLA on a GPU, through the CUDA simulator elsewhere.  Imports JAX (the
+    ``jax`` extra); see :mod:`pnex_magic.frontends.jax`."""
+    from .frontends.jax import jax_op as _jax_op
+
+    return _jax_op(op)
 
 
 def load_ipython_extension(ipython) -> None:

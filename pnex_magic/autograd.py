@@ -44,7 +44,7 @@ from .errors import ArgumentShapeError, KernelDefinitionError
 from .op import PnexOp
 from .spec import KernelSpec, ScalarParam, TensorParam
 
-__all__ = ["attach_backward", "backward_of", "save_for_backward"]
+__all__ = ["attach_backward", "backward_of", "save_for_backward", "Attached", "attached_backward"]
 
 GRAD_PREFIX = "grad_"
 
@@ -76,6 +76,25 @@ class _Plan:
     grad_targets: tuple[int, ...]  # per backward output: index of the forward argument it is the gradient of
     saved_tensors: tuple[str, ...]  # forward tensors the default setup_context saves
     saved_scalars: tuple[str, ...]  # forward scalars the default setup_context keeps
+
+
+@dataclasses.dataclass(frozen=True)
+class Attached:
+    """What :func:`attach_backward` recorded on a forward op, for front ends that build
+    their own autograd from it (JAX's ``custom_vjp``)."""
+
+    backward: PnexOp
+    plan: _Plan
+    custom_context: bool  #: a custom ``setup_context`` (a PyTorch ctx) feeds the backward
+
+
+_ATTACHED = "pnex_attached"  # attribute of the registered backward function
+
+
+def attached_backward(op: PnexOp) -> Attached | None:
+    """The backward op attached to ``op`` with :func:`attach_backward` (``None`` if there
+    is none, or if the op's autograd formula was registered some other way)."""
+    return getattr(getattr(op, "_backward_fn", None), _ATTACHED, None)
 
 
 def _check_op(op: Any, role: str) -> KernelSpec:
@@ -367,6 +386,8 @@ def attach_backward(
             grad_inputs[index] = g
         return tuple(grad_inputs)
 
+    # Kept on the function torch stores (and a failed re-definition re-registers).
+    setattr(backward_fn, _ATTACHED, Attached(backward, plan, setup_context is not None))
     forward.register_autograd(backward_fn, setup_context=setup)
 
 

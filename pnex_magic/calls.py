@@ -28,6 +28,10 @@ __all__ = [
     "launch_grid",
     "launch_info",
     "format_shape",
+    "has_internal_overlap",
+    "overlaps",
+    "internal_overlap_message",
+    "alias_message",
 ]
 
 
@@ -36,8 +40,14 @@ def format_shape(shape: Sequence[Any]) -> str:
 
 
 def bind_arguments(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
-    """``{parameter name: value}`` for the op's arguments, in declaration order."""
-    return {p.name: v for p, v in zip(spec.arguments, args)}
+    """``{parameter name: value}`` for the op's arguments, in declaration order.
+    Trailing scalars left out take their defaults: torch's dispatcher drops arguments
+    equal to their schema default before it calls a Python implementation."""
+    env = {p.name: v for p, v in zip(spec.arguments, args)}
+    for p in spec.arguments[len(args):]:
+        if isinstance(p, ScalarParam) and p.has_default:
+            env[p.name] = p.default
+    return env
 
 
 def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | None:
@@ -78,7 +88,69 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
                     f"{spec.name}(): argument {p.name!r} must have size {expr} = {expected} on axis {axis}, "
                     f"got {t.shape[axis]} (shape {format_shape(t.shape)})"
                 )
+    for name in spec.mutated:
+        if has_internal_overlap(env[name]):
+            raise ArgumentShapeError(internal_overlap_message(spec, name))
+    for written, other in spec.overlap_checks:
+        if overlaps(env[written], env[other]):
+            raise ArgumentShapeError(alias_message(spec, written, other))
     return device
+
+
+# The two memory checks torch's in-place operators make (ATen's MemoryOverlap.h), in
+# Python so that they also run on fake tensors under torch.compile; the C++ launcher
+# calls ATen's own (at::has_internal_overlap, at::get_overlap_status) with the same messages.
+
+
+def has_internal_overlap(t: torch.Tensor) -> bool:
+    """Whether several elements of ``t`` share one memory location (a stride-0 axis of
+    size > 1, as ``expand()`` makes): ATen's ``MemOverlap::Yes``."""
+    return any(size > 1 and stride == 0 for size, stride in zip(t.shape, t.stride()))
+
+
+def _non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    expected = 1
+    for size, stride in sorted(((n, s) for n, s in zip(t.shape, t.stride()) if n != 1), key=lambda e: e[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` share memory: ATen's ``MemOverlapStatus`` ``Full`` (the
+    same tensor) or ``Partial`` (views of one storage whose elements intersect).  As in
+    ATen, views that are not dense (``x[::2]`` and ``x[1::2]``) are not judged."""
+    if a is b:
+        return True
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
+        return False
+    if not (_non_overlapping_and_dense(a) and _non_overlapping_and_dense(b)):
+        return False
+    a_begin, b_begin = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    a_end, b_end = a_begin + a.numel() * a.element_size(), b_begin + b.numel() * b.element_size()
+    return bool(a_begin < b_end and b_begin < a_end)
+
+
+def internal_overlap_message(spec: KernelSpec, name: str) -> str:
+    return (
+        f"{spec.name}(): argument {name!r} is written by the kernel (InMut), but more than one of its elements "
+        f"refers to a single memory location (a stride-0 axis, as expand() makes), so threads would race on "
+        f"them. Pass a tensor that owns its elements, e.g. {name}.clone()"
+    )
+
+
+def alias_message(spec: KernelSpec, written: str, other: str) -> str:
+    kind = spec.param(other).describe().split("(")[0]
+    reads = "writes it too" if kind == "InMut" else "reads it"
+    return (
+        f"{spec.name}(): arguments {written!r} (InMut) and {other!r} ({kind}) share memory (the same tensor, or "
+        f"overlapping views of one): the kernel writes {written!r} while it {reads}, so threads would race. "
+        f"Pass separate tensors (e.g. {other}.clone()), or, if the kernel is written for it, declare the "
+        f"aliasing allowed: {written}: InMut(..., may_alias={other!r})"
+    )
 
 
 def output_shapes(spec: KernelSpec, env: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -96,16 +168,20 @@ def output_shapes(spec: KernelSpec, env: Mapping[str, Any]) -> list[tuple[Any, .
     return shapes
 
 
-def launch_grid(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def launch_grid(
+    spec: KernelSpec, env: Mapping[str, Any], block: Sequence[int] | None = None
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(blocks per grid, threads per block), both padded to three axes.  ``env``
-    holds the arguments and the outputs."""
+    holds the arguments and the outputs; ``block`` is the block shape to launch with
+    (default: the spec's first candidate)."""
+    shape = tuple(block) if block is not None else spec.threads_per_block
     grid = []
-    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, spec.threads_per_block)):
+    for axis, (expr, tpb) in enumerate(zip(spec.n_threads, shape, strict=True)):
         n = int(expr.evaluate(env))
         if n < 0:
             raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
         grid.append(-(-n // tpb))
-    block = list(spec.threads_per_block)
+    block = list(shape)
     while len(grid) < 3:
         grid.append(1)
         block.append(1)
@@ -128,9 +204,13 @@ class LaunchInfo:
         return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
 
 
-def launch_info(spec: KernelSpec, args: Sequence[Any]) -> LaunchInfo:
+def launch_info(spec: KernelSpec, args: Sequence[Any], block: Sequence[int] | None = None) -> LaunchInfo:
     """Check ``args`` (the op's arguments, positionally) against the spec without
-    running anything, and say what a call on them launches."""
+    running anything, and say what a call on them launches (with ``block``, default
+    the spec's first candidate)."""
+    missing = spec.arguments[len(args):]
+    if missing and all(isinstance(p, ScalarParam) and p.has_default for p in missing):
+        args = (*args, *(p.default for p in missing))  # the defaults of trailing scalars
     if len(args) != len(spec.arguments):
         names = ", ".join(p.name for p in spec.arguments)
         raise ArgumentTypeError(
@@ -151,5 +231,5 @@ def launch_info(spec: KernelSpec, args: Sequence[Any]) -> LaunchInfo:
     for p, shape in zip(spec.outputs, shapes, strict=True):
         env[p.name] = torch.empty(shape, device="meta")
     values = tuple(int(e.evaluate(env)) for e in spec.n_threads)
-    grid, block = launch_grid(spec, env)
-    return LaunchInfo(values, grid, block, tuple(tuple(int(s) for s in shape) for shape in shapes))
+    grid, block3 = launch_grid(spec, env, block)
+    return LaunchInfo(values, grid, block3, tuple(tuple(int(s) for s in shape) for shape in shapes))

@@ -1,8 +1,8 @@
 """Compile stage: a kernel function and its spec become PTX, a cubin and a
 resource report, for one GPU architecture.
 
-Numba-CUDA types the kernel and emits PTX through NVVM; nvJitLink (through
-``cuda.core``'s ``Linker``) assembles it into a cubin for the target architecture
+Numba-CUDA types the kernel and emits PTX through NVVM; nvJitLink
+(:mod:`pnex_magic.linking`) assembles it into a cubin for the target architecture
 and reports registers, shared, local and constant memory, straight from ptxas.
 Neither step needs a GPU or a CUDA driver: the compiler libraries come as pip
 wheels (``numba-cuda[cu12]`` / ``numba-cuda[cu13]``).
@@ -22,6 +22,7 @@ from typing import Any
 from . import cache
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
+from .linking import has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry
 from .spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "abi_layout",
     "numba_signature",
     "link_cubin",
+    "ltoir_objects",
     "probe_linker",
     "numba_error_line",
 ]
@@ -252,10 +254,10 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str)
             f"kernel {spec.name!r}: compilation failed: {type(exc).__name__}: {str(exc).strip()[:500]}",
             compiler_log=str(exc),
         ) from None
-    entry = re.search(r"\.visible\s+\.entry\s+([\w$]+)\(", ptx)
+    entry = ptx_entry(ptx)
     if entry is None:
         raise KernelCompileError(f"kernel {spec.name!r}: Numba's PTX has no kernel entry", compiler_log=ptx)
-    return ptx, entry.group(1)
+    return ptx, entry
 
 
 # nvJitLink's per-kernel summary, e.g. "info    : used 71 registers, used 1 barriers, 0 stack,
@@ -291,54 +293,13 @@ def _parse_resources(log: str) -> ResourceUsage | None:
     )
 
 
-def _linker_classes():
-    try:
-        from cuda.core import Linker, LinkerOptions, ObjectCode
-    except ImportError:
-        from cuda.core.experimental import Linker, LinkerOptions, ObjectCode  # older cuda-core
-    return Linker, LinkerOptions, ObjectCode
-
-
-_EXTERN_FUNC_RE = re.compile(r"^\s*\.extern\s+\.func\b", re.MULTILINE)
-
-_LINKABLE_KINDS = {
-    "PTXSource": "from_ptx",
-    "Cubin": "from_cubin",
-    "Fatbin": "from_fatbin",
-    "Object": "from_object",
-    "Archive": "from_library",
-    "LTOIR": "from_ltoir",
-}
-
-
-def _object_code(code: Any, kernel: str) -> Any:
-    """A ``cuda.core`` ``ObjectCode`` for one of ``cuda.compile_all``'s extra outputs."""
-    _, _, ObjectCode = _linker_classes()
-    if isinstance(code, ObjectCode):
-        return code
-    factory = _LINKABLE_KINDS.get(type(code).__name__)
-    data = getattr(code, "data", None)
-    if factory is None or data is None:
-        raise KernelCompileError(f"kernel {kernel!r}: cannot link {code!r} into the kernel's cubin")
-    if isinstance(data, str):
-        data = data.encode()
-    return getattr(ObjectCode, factory)(data)
-
-
-def _link_dependencies(
-    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C"
-) -> list[Any]:
-    """Code the kernel's PTX calls but does not contain, for nvJitLink.
-
-    Numba-CUDA implements float16/bfloat16 arithmetic (and ``declare_device``
-    functions with ``link=``) as external functions whose CUDA C++ or binary code is
-    linked in at load time; ``cuda.compile`` returns only the kernel's own PTX.  Only
-    a kernel whose PTX declares external functions pays for this second pass, which
-    compiles CUDA C++ sources to LTO-IR with NVRTC (that needs no driver)."""
-    if not _EXTERN_FUNC_RE.search(ptx):
-        return []
+def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C") -> list[Any]:
+    """The kernel and the code it links against (float16/bfloat16 operators,
+    ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
+    kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
     from numba import cuda
 
+    _, _, ObjectCode = linker_classes()
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
@@ -351,49 +312,22 @@ def _link_dependencies(
             f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
             compiler_log=str(exc),
         ) from None
-    return [_object_code(code, spec.name) for code in codes[1:]]
+    kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
+    return [kernel, *(object_code(code, spec.name) for code in codes[1:])]
 
 
-def link_cubin(
-    ptx: str, arch: str, max_registers: int | None, kernel: str, dependencies: list[Any] | tuple = ()
-) -> tuple[bytes, str]:
-    """Assemble PTX (and the code it links against) into a cubin with nvJitLink;
-    returns (cubin, info log)."""
-    Linker, LinkerOptions, ObjectCode = _linker_classes()
-    options = {"arch": arch, "verbose": True}
-    if max_registers:
-        options["max_register_count"] = int(max_registers)
-    if any(getattr(dep, "code_type", None) == "ltoir" for dep in dependencies):
-        options["link_time_optimization"] = True
-    linker = Linker(ObjectCode.from_ptx(ptx.encode()), *dependencies, options=LinkerOptions(**options))
-    try:
-        cubin = linker.link("cubin")
-    except Exception as exc:
-        log = ""
-        try:
-            log = linker.get_error_log()
-        except Exception:
-            pass
-        raise KernelCompileError(
-            f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
-            compiler_log=log or str(exc),
-        ) from None
-    return bytes(cubin.code), linker.get_info_log()
+def _link_dependencies(
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C"
+) -> list[Any]:
+    """Code the kernel's PTX calls but does not contain, for nvJitLink.
 
-
-_PROBE_PTX = """.version 7.0
-.target sm_75
-.address_size 64
-.visible .entry pnex_probe()
-{
-\tret;
-}
-"""
-
-
-def probe_linker() -> None:
-    """Link a trivial kernel with nvJitLink; raises if the linker is unusable here."""
-    link_cubin(_PROBE_PTX, "sm_75", None, "pnex_probe")
+    Numba-CUDA implements float16/bfloat16 arithmetic (and ``declare_device``
+    functions with ``link=``) as external functions whose CUDA C++ or binary code is
+    linked in at load time; ``cuda.compile`` returns only the kernel's own PTX.  Only
+    a kernel whose PTX declares external functions pays for this second pass."""
+    if not has_external_calls(ptx):
+        return []
+    return ltoir_objects(fn, spec, cc, layout)[1:]
 
 
 def compile_kernel(

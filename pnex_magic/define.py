@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .definition import JitOptions, KernelDefinition
+from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
 from .spec import build_spec
 
@@ -46,11 +47,14 @@ def definition(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     options: JitOptions | None = None,
     name: str | None = None,
 ) -> KernelDefinition:
     """Check ``fn``'s annotations and the launch options (no compiling yet)."""
-    spec = build_spec(fn, n_threads=n_threads, threads_per_block=threads_per_block, name=name)
+    spec = build_spec(
+        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name
+    )
     return KernelDefinition(fn, spec, options or JitOptions())
 
 
@@ -67,7 +71,7 @@ _NAMES: dict[str, _Name] = {}
 
 @dataclasses.dataclass(frozen=True)
 class _Snapshot:
-    definition: KernelDefinition
+    definition: Kernel
     state: dict[str, Any]  # the current op object's attributes (its autograd formula among them)
 
 
@@ -78,10 +82,10 @@ def _snapshot(op_name: str) -> _Snapshot | None:
     return _Snapshot(entry.current._pnex, dict(entry.current.__dict__))
 
 
-def _where(definition: KernelDefinition) -> str:
-    code = getattr(definition.fn, "__code__", None)
-    if code is None:
-        return definition.spec.module
+def _where(definition: Kernel) -> str:
+    code = getattr(getattr(definition, "fn", None), "__code__", None)
+    if code is None:  # a kernel loaded from a saved artifact says which
+        return getattr(definition, "origin", None) or definition.spec.module
     return f"{code.co_filename}:{code.co_firstlineno}"
 
 
@@ -132,19 +136,23 @@ def _restore(snapshot: _Snapshot | None, op_name: str, failed: PnexOp | None) ->
 
 
 @contextlib.contextmanager
-def registered(definition: KernelDefinition) -> Iterator[PnexOp]:
-    """Compile ``definition`` (typing and compile errors are raised here, before
-    anything is registered), register it as an op and yield the op.  If registering
-    or the block fails, the previous op of the same name is registered again."""
+def registered(definition: Kernel) -> Iterator[PnexOp]:
+    """Register ``definition`` as an op and yield the op.  A kernel defined here (a
+    :class:`~pnex_magic.definition.KernelDefinition`) is compiled first, so typing and
+    compile errors are raised before anything is registered; a kernel loaded from a
+    saved artifact (:mod:`pnex_magic.artifact`) comes compiled.  If registering or the
+    block fails, the previous op of the same name is registered again."""
     start = time.perf_counter()
-    definition.check_compiles()
+    defined_here = isinstance(definition, KernelDefinition)
+    if defined_here:
+        definition.check_compiles()
     name = definition.op_name
     snapshot = _snapshot(name)
     op: PnexOp | None = None
     try:
         op = make_op(definition)
         _adopt(op)
-        if definition.options.verbose:
+        if defined_here and definition.options.verbose:
             _print_summary(definition, start)
         yield op
     except BaseException:
@@ -157,11 +165,15 @@ def define(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     options: JitOptions | None = None,
     name: str | None = None,
 ) -> PnexOp:
     """Spec → compile → op, in one step (what ``jit()`` does)."""
-    d = definition(fn, n_threads=n_threads, threads_per_block=threads_per_block, options=options, name=name)
+    d = definition(
+        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
+        name=name,
+    )
     with registered(d) as op:
         pass
     return op

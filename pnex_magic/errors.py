@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "ArtifactError",
 ]
 
 
@@ -61,9 +62,17 @@ class ArgumentTypeError(PnexError, TypeError):
 
 class ArgumentShapeError(PnexError, ValueError):
     """A tensor argument has the wrong number of dimensions or a size that does not
-    match its declared shape."""
+    match its declared shape, or a memory layout the kernel cannot write safely (an
+    ``InMut`` tensor whose elements overlap, or that shares memory with another
+    argument)."""
 
 
 class KernelLaunchError(PnexError, RuntimeError):
     """A kernel could not be launched (no back end for the device) or faulted while
     running."""
+
+
+class ArtifactError(PnexError, ValueError):
+    """A saved kernel artifact (:func:`pnex_magic.save` / :func:`pnex_magic.load`)
+    cannot be written or read: not an artifact, truncated or corrupted, from a newer
+    format version, or an op that cannot be saved (its autograd formula is Python code)."""

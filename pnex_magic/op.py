@@ -1,4 +1,5 @@
-"""Torch-op stage: a kernel definition becomes a ``torch.library`` custom operator.
+"""Torch-op stage: a kernel (defined here, or loaded from a saved artifact) becomes a
+``torch.library`` custom operator.
 
 The operator's schema comes from the spec (``In``/``InMut``/``Scalar`` are
 arguments, ``InMut`` marked as mutated, ``Out`` tensors returned).  One Python
@@ -24,8 +25,8 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, launch_grid, output_shapes
-from .definition import KernelDefinition
 from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelLaunchError
+from .launch.kernel import Kernel
 from .spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded"]
@@ -74,23 +75,25 @@ def _default_device() -> torch.device:
     return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
 
 
-def make_impl(definition: KernelDefinition):
+def make_impl(definition: Kernel):
     spec = definition.spec
 
     def impl(*args):
         env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=False)
-        grid, block = launch_grid(spec, env)
+        values = [env.get(p.name) for p in spec.params]
+        launcher = launch.launcher_for(device)
+        shape = launcher.block(definition, values, device) if spec.autotuned else None
+        grid, block = launch_grid(spec, env, shape)
         if grid[0] and grid[1] and grid[2]:
-            values = [env.get(p.name) for p in spec.params]
-            launch.launcher_for(device).launch(definition, values, grid, block, device)
+            launcher.launch(definition, values, grid, block, device)
         return _result(outs)
 
     return impl
 
 
-def make_fake(definition: KernelDefinition):
+def make_fake(definition: Kernel):
     spec = definition.spec
 
     def fake(*args):
@@ -110,7 +113,7 @@ class PnexOp(CustomOpDef):
     ``CustomOpDef`` offers (``register_autograd``, ``register_fake``, ...) works.
     """
 
-    _pnex: KernelDefinition
+    _pnex: Kernel
     _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
     _superseded: Superseded | None = None
 
@@ -124,7 +127,7 @@ class PnexOp(CustomOpDef):
             if not isinstance(args[i], torch.Tensor):
                 self._check_types(args)
         for i in self._scalar_slots:
-            if type(args[i]) is not self._scalar_types[i]:
+            if type(args[i]) not in self._scalar_types[i]:
                 self._check_types(args)
         try:
             return self._opoverload(*args)
@@ -209,17 +212,23 @@ class PnexOp(CustomOpDef):
                 raise ArgumentTypeError(f"{spec.name}() got multiple values for argument {key!r}")
         bound = list(args)
         for p in arguments[len(args):]:
-            if p.name not in kwargs:
-                missing = [q.name for q in arguments[len(bound):] if q.name not in kwargs]
+            if p.name in kwargs:
+                bound.append(kwargs[p.name])
+            elif isinstance(p, ScalarParam) and p.has_default:
+                bound.append(p.default)  # what the schema's default would give
+            else:
+                missing = [
+                    q.name for q in arguments[len(bound):]
+                    if q.name not in kwargs and not (isinstance(q, ScalarParam) and q.has_default)
+                ]
                 raise ArgumentTypeError(
                     f"{spec.name}() is missing argument(s) {', '.join(map(repr, missing))}; "
                     f"it takes ({', '.join(names)})"
                 )
-            bound.append(kwargs[p.name])
         return tuple(bound)
 
     @property
-    def definition(self) -> KernelDefinition:
+    def definition(self) -> Kernel:
         return self._pnex
 
     @property
@@ -240,7 +249,7 @@ def _scalar_ok(p: ScalarParam, value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def make_op(definition: KernelDefinition) -> PnexOp:
+def make_op(definition: Kernel) -> PnexOp:
     """Register ``definition`` as ``torch.ops.pnex.<op_name>`` (replacing any op of
     that name in the dispatcher) and return the op object."""
     spec = definition.spec
@@ -255,7 +264,12 @@ def make_op(definition: KernelDefinition) -> PnexOp:
     op._nargs = len(arguments)
     op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
     op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
-    op._scalar_types = {i: p.dtype.python_type for i, p in enumerate(arguments) if isinstance(p, ScalarParam)}
+    # The exact Python types a scalar argument takes without the slow check (an int is a
+    # fine float); anything else goes through _check_types.
+    op._scalar_types = {
+        i: (float, int) if p.dtype.python_type is float else (p.dtype.python_type,)
+        for i, p in enumerate(arguments) if isinstance(p, ScalarParam)
+    }
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
     op.register_kernel(None)(impl)

@@ -4,7 +4,9 @@
 configuration (and, for example arguments, the concrete grid), the PTX, the SASS,
 the resource usage and theoretical occupancy, and, with example arguments and an
 eager reference, the correctness check and the timings
-(:mod:`pnex_magic.timing`).  Every front end uses it: :func:`inspect` (no GPU
+(:mod:`pnex_magic.timing`), the autotuner's choice of block
+(:mod:`pnex_magic.launch.autotune`) and how close the op came to the device's
+bandwidth ceilings (:mod:`pnex_magic.efficiency`).  Every front end uses it: :func:`inspect` (no GPU
 needed), the ``%%pnex`` magic (which renders it, :mod:`pnex_magic.render`), and
 the JAX front end.  The result prints readably in a REPL (``_repr_pretty_``) and
 as text (``str``).
@@ -14,51 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import inspect as _inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from . import hardware
 from . import timing as _timing
-from .calls import launch_info
-from .arch import parse_arch
+from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
+from .definition import KernelDefinition
+from .efficiency import Efficiency, LaunchFacts, assess, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
-from .launch import is_fault
+from .hardware import occupancy
+from .launch import autotune, is_fault
+from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
 from .sass import Disassembly, disassemble
 
 __all__ = ["KernelReport", "build_report", "inspect", "occupancy"]
-
-# Per-SM limits by compute capability major.minor (CUDA C Programming Guide, table
-# "Technical Specifications per Compute Capability").
-_SM_LIMITS = {
-    (7, 5): dict(threads=1024, blocks=16, regs=65536, smem=65536, warps=32),
-    (8, 0): dict(threads=2048, blocks=32, regs=65536, smem=167936, warps=64),
-    (8, 6): dict(threads=1536, blocks=16, regs=65536, smem=102400, warps=48),
-    (8, 7): dict(threads=1536, blocks=16, regs=65536, smem=167936, warps=48),
-    (8, 9): dict(threads=1536, blocks=24, regs=65536, smem=102400, warps=48),
-    (9, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (10, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (12, 0): dict(threads=1536, blocks=32, regs=65536, smem=102400, warps=48),
-}
-
-
-def occupancy(arch: str, registers: int, shared_bytes: int, threads_per_block: int) -> float | None:
-    """Theoretical occupancy (active warps / maximum warps per SM) for a block size."""
-    cc = parse_arch(arch)
-    limits = _SM_LIMITS.get(cc) or _SM_LIMITS.get((cc[0], 0))
-    if limits is None or threads_per_block <= 0:
-        return None
-    warps_per_block = -(-threads_per_block // 32)
-    # Registers are allocated per warp in units of 256.
-    regs_per_warp = -(-max(registers, 1) * 32 // 256) * 256
-    by_regs = limits["regs"] // (regs_per_warp * warps_per_block) if registers else limits["blocks"]
-    by_smem = limits["smem"] // shared_bytes if shared_bytes else limits["blocks"]
-    by_threads = limits["threads"] // threads_per_block
-    blocks = min(limits["blocks"], by_regs, by_smem, by_threads)
-    return min(1.0, blocks * warps_per_block / limits["warps"])
-
 
 @dataclasses.dataclass(frozen=True)
 class KernelReport:
@@ -93,6 +70,9 @@ class KernelReport:
     timing: _timing.TimingResult | None = None  #: correctness and timings, for example arguments
     sass: Disassembly = Disassembly(None, None, "not requested")
     not_compiled: str = ""  #: why there is no PTX (no CUDA compiler installed), when there is none
+    candidates: tuple[tuple[int, ...], ...] = ()  #: autotune candidates (empty: the block is fixed)
+    autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
+    efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
 
     @property
     def spills(self) -> bool:
@@ -102,14 +82,19 @@ class KernelReport:
         def fmt(v: Any, unit: str = "") -> str:
             return "n/a (nvJitLink unavailable)" if v is None else f"{v}{unit}"
 
+        tpb = f"threads_per_block={self.threads_per_block}"
+        if self.candidates:
+            tpb = f"autotuned over {len(self.candidates)} candidates, first {self.threads_per_block}"
         out = [
             f"pnex kernel {self.name!r} ({self.op_name})",
             f"  signature : {self.signature}",
             f"  schema    : {self.schema}",
-            f"  launch    : n_threads={self.n_threads} threads_per_block={self.threads_per_block}",
+            f"  launch    : n_threads={self.n_threads} {tpb}",
         ]
         if self.grid is not None:
             out.append(f"  grid      : {self.grid} blocks x {self.block} threads")
+        if self.autotune is not None:
+            out += ["  " + line for line in self.autotune.lines()]
         out += [
             f"  target    : {self.arch} ({'cache hit' if self.cache_hit else f'compiled in {self.compile_seconds:.2f} s'})",
             f"  registers : {fmt(self.registers, ' per thread')}"
@@ -134,6 +119,8 @@ class KernelReport:
             out.append(f"  sass      : {sass}")
         if self.timing is not None:
             out += ["  " + line for line in self.timing.lines()]
+        if self.efficiency is not None:
+            out += ["  " + line for line in self.efficiency.lines()]
         return out
 
     def __str__(self) -> str:
@@ -143,10 +130,16 @@ class KernelReport:
         p.text("KernelReport(...)" if cycle else str(self))
 
 
-def _definition_of(op: Any, who: str):
+def _definition_of(op: Any, who: str) -> KernelDefinition:
     definition = getattr(op, "_pnex", None)
     if not isinstance(op, PnexOp) or definition is None:
         raise KernelDefinitionError(f"{who} expects an op made by pnex.jit or %%pnex, got {op!r}")
+    if not isinstance(definition, KernelDefinition):
+        where = getattr(definition, "origin", "a saved artifact")
+        raise KernelDefinitionError(
+            f"{who}: {op!r} was loaded from {where}, which holds its compiled code but not its Python "
+            f"source; build the report where the kernel is defined"
+        )
     return definition
 
 
@@ -219,6 +212,7 @@ def build_report(
     name = spec.name
     timing_result = None
     launch = None
+    tuned = efficiency = None
     if args is not None:
         args = tuple(args)
         try:
@@ -252,12 +246,19 @@ def build_report(
             eager_run=eager_run,
             time_it=time,
         )
+        # The block the op ran with (an autotuned op's choice for the arguments it ran
+        # on: copies, whose layout may differ from a strided original's).
+        ran = op_run[1]
+        tuned = autotune.result_for(definition, ran)
+        if tuned is not None:
+            launch = launch_info(spec, ran, tuned.block)
+        if timing_result.timed and device_arch is not None:
+            step("measuring the device's bandwidth ceiling")
+            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch)
     step("inspecting the build")
     report = _static_report(definition, arch)
     if launch is not None:
-        report = dataclasses.replace(
-            report, grid=launch.grid, block=launch.block, n_threads_values=launch.n_threads, timing=timing_result
-        )
+        report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency)
     if sass:
         compiled = definition.compiled(arch) if definition.compiles else None
         found = disassemble(compiled.cubin) if compiled else Disassembly(None, None, report.not_compiled or "no cubin")
@@ -274,18 +275,54 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
     definition = _definition_of(op, "pnex.inspect()")
     report = _static_report(definition, arch)
     if args is not None:
-        launch = launch_info(definition.spec, tuple(args))
-        report = dataclasses.replace(report, grid=launch.grid, block=launch.block, n_threads_values=launch.n_threads)
+        tuned = autotune.result_for(definition, tuple(args))
+        launch = launch_info(definition.spec, tuple(args), tuned.block if tuned is not None else None)
+        report = _with_launch(report, launch, tuned)
     return report
+
+
+def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | None) -> KernelReport:
+    """The report with a call's launch: its grid and block (the autotuner's choice for
+    an autotuned op) and the occupancy of that block."""
+    occ = report.occupancy
+    if tuned is not None and report.registers is not None:
+        occ = occupancy(report.arch, report.registers, report.shared_bytes or 0, math.prod(launch.block))
+    return dataclasses.replace(
+        report, grid=launch.grid, block=launch.block, n_threads_values=launch.n_threads, autotune=tuned, occupancy=occ
+    )
+
+
+def _efficiency(
+    definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str
+) -> Efficiency:
+    """The op's bandwidth against the GPU's ceilings, with the facts for the reasons."""
+    device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda")
+    info = hardware.device_info(device)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    layout = "C" if all(t.is_contiguous() for t in tensors) else "A"
+    res = definition.compiled(device_arch, layout=layout).resources if definition.compiles else None
+    facts = LaunchFacts(
+        arch=device_arch,
+        registers=res.registers if res else None,
+        shared_bytes=res.shared_bytes if res else None,
+        spill_store_bytes=res.spill_store_bytes if res else None,
+        spill_load_bytes=res.spill_load_bytes if res else None,
+        block=launch.block,
+        grid=launch.grid,
+        sm_count=info.sm_count,
+        op_seconds=timing.op.median,
+        bytes_moved=timing.bytes_moved,
+        strided=strided_along_x(definition.spec, args),
+        x_extent=launch.n_threads[0],
+    )
+    return assess(timing, info, hardware.copy_bandwidth(device), facts)
 
 
 def _static_report(definition: Any, arch: str | None) -> KernelReport:
     compiled: CompiledKernel | None = definition.compiled(arch) if definition.compiles else None
     spec = definition.spec
     res = compiled.resources if compiled else None
-    tpb = 1
-    for t in spec.threads_per_block:
-        tpb *= t
+    tpb = math.prod(spec.threads_per_block)
     try:
         source = _inspect.getsource(definition.fn)
     except (OSError, TypeError, AttributeError):
@@ -318,4 +355,5 @@ def _static_report(definition: Any, arch: str | None) -> KernelReport:
         to_extension=definition.options.to_extension,
         max_registers=definition.options.max_registers,
         not_compiled=not_compiled,
+        candidates=spec.candidates,
     )

@@ -1,19 +1,22 @@
-"""Parameter annotations and the kernel specification built from them.
+"""The kernel specification built from a function's parameter annotations.
 
-``In``, ``InMut``, ``Out``, ``Scalar`` and ``Unused`` are what a user writes;
-:func:`build_spec` turns an annotated function plus the launch options into an
-immutable :class:`KernelSpec`, checking everything that can be checked before
-compiling: annotations, dtypes, shape and ``n_threads`` expressions, launch
-dimensions.
+``In``, ``InMut``, ``Out``, ``Scalar`` and ``Unused`` (:mod:`pnex_magic.annotations`)
+are what a user writes; :func:`build_spec` turns an annotated function plus the
+launch options into an immutable :class:`KernelSpec`, checking everything that can
+be checked before compiling: annotations, dtypes, scalar defaults, shape and
+``n_threads`` expressions, launch dimensions, and that the kernel writes something.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .annotations import In, InMut, Out, Scalar, TensorAnnotation, Unused
+from .blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from .dtypes import DType, resolve_dtype, supported_dtype_names
 from .errors import KernelDefinitionError, ShapeExpressionError
 from .expressions import Expr, NameInfo, Size, parse_expression
@@ -31,87 +34,6 @@ __all__ = [
     "build_spec",
 ]
 
-ShapeSpec = "tuple[int | str | None, ...] | str"
-
-
-class _TensorAnnotation:
-    role = ""
-
-    def __init__(self, dtype: Any, shape: Any):
-        self.dtype = dtype
-        self.shape = shape
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.dtype!r}, {self.shape!r})"
-
-    def __class_getitem__(cls, item):
-        return cls(*item) if isinstance(item, tuple) else cls(item)
-
-
-class In(_TensorAnnotation):
-    """An input tensor the kernel only reads: ``param: In(dtype, shape)``.
-
-    ``shape`` is the name of an earlier tensor parameter (same shape as that
-    one) or a tuple with one entry per axis: an ``int`` (fixed size), ``None``
-    (any size) or an expression string such as ``"a.size(0)"``, ``"n * 2"`` or a
-    bare tensor name (that tensor's size on the same axis).
-    """
-
-    role = "in"
-
-
-class InMut(_TensorAnnotation):
-    """An input tensor the kernel may write: ``param: InMut(dtype, shape)``.
-
-    Declared as mutated in the operator's schema, so ``torch.compile`` and
-    autograd know about the write.  See :class:`In` for ``shape``.
-    """
-
-    role = "inmut"
-
-
-class Out(_TensorAnnotation):
-    """An output tensor, created by the operator and returned:
-    ``param: Out(dtype, shape, init=None)``.
-
-    Every axis must have a known size (an int or an expression; no ``None``).
-    Without ``init`` the tensor is uninitialised (``torch.empty``); with it, it is
-    filled with that value first (``init=0`` for accumulators and gradients).
-    """
-
-    role = "out"
-
-    def __init__(self, dtype: Any, shape: Any, init: float | int | bool | None = None):
-        super().__init__(dtype, shape)
-        self.init = init
-
-    def __repr__(self) -> str:
-        init = "" if self.init is None else f", init={self.init!r}"
-        return f"Out({self.dtype!r}, {self.shape!r}{init})"
-
-
-class Scalar:
-    """A scalar argument: ``param: Scalar(dtype)``, or the shorthand ``param: float``
-    (float32), ``param: int`` (int64) or any dtype spelling."""
-
-    def __init__(self, dtype: Any):
-        self.dtype = dtype
-
-    def __repr__(self) -> str:
-        return f"Scalar({self.dtype!r})"
-
-    def __class_getitem__(cls, item):
-        return cls(item)
-
-
-class Unused:
-    """A parameter the kernel does not use in this configuration.  It is dropped
-    from the operator and passed to the kernel as ``None``; every use of it must be
-    dead code.  Typical use: ``idx: Out("i64", "x") if with_indices else Unused``."""
-
-    def __repr__(self) -> str:
-        return "Unused"
-
 
 @dataclasses.dataclass(frozen=True)
 class TensorParam:
@@ -120,6 +42,7 @@ class TensorParam:
     dtype: DType
     shape: tuple[Expr | None, ...]  # None: free axis (inputs only)
     init: float | int | bool | None = None
+    may_alias: tuple[str, ...] = ()  # InMut: tensor arguments it may share memory with
 
     @property
     def ndim(self) -> int:
@@ -136,7 +59,8 @@ class TensorParam:
     def describe(self) -> str:
         kind = {"in": "In", "inmut": "InMut", "out": "Out"}[self.role]
         init = "" if self.init is None else f", init={self.init!r}"
-        return f"{kind}({self.dtype.name}, {self.shape_text()}{init})"
+        alias = f", may_alias={self.may_alias!r}" if self.may_alias else ""
+        return f"{kind}({self.dtype.name}, {self.shape_text()}{init}{alias})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +68,19 @@ class ScalarParam:
     name: str
     dtype: DType
     role: str = "scalar"
+    default: float | int | bool | None = None  # None: the argument is required
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None
+
+    def default_text(self) -> str:
+        """The default as the schema and the Python signature spell it."""
+        return repr(self.default)
 
     def describe(self) -> str:
-        return f"Scalar({self.dtype.name})"
+        default = f", default={self.default_text()}" if self.has_default else ""
+        return f"Scalar({self.dtype.name}{default})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +104,30 @@ class KernelSpec:
     module: str
     params: tuple[TensorParam | ScalarParam | UnusedParam, ...]
     n_threads: tuple[Expr, ...]  # X, Y, Z order; 1 to 3 entries
-    threads_per_block: tuple[int, ...]  # same length as n_threads
+    threads_per_block: tuple[int, ...]  # same length as n_threads; the default (first) candidate
+    #: Autotune candidates, ``threads_per_block`` first; empty when the block is fixed.
+    candidates: tuple[tuple[int, ...], ...] = ()
+    #: Autotune key expressions over the arguments; ``None``: every input size, bucketed.
+    autotune_key: tuple[Expr, ...] | None = None
+
+    @property
+    def autotuned(self) -> bool:
+        """Whether the op picks its block among several candidates (see :mod:`pnex_magic.blocks`)."""
+        return bool(self.candidates)
+
+    @property
+    def block_candidates(self) -> tuple[tuple[int, ...], ...]:
+        """Every block shape the op may launch with, the default first."""
+        return self.candidates or (self.threads_per_block,)
+
+    def tuning_key(self) -> tuple[tuple[Expr, ...], bool]:
+        """The autotune key's expressions and whether their values are bucketed to powers
+        of two (the default key: every input tensor's size on every axis)."""
+        if self.autotune_key is not None:
+            return self.autotune_key, False
+        sizes = tuple(Size(p.name, axis) for p in self.params if isinstance(p, TensorParam) and p.is_input
+                      for axis in range(p.ndim))
+        return sizes, True
 
     @property
     def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:
@@ -199,7 +156,8 @@ class KernelSpec:
         args = []
         for p in self.arguments:
             if isinstance(p, ScalarParam):
-                args.append(f"{p.dtype.schema_scalar} {p.name}")
+                default = f"={p.default_text()}" if p.has_default else ""
+                args.append(f"{p.dtype.schema_scalar} {p.name}{default}")
             elif p.role == "inmut":
                 args.append(f"Tensor({p.name}!) {p.name}")
             else:
@@ -213,15 +171,34 @@ class KernelSpec:
             ret = "(" + ", ".join("Tensor" for _ in outs) + ")"
         return f"({', '.join(args)}) -> {ret}"
 
-    @property
+    @functools.cached_property
     def mutated(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params if p.role == "inmut")
+
+    @functools.cached_property
+    def overlap_checks(self) -> tuple[tuple[str, str], ...]:
+        """Pairs (written ``InMut`` argument, other tensor argument) that a call
+        must find sharing no memory: every ``InMut`` against every other tensor
+        argument, each pair once, except where ``may_alias`` allows it."""
+        tensors = [p for p in self.arguments if isinstance(p, TensorParam)]
+        pairs = []
+        for i, w in enumerate(tensors):
+            if w.role != "inmut":
+                continue
+            for j, o in enumerate(tensors):
+                if o is w or (o.role == "inmut" and j < i):
+                    continue  # a pair of InMuts is checked once, from the first
+                if o.name in w.may_alias or w.name in o.may_alias:
+                    continue
+                pairs.append((w.name, o.name))
+        return tuple(pairs)
 
     def python_signature(self) -> str:
         args = []
         for p in self.arguments:
             if isinstance(p, ScalarParam):
-                args.append(f"{p.name}: {p.dtype.python_type.__name__}")
+                default = f" = {p.default_text()}" if p.has_default else ""
+                args.append(f"{p.name}: {p.dtype.python_type.__name__}{default}")
             else:
                 args.append(f"{p.name}: Tensor[{p.dtype.name}, {p.shape_text()}]")
         outs = self.outputs
@@ -236,61 +213,14 @@ class KernelSpec:
     def describe(self) -> str:
         """A canonical text of the interface, part of the cache key."""
         params = "; ".join(f"{p.name}: {p.describe()}" for p in self.params)
-        return (
+        text = (
             f"{self.module}.{self.qualname}({params}) "
             f"n_threads={tuple(map(str, self.n_threads))} tpb={self.threads_per_block}"
         )
-
-
-_DEFAULT_TPB = {1: (256,), 2: (16, 16), 3: (8, 8, 4)}
-
-
-def _as_tuple(value: Any) -> tuple | None:
-    if isinstance(value, (tuple, list)):
-        return tuple(value)
-    return None
-
-
-def _launch_dims(
-    kernel: str, n_threads: Any, threads_per_block: Any
-) -> tuple[tuple[str | int, ...], tuple[int, ...]]:
-    nt = _as_tuple(n_threads)
-    if nt is None:
-        nt = (n_threads,)
-    if not 1 <= len(nt) <= 3:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: n_threads must be one expression or a tuple of 2 or 3 "
-            f"(X, Y, Z order); got {len(nt)} entries: {n_threads!r}"
-        )
-    if threads_per_block is None:
-        tpb = _DEFAULT_TPB[len(nt)]
-    else:
-        tpb = _as_tuple(threads_per_block) or (threads_per_block,)
-        if len(tpb) != len(nt):
-            raise KernelDefinitionError(
-                f"kernel {kernel!r}: threads_per_block {threads_per_block!r} has {len(tpb)} "
-                f"dimension(s) but n_threads has {len(nt)}; give one block size per launch axis"
-            )
-        for size in tpb:
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise KernelDefinitionError(
-                    f"kernel {kernel!r}: threads_per_block entries must be positive ints, got {threads_per_block!r}"
-                )
-    total = 1
-    for size in tpb:
-        total *= size
-    if total > 1024:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: threads_per_block {tpb} makes {total} threads per block; CUDA allows at most 1024"
-        )
-    if len(tpb) == 3 and tpb[2] > 64:
-        raise KernelDefinitionError(
-            f"kernel {kernel!r}: threads_per_block Z size {tpb[2]} exceeds CUDA's limit of 64"
-        )
-    for entry in nt:
-        if isinstance(entry, int) and not isinstance(entry, bool) and entry <= 0:
-            raise KernelDefinitionError(f"kernel {kernel!r}: n_threads entries must be positive, got {n_threads!r}")
-    return nt, tuple(tpb)
+        if self.autotuned:
+            key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
+            text += f" candidates={self.candidates} autotune_key={key}"
+        return text
 
 
 def _resolve_annotation(kernel: str, name: str, raw: Any, fn: Callable) -> Any:
@@ -332,10 +262,12 @@ def build_spec(
     *,
     n_threads: Any,
     threads_per_block: Any = None,
+    autotune_key: Any = None,
     name: str | None = None,
     signature: inspect.Signature | None = None,
 ) -> KernelSpec:
-    """Check ``fn``'s annotations and the launch options; return its :class:`KernelSpec`."""
+    """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
+    return its :class:`KernelSpec`."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -358,6 +290,7 @@ def build_spec(
 
     params: list[TensorParam | ScalarParam | UnusedParam] = []
     visible: dict[str, NameInfo] = {}
+    may_alias: dict[str, Any] = {}  # InMut name -> its may_alias option, resolved once all names are known
     seen: set[str] = set()
     for pname, parameter in sig.parameters.items():
         where = f"kernel {kernel!r}, parameter {pname!r}"
@@ -372,12 +305,18 @@ def build_spec(
                 f"Scalar(dtype) (or a dtype such as float), or Unused"
             )
         ann = _resolve_annotation(kernel, pname, annotations[pname], fn)
+        has_default = parameter.default is not parameter.empty
         if ann is Unused or isinstance(ann, Unused):
+            if has_default:
+                raise _default_error(where, "an Unused parameter", parameter.default)
             params.append(UnusedParam(pname))
             continue
-        if isinstance(ann, type) and issubclass(ann, _TensorAnnotation):
+        if isinstance(ann, type) and issubclass(ann, TensorAnnotation):
             raise KernelDefinitionError(f"{where}: {ann.__name__} needs a dtype and a shape, e.g. {ann.__name__}('f32', (None,))")
-        if isinstance(ann, _TensorAnnotation):
+        if isinstance(ann, TensorAnnotation):
+            if has_default:
+                what = "an Out tensor (the op creates it)" if ann.role == "out" else f"an {type(ann).__name__} tensor"
+                raise _default_error(where, what, parameter.default)
             dtype = _dtype(where, ann.dtype)
             shape = _shape(where, ann, visible)
             init = getattr(ann, "init", None)
@@ -385,8 +324,10 @@ def build_spec(
                 if not (dtype.name == "bool" and isinstance(init, bool)):
                     raise KernelDefinitionError(f"{where}: init must be a number, got {init!r}")
             if init is not None:
-                _check_init(where, init, dtype)
+                _check_value(where, "init", init, dtype, "tensor")
             params.append(TensorParam(pname, ann.role, dtype, shape, init))
+            if isinstance(ann, InMut) and ann.may_alias is not False:
+                may_alias[pname] = ann.may_alias
             visible[pname] = NameInfo("tensor", ndim=len(shape))
             continue
         if isinstance(ann, Scalar):
@@ -398,40 +339,117 @@ def build_spec(
                 f"{where}: {ann!r} is not a pnex annotation; expected In(dtype, shape), InMut(dtype, shape), "
                 f"Out(dtype, shape[, init]), Scalar(dtype), a dtype such as float or 'f32', or Unused"
             )
-        params.append(ScalarParam(pname, dtype))
+        default = _scalar_default(where, parameter.default, dtype) if has_default else None
+        params.append(ScalarParam(pname, dtype, default=default))
         visible[pname] = NameInfo("scalar", integral=not dtype.is_floating_point and dtype.name != "bool")
 
     for pname in annotations:
         if pname not in sig.parameters:
             raise KernelDefinitionError(f"kernel {kernel!r}: annotation for {pname!r}, which is not a parameter")
+    params = _resolve_may_alias(kernel, params, may_alias)
 
-    nt, tpb = _launch_dims(kernel, n_threads, threads_per_block)
+    nt = parse_n_threads(kernel, n_threads)
+    candidates = parse_threads_per_block(kernel, threads_per_block, len(nt))
     thread_exprs = tuple(
         parse_expression(e, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, e in enumerate(nt)
     )
+    arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
+    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) > 1)
+    if not any(p.role in ("out", "inmut") for p in params):
+        raise KernelDefinitionError(
+            f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "
+            f"nothing and cannot write its In tensors. Declare the tensor it writes as Out(dtype, shape) (created "
+            f"and returned by the op) or InMut(dtype, shape) (an argument it updates in place)"
+        )
     return KernelSpec(
         name=kernel,
         qualname=getattr(fn, "__qualname__", kernel),
         module=getattr(fn, "__module__", None) or "__main__",
         params=tuple(params),
         n_threads=thread_exprs,
-        threads_per_block=tpb,
+        threads_per_block=candidates[0],
+        candidates=candidates if len(candidates) > 1 else (),
+        autotune_key=key,
     )
 
 
-def _check_init(where: str, init: float | int | bool, dtype: DType) -> None:
-    """``init`` must be storable in ``dtype``: every call fills the output with it."""
+def _check_value(where: str, label: str, value: float | int | bool, dtype: DType, owner: str) -> None:
+    """``value`` (an ``init`` or a default) must be storable in ``dtype``, the dtype of ``owner``."""
     import math
 
     import torch
 
     integral = not dtype.is_floating_point and dtype.name != "bool"
-    if integral and isinstance(init, float) and not (math.isfinite(init) and init.is_integer()):
-        raise KernelDefinitionError(f"{where}: init={init!r} is not an integer, but the tensor's dtype is {dtype.name}")
+    if integral and isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise KernelDefinitionError(f"{where}: {label}={value!r} is not an integer, but the {owner}'s dtype is {dtype.name}")
+    if integral and not torch.iinfo(dtype.torch).min <= value <= torch.iinfo(dtype.torch).max:
+        raise KernelDefinitionError(f"{where}: {label}={value!r} does not fit in the {owner}'s dtype, {dtype.name}")
     try:
-        torch.full((), init, dtype=dtype.torch)
+        torch.full((), value, dtype=dtype.torch)
     except (RuntimeError, OverflowError):
-        raise KernelDefinitionError(f"{where}: init={init!r} does not fit in the tensor's dtype, {dtype.name}") from None
+        raise KernelDefinitionError(f"{where}: {label}={value!r} does not fit in the {owner}'s dtype, {dtype.name}") from None
+
+
+def _default_error(where: str, what: str, default: Any) -> KernelDefinitionError:
+    return KernelDefinitionError(
+        f"{where} has a default value ({default!r}), but only scalar parameters can have defaults, and this is "
+        f"{what}. Remove the default; to give a scalar a default, put the scalar after the tensor parameters"
+    )
+
+
+def _scalar_default(where: str, default: Any, dtype: DType) -> float | int | bool:
+    """A scalar parameter's default, checked and converted to the parameter's Python type."""
+    import math
+
+    kind = dtype.schema_scalar
+    expected = {"bool": "a bool", "int": "an int", "float": "an int or a float"}[kind]
+    ok = isinstance(default, bool) if kind == "bool" else (
+        isinstance(default, int if kind == "int" else (int, float)) and not isinstance(default, bool)
+    )
+    if not ok:
+        raise KernelDefinitionError(
+            f"{where}: the default {default!r} is not {expected} (the parameter is {dtype.name}); "
+            f"defaults must be plain Python values of the parameter's type"
+        )
+    if kind == "float":
+        default = float(default)
+        if not math.isfinite(default):
+            raise KernelDefinitionError(
+                f"{where}: the default {default!r} is not finite; an op schema can only hold finite defaults"
+            )
+    _check_value(where, "default", default, dtype, "parameter")
+    return default
+
+
+def _resolve_may_alias(
+    kernel: str, params: list[TensorParam | ScalarParam | UnusedParam], options: dict[str, Any]
+) -> list[TensorParam | ScalarParam | UnusedParam]:
+    """Turn each ``InMut``'s ``may_alias`` option into the tuple of tensor arguments it names."""
+    resolved = []
+    inputs = [p.name for p in params if isinstance(p, TensorParam) and p.is_input]
+    for p in params:
+        option = options.get(p.name, False)
+        if option is False:
+            resolved.append(p)
+            continue
+        where = f"kernel {kernel!r}, parameter {p.name!r}"
+        others = [n for n in inputs if n != p.name]
+        if option is True:
+            names = tuple(others)
+        else:
+            names = (option,) if isinstance(option, str) else as_tuple(option)
+            if names is None or not all(isinstance(n, str) for n in names):
+                raise KernelDefinitionError(
+                    f"{where}: may_alias must be True, False, a parameter name or a tuple of names, got {option!r}"
+                )
+            for n in names:
+                if n not in others:
+                    raise KernelDefinitionError(
+                        f"{where}: may_alias names {n!r}, which is not another In or InMut parameter "
+                        f"(those are: {', '.join(others) or 'none'})"
+                    )
+        resolved.append(dataclasses.replace(p, may_alias=tuple(names)))
+    return resolved
 
 
 def _dtype(where: str, spelling: Any) -> DType:
@@ -444,7 +462,7 @@ def _dtype(where: str, spelling: Any) -> DType:
     return dtype
 
 
-def _shape(where: str, ann: _TensorAnnotation, visible: dict[str, NameInfo]) -> tuple[Expr | None, ...]:
+def _shape(where: str, ann: TensorAnnotation, visible: dict[str, NameInfo]) -> tuple[Expr | None, ...]:
     shape = ann.shape
     tensors = {n: info for n, info in visible.items() if info.kind == "tensor"}
     if isinstance(shape, str):
@@ -460,7 +478,7 @@ def _shape(where: str, ann: _TensorAnnotation, visible: dict[str, NameInfo]) -> 
                 f"(earlier tensor parameters: {earlier})"
             )
         return tuple(Size(shape, axis) for axis in range(info.ndim))
-    entries = _as_tuple(shape)
+    entries = as_tuple(shape)
     if entries is None:
         if isinstance(shape, int) and not isinstance(shape, bool):
             entries = (shape,)

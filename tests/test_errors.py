@@ -358,7 +358,7 @@ def test_numba_typing_error():
     assert isinstance(info.value, TypeError) and isinstance(info.value, KernelDefinitionError)
     assert "add" in info.value.compiler_log
 
-    def undefined(a: pnex.In("f32", (None,))):
+    def undefined(a: pnex.InMut("f32", (None,))):
         a[0] = not_defined_anywhere  # noqa: F821
 
     with raises_named(KernelTypingError, r"(?s)kernel 'undefined'.*NameError: name 'not_defined_anywhere' is not defined"):
@@ -372,7 +372,7 @@ def test_numba_typing_error():
 
 
 def test_writing_an_in_parameter():
-    def writes_input(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a")):
+    def writes_input(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), out: pnex.Out("f32", "a")):
         i = cuda.grid(1)
         if i < a.shape[0]:
             a[i] = b[i]
@@ -382,7 +382,7 @@ def test_writing_an_in_parameter():
 
 
 def test_unused_parameter_used():
-    def k(a: pnex.In("f32", (None,)), skipped: pnex.Unused):
+    def k(a: pnex.InMut("f32", (None,)), skipped: pnex.Unused):
         skipped[0] = a[0]
 
     with raises_named(KernelTypingError, r"(?s)kernel 'k'.*skipped: none"):

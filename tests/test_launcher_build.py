@@ -2,6 +2,8 @@
 cleared, a failed build raises the compiler's message and is not remembered, and the
 launcher's spec for an op matches the kernel's parameters."""
 
+import subprocess
+
 import pytest
 import torch
 import torch.utils.cpp_extension
@@ -97,3 +99,20 @@ def test_spec_for_the_launcher():
     assert d["params"][0]["shape"] == [None, None]
     assert d["n_threads"][1] == [(size, 4, 0), (OPCODES["const"], 2, 0), (OPCODES["//"], 0, 0), (OPCODES["const"], 1, 0), (OPCODES["+"], 0, 0)]
     assert d["block"] == [32, 8, 1]
+
+
+def test_a_build_left_running_by_a_killed_process_is_waited_for(tmp_path, capsys):
+    """A killed build's ninja and compiler outlive it, working in the build folder: the
+    next build waits for them instead of writing the same files beside them."""
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    assert build._builders_left_running(build_dir) == []
+    orphan = subprocess.Popen(["sleep", "1"], cwd=build_dir)
+    try:
+        assert build._builders_left_running(build_dir) == [orphan.pid]
+        build._wait_for_builders_left_running(build_dir, "probe")
+        assert orphan.poll() is not None  # it returned only once the process had ended
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert "waiting for the probe build that a killed process left running" in capsys.readouterr().err

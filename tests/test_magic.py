@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import pnex_magic
-from pnex_magic import timing
+from pnex_magic import cache, timing
+from pnex_magic.blocks import AUTO_CANDIDATES
 from pnex_magic.errors import (
     ArgumentTypeError,
     KernelDefinitionError,
@@ -28,6 +29,7 @@ from pnex_magic.errors import (
     PnexError,
     ShapeExpressionError,
 )
+from pnex_magic.launch import autotune
 from pnex_magic.op import PnexOp
 
 IPython = pytest.importorskip("IPython")
@@ -515,6 +517,42 @@ def test_kernel_fault_on_args_restores_the_previous_op(ip):
     torch.testing.assert_close(getattr(torch.ops.pnex, before._name)(x4), 2 * x4)
 
 
+RESCALED = SCALED.replace("def scaled(", "def rescaled(")
+RESCALED_WITH_OFFSET = RESCALED.replace('Out("f32", "a"))', 'Out("f32", "a"), offset: float = 1.5)').replace(
+    "* FACTOR", "* FACTOR + offset"
+)
+assert RESCALED_WITH_OFFSET.count("offset") == 2
+
+
+def test_rerun_keeps_earlier_objects_live_or_makes_them_fail_clearly(ip):
+    """Re-running a cell: earlier op objects (a model built before) call the new kernel
+    while the signature stays, and raise, naming the redefinition, once it changes."""
+    ip.run_cell("x4 = torch.randn(4); FACTOR = 2.0")
+    x4 = ip.user_ns["x4"]
+    run(ip, "--n-threads a.numel() --threads-per-block 32", RESCALED)
+    first = ip.user_ns["rescaled"]
+    torch.testing.assert_close(first(x4), 2 * x4)
+    ip.run_cell("FACTOR = 5.0")
+    run(ip, "--n-threads a.numel() --threads-per-block 32", RESCALED)  # same signature, new body
+    second = ip.user_ns["rescaled"]
+    assert second is not first
+    torch.testing.assert_close(first(x4), 5 * x4)
+    torch.testing.assert_close(second(x4), 5 * x4)
+    # Another signature (a scalar with a default), checked on --args that leave it out.
+    run(ip, "--n-threads a.numel() --threads-per-block 32 --args (x4,) --eager lambda a: a * 5 + 1.5 -o rep",
+        RESCALED_WITH_OFFSET)
+    assert ip.user_ns["rep"].timing.correctness.ok
+    third = ip.user_ns["rescaled"]
+    torch.testing.assert_close(third(x4), 5 * x4 + 1.5)
+    torch.testing.assert_close(third(x4, -1.0), 5 * x4 - 1.0)
+    for old in (first, second):
+        with pytest.raises(KernelDefinitionError, match=r"(?s)rescaled\(\): this op object is from an earlier "
+                           r"definition, rescaled\(a: Tensor\[float32, \(None,\)\]\) -> .*; the op was redefined "
+                           r"at .+ as rescaled\(a: Tensor\[float32, \(None,\)\], offset: float = 1.5\).*Use the object"):
+            old(x4)
+    torch.testing.assert_close(getattr(torch.ops.pnex, third._name)(x4), 5 * x4 + 1.5)
+
+
 @pytest.mark.parametrize(
     ("line", "words"),
     [
@@ -816,3 +854,59 @@ def test_quickstart_notebook_runs_headless(tmp_path, monkeypatch):
     html = "".join(o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {}))
     assert "pnex::mymuladd" in html and "matches eager" in html and "compiler log" in html
     assert "pnex-tabs" in html  # the report's tabs need no widget state
+
+
+# --------------------------------------------------------------------------- autotune options
+
+SCALE_CELL = '''
+def scale_k(a: In("f32", (None, None)), s: int, out: Out("f32", "a")):
+    x, y = cuda.grid(2)
+    if y < out.shape[0] and x < out.shape[1]:
+        out[y, x] = a[y, x] * s
+'''
+
+
+@pytest.mark.parametrize(
+    "option, candidates",
+    [
+        ("--threads-per-block auto", AUTO_CANDIDATES[2]),
+        ("--threads-per-block [(4, 2), (8, 8)]", ((4, 2), (8, 8))),
+        ("--threads-per-block '[(8, 4),(2,2)]' --autotune-key a.size(0),s", ((8, 4), (2, 2))),
+    ],
+)
+def test_magic_threads_per_block_auto_and_lists(ip, option, candidates):
+    ip.run_cell("grid_x = torch.randn(3, 5)")
+    ip.run_cell_magic("pnex", f'--n-threads "out.size(1), out.size(0)" {option} --args (grid_x, 3) -o rep', SCALE_CELL)
+    rep = ip.user_ns["rep"]
+    assert rep.op.spec.candidates == candidates
+    assert rep.kernel.autotune.block == candidates[0]  # the simulator runs the first candidate
+    assert "autotune" in rep.launch_html() and "autotune  :" in rep.to_text()
+    if "--autotune-key" in option:
+        assert [str(e) for e in rep.op.spec.autotune_key] == ["a.size(0)", "s"]
+        assert "a.size(0)=3, s=3" in rep.kernel.autotune.key_text
+    torch.testing.assert_close(ip.user_ns["scale_k"](ip.user_ns["grid_x"], 3), ip.user_ns["grid_x"] * 3)
+
+
+def test_magic_autotune_option_errors(ip):
+    with pytest.raises(UsageError, match=r"--threads-per-block expects a list of candidates such as \[128, 256\]"):
+        ip.run_cell_magic("pnex", '--n-threads a.numel() --threads-per-block "[1, 2"', SCALE_CELL)
+    with pytest.raises(KernelDefinitionError, match=r"cell line 1 .*threads_per_block candidate 0 \(8\) is an int"):
+        ip.run_cell_magic("pnex", '--n-threads "out.size(1), out.size(0)" --threads-per-block [8,16]', SCALE_CELL)
+    with pytest.raises(KernelDefinitionError, match=r"cell line 1 .*autotune_key=\('a.size\(0\)',\) is given but"):
+        ip.run_cell_magic("pnex", '--n-threads "out.size(1), out.size(0)" --autotune-key a.size(0)', SCALE_CELL)
+
+
+def test_pnex_cache_lists_and_clears_autotune_choices(ip):
+    data = {"kernel": "__main__.scale_k", "gpu": "Fake GPU", "key_text": "a.size(0)=1024, contiguous inputs",
+            "candidates": [{"block": [16, 16], "seconds": 3e-6}, {"block": [4, 64], "seconds": 1e-6}],
+            "choice": [4, 64]}
+    cache.store_record(autotune.RECORD_KIND, "a" * 64, data)
+    cache.store_record(autotune.RECORD_KIND, "b" * 64, {**data, "kernel": "__main__.other"})
+    listing = ip.run_line_magic("pnex_cache", "")
+    assert len(listing.choices) == 2
+    row = next(c for c in listing.choices if c.kernel == "scale_k")
+    assert (row.choice, row.speedup, row.gpu) == ("(4, 64)", pytest.approx(3.0), "Fake GPU")
+    assert "autotune choices: 2" in str(listing) and "3.00×" in listing._repr_html_()
+    cleared = ip.run_line_magic("pnex_cache", "--clear --kernel scale_k")
+    assert cleared.removed == 1
+    assert [c.kernel for c in ip.run_line_magic("pnex_cache", "").choices] == ["other"]

@@ -8,6 +8,10 @@
 // pack Numba's kernel ABI, cuLaunchKernel on PyTorch's current stream.  No Python
 // runs per call.
 //
+// An autotuned op has several candidate blocks: each call evaluates its autotune key
+// and looks it up in a small key -> block table; a miss calls back into Python once
+// (select_block), which benchmarks the candidates, unless the stream is capturing.
+//
 // The CUDA driver is reached through dlopen("libcuda.so.1"), so the extension builds
 // with a host C++ compiler and the CUDA headers alone (no nvcc, no link to libcuda).
 
@@ -19,24 +23,35 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/library.h>
+#include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <shared_mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace py = pybind11;
@@ -112,8 +127,18 @@ bool launch_blocking() {
   return blocking;
 }
 
-std::mutex g_last_mutex;
-std::map<int, std::string> g_last_kernel;  // device -> last pnex kernel launched there
+// Devices a process may use (c10 allows fewer): per-device tables are fixed arrays.
+constexpr int kMaxDevices = 128;
+
+// Kernel names, interned for the life of the process, so that the last kernel launched
+// on each device is a pointer swapped atomically per launch (no string copy, no lock).
+const char* intern(const std::string& name) {
+  static std::mutex mutex;
+  static auto* names = new std::set<std::string>();  // never destroyed: read until exit
+  std::lock_guard<std::mutex> lock(mutex);
+  return names->insert(name).first->c_str();
+}
+std::array<std::atomic<const char*>, kMaxDevices> g_last_kernel{};  // device -> last pnex kernel there
 
 // ---------------------------------------------------------------- expressions
 enum Op : int64_t { CONST = 0, SIZE = 1, NUMEL = 2, SCALAR = 3, ADD = 4, SUB = 5, MUL = 6, FLOORDIV = 7,
@@ -139,8 +164,8 @@ struct Param {
 };
 
 struct Values {
-  std::vector<const at::Tensor*> tensors;  // per parameter (nullptr if not a tensor)
-  std::vector<int64_t> ints;               // per parameter: integer scalar values
+  c10::SmallVector<const at::Tensor*, 16> tensors;  // per parameter (nullptr if not a tensor)
+  c10::SmallVector<int64_t, 16> ints;               // per parameter: integer scalar values
 };
 
 int64_t floordiv(int64_t a, int64_t b) {
@@ -157,28 +182,56 @@ int64_t pymod(int64_t a, int64_t b) {
 struct Spec;
 int64_t evaluate(const Program& prog, const Values& v, const Spec& spec, const std::string& what);
 
+// One autotune decision: a key (device, layout, key values) and the candidate chosen.
+struct Choice {
+  uint64_t hash = 0;
+  int device = 0;
+  bool contiguous = true;
+  c10::SmallVector<int64_t, 8> key;
+  int candidate = 0;
+};
+
 struct Spec {
   std::string kernel;  // the user's kernel name, for messages
+  std::string op_name;  // pnex::<op_name>
+  const char* interned = "";  // kernel, interned (for g_last_kernel)
   std::vector<Param> params;
-  std::vector<int> arguments;  // parameter index of each op argument
-  std::vector<int> outputs;    // parameter index of each output
+  std::vector<int> arguments;     // parameter index of each op argument
+  std::vector<int> arg_of_param;  // op argument index of each parameter (-1 for outputs, unused)
+  std::vector<int> outputs;       // parameter index of each output
   std::vector<Program> n_threads;
   std::vector<std::string> n_threads_text;
-  std::array<unsigned, 3> block{1, 1, 1};
+  std::vector<std::array<unsigned, 3>> candidates;  // block shapes; [0] is the default
+  std::vector<Program> key;  // autotune key (empty unless several candidates)
+  std::vector<std::string> key_text;
+  bool key_bucket = false;  // round key values up to powers of two
+  // Memory checks of InMut arguments (messages from Python, see description.py).
+  std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
+  std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
   py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
-  std::mutex mutex;
+  py::object choose;     // callable(device_index, contiguous, key, args or None) -> (candidate, final)
+  std::mutex mutex;      // loading code
+  std::shared_mutex table_mutex;
+  std::vector<Choice> table;  // autotune decisions made so far
 
+  Spec() {
+    for (auto& variant : functions)
+      for (auto& fn : variant) fn.store(nullptr, std::memory_order_relaxed);
+  }
   ~Spec() {
     // The dispatcher may destroy kernels at process exit, after Python has finalised:
-    // then the reference must be dropped without touching the interpreter.
+    // then the references must be dropped without touching the interpreter.
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire gil;
       get_image = py::object();
+      choose = py::object();
     } else {
       get_image.release();
+      choose.release();
     }
   }
-  std::vector<CUfunction> functions[2];  // [strided, contiguous] variant, per device index
+  // [strided, contiguous] variant, per device index; loaded once, then read without a lock.
+  std::array<std::atomic<CUfunction>, kMaxDevices> functions[2];
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
 };
 
@@ -281,10 +334,14 @@ void ensure_context(int device, const std::string& kernel) {
 // The kernel for a device, loaded on first use: the variant for C-contiguous inputs
 // (whose loads compile to ld.global) or the one for any strides.
 CUfunction function_for(Spec& spec, int device, bool contiguous) {
-  std::vector<CUfunction>& fns = spec.functions[contiguous ? 1 : 0];
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "pnex: kernel '", spec.kernel, "': device index ",
+              std::to_string(device), " is beyond the ", std::to_string(kMaxDevices), " devices pnex supports");
+  std::atomic<CUfunction>& slot = spec.functions[contiguous ? 1 : 0][device];
+  CUfunction loaded = slot.load(std::memory_order_acquire);
+  if (loaded) return loaded;
   std::lock_guard<std::mutex> lock(spec.mutex);
-  if (static_cast<size_t>(device) >= fns.size()) fns.resize(device + 1, nullptr);
-  if (fns[device]) return fns[device];
+  loaded = slot.load(std::memory_order_acquire);
+  if (loaded) return loaded;
   const Driver& d = driver();
   TORCH_CHECK(d.error.empty(), "pnex: kernel '", spec.kernel, "': ", d.error);
   auto image = std::make_shared<std::string>();
@@ -298,13 +355,128 @@ CUfunction function_for(Spec& spec, int device, bool contiguous) {
   spec.images.push_back(image);
   CUmodule module = nullptr;
   CUresult r = d.moduleLoadData(&module, image->data());
+  std::string hint;
+  if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_PTX) {
+    hint = ". There is no cubin for this GPU's architecture, so the driver compiled the kernel's PTX and could not "
+           "(PTX from a newer CUDA than the driver's): install nvJitLink (pip install nvidia-nvjitlink) so that pnex "
+           "links a cubin itself, or update the NVIDIA driver";
+  }
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': loading its code on cuda:", std::to_string(device),
-              " failed: ", cu_error(r));
+              " failed: ", cu_error(r), hint);
   CUfunction fn = nullptr;
   r = d.moduleGetFunction(&fn, module, entry.c_str());
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));
-  fns[device] = fn;
+  slot.store(fn, std::memory_order_release);
   return fn;
+}
+
+// ---------------------------------------------------------------- autotuning
+// The tuner's own calls launch one candidate, forced on the calling thread.
+thread_local std::string t_forced_op;
+thread_local int t_forced_candidate = -1;
+
+void force_candidate(const std::string& op_name, int candidate) {
+  t_forced_op = op_name;
+  t_forced_candidate = candidate;
+}
+
+int64_t bucket(int64_t n) {  // the smallest power of two >= n (pnex_magic.blocks.bucket)
+  if (n <= 0) return 0;
+  int64_t p = 1;
+  while (p < n && p < (int64_t(1) << 62)) p <<= 1;
+  return p;
+}
+
+py::object to_python(const c10::IValue& v) {
+  if (v.isTensor()) return py::cast(v.toTensor());
+  if (v.isInt()) return py::int_(v.toInt());
+  if (v.isDouble()) return py::float_(v.toDouble());
+  if (v.isBool()) return py::bool_(v.toBool());
+  return py::none();
+}
+
+// The candidate block for this call: forced (the tuner's runs), else the table's
+// choice for the call's key, else Python's (pnex_magic.launch.autotune.choose), which
+// benchmarks unless the stream is capturing (args are then not passed).
+int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, int device, bool contiguous,
+                 CUstream stream) {
+  const int count = static_cast<int>(spec.candidates.size());
+  if (count <= 1 || !spec.choose || spec.choose.is_none()) return 0;
+  if (t_forced_candidate >= 0 && t_forced_op == spec.op_name) {
+    TORCH_CHECK(t_forced_candidate < count, "pnex: kernel '", spec.kernel, "': no candidate ",
+                std::to_string(t_forced_candidate));
+    return t_forced_candidate;
+  }
+  Choice wanted;
+  wanted.device = device;
+  wanted.contiguous = contiguous;
+  uint64_t h = 1469598103934665603ULL ^ static_cast<uint64_t>(device * 2 + contiguous);
+  for (size_t i = 0; i < spec.key.size(); ++i) {
+    int64_t value = evaluate(spec.key[i], v, spec, spec.key_text[i]);
+    if (spec.key_bucket) value = bucket(value);
+    wanted.key.push_back(value);
+    h = (h ^ static_cast<uint64_t>(value)) * 1099511628211ULL;
+  }
+  wanted.hash = h;
+  auto same = [&wanted](const Choice& c) {
+    return c.hash == wanted.hash && c.device == wanted.device && c.contiguous == wanted.contiguous &&
+           c.key == wanted.key;
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(spec.table_mutex);
+    for (const Choice& c : spec.table)
+      if (same(c)) return c.candidate;
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  driver().streamIsCapturing(stream, &status);
+  const bool capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+  int candidate = 0;
+  bool final = false;
+  std::string error;
+  {
+    // No lock is held here: the tuner calls this op again (with a candidate forced).
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple key(wanted.key.size());
+      for (size_t i = 0; i < wanted.key.size(); ++i) key[i] = py::int_(wanted.key[i]);
+      py::object call_args = py::none();
+      if (!capturing) {
+        py::tuple values(args.size());
+        for (size_t i = 0; i < args.size(); ++i) values[i] = to_python(args[i]);
+        call_args = values;
+      }
+      auto result = spec.choose(device, contiguous, key, call_args).cast<std::tuple<int, bool>>();
+      candidate = std::get<0>(result);
+      final = std::get<1>(result);
+    } catch (py::error_already_set& e) {
+      error = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  TORCH_CHECK(error.empty(), "pnex: kernel '", spec.kernel, "': choosing its block failed: ", error);
+  TORCH_CHECK(candidate >= 0 && candidate < count, "pnex: kernel '", spec.kernel, "': no candidate ",
+              std::to_string(candidate));
+  if (final) {
+    wanted.candidate = candidate;
+    std::unique_lock<std::shared_mutex> lock(spec.table_mutex);
+    if (std::none_of(spec.table.begin(), spec.table.end(), same)) spec.table.push_back(std::move(wanted));
+  }
+  return candidate;
+}
+
+// Blocks per axis for `block`; returns the first axis over CUDA's grid limits, or -1.
+int grid_for(const Spec& spec, const int64_t* n, const std::array<unsigned, 3>& block, std::array<unsigned, 3>& grid,
+             int64_t& blocks_over) {
+  for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
+    const int64_t blocks = (n[axis] + block[axis] - 1) / block[axis];
+    if (blocks > (axis == 0 ? 2147483647LL : 65535LL)) {
+      blocks_over = blocks;
+      return static_cast<int>(axis);
+    }
+    grid[axis] = static_cast<unsigned>(blocks);
+  }
+  return -1;
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -321,10 +493,10 @@ class PnexKernel final : public c10::OperatorKernel {
     Values v;
     v.tensors.assign(nparams, nullptr);
     v.ints.assign(nparams, 0);
-    std::vector<at::Tensor> held(nparams);  // every tensor argument and output, by value
+    c10::SmallVector<at::Tensor, 4> outs;  // the outputs; inputs are read in place on the stack
 
     std::optional<c10::Device> device;
-    std::string first;
+    int first = -1;
     bool contiguous = true;
     for (size_t a = 0; a < nargs; ++a) {
       const int pi = spec.arguments[a];
@@ -335,8 +507,7 @@ class PnexKernel final : public c10::OperatorKernel {
         else if (iv.isBool()) v.ints[pi] = iv.toBool();
         continue;
       }
-      held[pi] = iv.toTensor();
-      const at::Tensor& t = held[pi];
+      const at::Tensor& t = iv.toTensor();
       contiguous = contiguous && t.is_contiguous();
       TORCH_CHECK_TYPE(t.scalar_type() == p.dtype, "pnex: ", spec.kernel, "(): argument '", p.name,
                        "' must be a ", dtype_name(p.dtype), " tensor, got ", dtype_name(t.scalar_type()));
@@ -345,10 +516,10 @@ class PnexKernel final : public c10::OperatorKernel {
                         shape_str(t.sizes()));
       if (!device) {
         device = t.device();
-        first = p.name;
+        first = pi;
       } else {
         TORCH_CHECK_TYPE(t.device() == *device, "pnex: ", spec.kernel, "(): argument '", p.name, "' is on ",
-                         t.device().str(), " but '", first, "' is on ", device->str(),
+                         t.device().str(), " but '", spec.params[first].name, "' is on ", device->str(),
                          "; all tensor arguments must be on one device");
       }
       v.tensors[pi] = &t;
@@ -367,11 +538,27 @@ class PnexKernel final : public c10::OperatorKernel {
                           std::to_string(axis), ", got ", std::to_string(t.size(axis)), " (shape ", shape_str(t.sizes()), ")");
       }
     }
+    // As torch's in-place operators: an InMut must not have two elements in one location,
+    // nor share memory with another argument (unless declared may_alias).
+    for (const auto& [pi, message] : spec.internal_overlap) {
+      TORCH_CHECK_VALUE(at::has_internal_overlap(*v.tensors[pi]) != at::MemOverlap::Yes, "pnex: ", message);
+    }
+    for (const auto& [written, other, message] : spec.overlap) {
+      const at::MemOverlapStatus status = at::get_overlap_status(*v.tensors[written], *v.tensors[other]);
+      TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, "pnex: ",
+                        message);
+    }
 
     c10::cuda::CUDAGuard guard(*device);
+    // Outputs straight from PyTorch's caching allocator (what at::empty does on CUDA,
+    // without a second trip through the dispatcher), unless PyTorch is asked to fill
+    // uninitialised memory.
+    const bool fill_empty = at::globalContext().deterministicAlgorithms() &&
+                            at::globalContext().deterministicFillUninitializedMemory();
+    outs.reserve(spec.outputs.size());  // v.tensors points into it
     for (int pi : spec.outputs) {
       const Param& p = spec.params[pi];
-      std::vector<int64_t> sizes(p.ndim);
+      c10::SmallVector<int64_t, 6> sizes(p.ndim);
       for (int64_t axis = 0; axis < p.ndim; ++axis) {
         sizes[axis] = evaluate(*p.shape[axis], v, spec, p.shape_text[axis]);
         TORCH_CHECK_VALUE(sizes[axis] >= 0, "pnex: ", spec.kernel, "(): output '", p.name, "' would have size ",
@@ -379,34 +566,58 @@ class PnexKernel final : public c10::OperatorKernel {
                           "; sizes cannot be negative");
       }
       auto options = at::TensorOptions().dtype(p.dtype).device(*device);
-      held[pi] = p.has_init ? at::full(sizes, p.init, options) : at::empty(sizes, options);
-      v.tensors[pi] = &held[pi];
+      if (p.has_init) {
+        outs.emplace_back(at::full(sizes, p.init, options));
+      } else if (fill_empty) {
+        outs.emplace_back(at::empty(sizes, options));
+      } else {
+        outs.emplace_back(at::detail::empty_generic(sizes, c10::cuda::CUDACachingAllocator::get(),
+                                                    c10::DispatchKeySet(c10::DispatchKey::CUDA), p.dtype,
+                                                    std::nullopt));
+      }
+      v.tensors[pi] = &outs.back();
     }
 
-    std::array<unsigned, 3> grid{1, 1, 1};
+    int64_t n[3] = {1, 1, 1};
     bool empty = false;
     for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
-      const int64_t n = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
-      TORCH_CHECK_VALUE(n >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
-                        spec.n_threads_text[axis], " evaluates to ", std::to_string(n), ", which is negative");
-      const int64_t blocks = (n + spec.block[axis] - 1) / spec.block[axis];
-      TORCH_CHECK_VALUE(blocks <= (axis == 0 ? 2147483647LL : 65535LL), "pnex: ", spec.kernel,
-                        "(): the launch needs ", std::to_string(blocks), " blocks on axis ", std::to_string(axis),
-                        ", more than CUDA allows");
-      grid[axis] = static_cast<unsigned>(blocks);
-      if (blocks == 0) empty = true;
+      n[axis] = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
+      TORCH_CHECK_VALUE(n[axis] >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
+                        spec.n_threads_text[axis], " evaluates to ", std::to_string(n[axis]), ", which is negative");
+      if (n[axis] == 0) empty = true;
     }
 
     if (!empty) {
+      const int dev = device->index();
+      TORCH_CHECK(driver().error.empty(), "pnex: kernel '", spec.kernel, "': ", driver().error);
+      ensure_context(dev, spec.kernel);
+      CUstream stream = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(dev).stream());
+
+      // The block: the default, or the autotuned choice; a choice whose grid exceeds
+      // CUDA's limits for this call (the key buckets sizes) gives way to the first
+      // candidate that fits.
+      std::array<unsigned, 3> grid{1, 1, 1};
+      int64_t blocks_over = 0;
+      int chosen = select_block(spec, v, args, dev, contiguous, stream);
+      int over = grid_for(spec, n, spec.candidates[chosen], grid, blocks_over);
+      for (int c = 0; over >= 0 && c < static_cast<int>(spec.candidates.size()); ++c) {
+        if (c == chosen) continue;
+        int64_t ignored = 0;
+        if (grid_for(spec, n, spec.candidates[c], grid, ignored) < 0) {
+          chosen = c;
+          over = -1;
+        }
+      }
+      TORCH_CHECK_VALUE(over < 0, "pnex: ", spec.kernel, "(): the launch needs ", std::to_string(blocks_over),
+                        " blocks on axis ", std::to_string(over), ", more than CUDA allows");
+      const std::array<unsigned, 3>& block = spec.candidates[chosen];
+
       // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
-      std::vector<uint64_t> slots;
-      slots.reserve(nparams * 11);
+      c10::SmallVector<uint64_t, 64> slots;
       for (size_t pi = 0; pi < nparams; ++pi) {
         const Param& p = spec.params[pi];
         if (p.kind == SCALAR_PARAM) {
-          size_t a = 0;
-          while (spec.arguments[a] != static_cast<int>(pi)) ++a;
-          slots.push_back(pack_scalar(args[a], p.dtype));
+          slots.push_back(pack_scalar(args[spec.arg_of_param[pi]], p.dtype));
         } else if (p.kind == UNUSED) {
           slots.push_back(0);
         } else {
@@ -421,23 +632,14 @@ class PnexKernel final : public c10::OperatorKernel {
           for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
         }
       }
-      std::vector<void*> params(slots.size());
+      c10::SmallVector<void*, 64> params(slots.size());
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
-      const int dev = device->index();
-      TORCH_CHECK(driver().error.empty(), "pnex: kernel '", spec.kernel, "': ", driver().error);
-      ensure_context(dev, spec.kernel);
       CUfunction fn = function_for(spec, dev, contiguous);
-      CUstream stream = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(dev).stream());
       const Driver& d = driver();
-      CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], spec.block[0], spec.block[1], spec.block[2], 0,
-                                  stream, params.data(), nullptr);
-      std::string previous;
-      {
-        std::lock_guard<std::mutex> lock(g_last_mutex);
-        previous = g_last_kernel[dev];
-        g_last_kernel[dev] = spec.kernel;
-      }
+      CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
+                                  params.data(), nullptr);
+      const char* previous = dev < kMaxDevices ? g_last_kernel[dev].exchange(spec.interned, std::memory_order_relaxed) : nullptr;
       if (r != CUDA_SUCCESS) {
         std::string hint;
         if (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED || r == CUDA_ERROR_ASSERT ||
@@ -446,14 +648,15 @@ class PnexKernel final : public c10::OperatorKernel {
                      ? std::string("; launches are synchronised (PNEX_LAUNCH_BLOCKING / CUDA_LAUNCH_BLOCKING), so "
                                    "this kernel faulted, unless a kernel outside pnex did just before it")
                      : "; this error is left by an earlier kernel on this device" +
-                           (previous.empty() ? std::string()
-                                             : " (the last pnex kernel launched there was '" + previous + "')") +
+                           (previous == nullptr || !*previous ? std::string()
+                                                              : " (the last pnex kernel launched there was '" +
+                                                                    std::string(previous) + "')") +
                            ". Set PNEX_LAUNCH_BLOCKING=1 (or CUDA_LAUNCH_BLOCKING=1) to name the kernel that faulted";
         }
         TORCH_CHECK(false, "pnex: kernel '", spec.kernel, "' could not be launched on cuda:", std::to_string(dev),
                     " (grid ", std::to_string(grid[0]), "x", std::to_string(grid[1]), "x", std::to_string(grid[2]),
-                    ", block ", std::to_string(spec.block[0]), "x", std::to_string(spec.block[1]), "x",
-                    std::to_string(spec.block[2]), "): ", cu_error(r), hint);
+                    ", block ", std::to_string(block[0]), "x", std::to_string(block[1]), "x",
+                    std::to_string(block[2]), "): ", cu_error(r), hint);
       }
       if (launch_blocking()) {
         CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -467,7 +670,7 @@ class PnexKernel final : public c10::OperatorKernel {
     }
 
     torch::jit::drop(*stack, nargs);
-    for (int pi : spec.outputs) stack->emplace_back(std::move(held[pi]));
+    for (at::Tensor& t : outs) stack->emplace_back(std::move(t));
   }
 
  private:
@@ -538,9 +741,9 @@ void unregister_op(const std::string& name) { registry().erase(name); }
 // The last pnex kernel launched on a device ("" if none): a fault is reported by CUDA at a
 // later call, so Python names this one in its messages.
 std::string last_kernel(int device) {
-  std::lock_guard<std::mutex> lock(g_last_mutex);
-  auto it = g_last_kernel.find(device);
-  return it == g_last_kernel.end() ? std::string() : it->second;
+  if (device < 0 || device >= static_cast<int>(kMaxDevices)) return std::string();
+  const char* name = g_last_kernel[device].load(std::memory_order_relaxed);
+  return name == nullptr ? std::string() : std::string(name);
 }
 
 void drop_autograd_fallback(const std::string& name) {
@@ -549,7 +752,7 @@ void drop_autograd_fallback(const std::string& name) {
 }
 
 // spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
-// block, get_image.  Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that
+// block, get_image and, for an autotuned op, candidates, key, key_text, key_bucket and choose.  Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that
 // nothing Python runs per call) for pnex::<name>.
 void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
   auto spec = std::make_shared<Spec>();
@@ -576,12 +779,33 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
     if (p.kind == INMUT) mutates = true;
     spec->params.push_back(std::move(p));
   }
+  spec->op_name = name;
+  spec->interned = intern(spec->kernel);
   spec->arguments = d["arguments"].cast<std::vector<int>>();
+  spec->arg_of_param.assign(spec->params.size(), -1);
+  for (size_t a = 0; a < spec->arguments.size(); ++a) spec->arg_of_param[spec->arguments[a]] = static_cast<int>(a);
   spec->outputs = d["outputs"].cast<std::vector<int>>();
   for (auto prog : d["n_threads"]) spec->n_threads.push_back(to_program(prog));
   spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
-  auto block = d["block"].cast<std::vector<unsigned>>();
-  for (size_t i = 0; i < 3; ++i) spec->block[i] = i < block.size() ? block[i] : 1;
+  // Block candidates (the first is the default block); an older description has "block" only.
+  auto as_block = [](const py::handle& obj) {
+    auto sizes = obj.cast<std::vector<unsigned>>();
+    std::array<unsigned, 3> block{1, 1, 1};
+    for (size_t i = 0; i < 3 && i < sizes.size(); ++i) block[i] = sizes[i];
+    return block;
+  };
+  if (d.contains("candidates")) {
+    for (auto c : d["candidates"]) spec->candidates.push_back(as_block(c));
+  }
+  if (spec->candidates.empty()) spec->candidates.push_back(as_block(d["block"]));
+  if (spec->candidates.size() > 1) {
+    for (auto prog : d["key"]) spec->key.push_back(to_program(prog));
+    spec->key_text = d["key_text"].cast<std::vector<std::string>>();
+    spec->key_bucket = d["key_bucket"].cast<bool>();
+    if (d.contains("choose")) spec->choose = d["choose"];  // without it: the first candidate
+  }
+  for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
+  for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
   spec->get_image = d["get_image"];
 
   registry().erase(name);
@@ -614,5 +838,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unregister_op", &unregister_op, py::arg("name"));
   m.def("drop_autograd_fallback", &drop_autograd_fallback, py::arg("name"));
   m.def("driver_error", &driver_error);
+  m.def("force_candidate", &force_candidate, py::arg("op_name"), py::arg("candidate"),
+        "Calls of op_name on this thread launch candidate `candidate` (-1: choose as usual)");
   m.def("last_kernel", &last_kernel, py::arg("device"));
 }

@@ -3,8 +3,9 @@
 * :mod:`.jit`: the ``jit()`` decorator;
 * :mod:`.magic` (with :mod:`.cell`, :mod:`.capture`, :mod:`.cache_listing`,
   :mod:`.doctor`): the IPython magics ``%%pnex``, ``%pnex_cache``,
-  ``%pnex_doctor``.
+  ``%pnex_doctor``;
+* :mod:`.jax`: ``pnex_magic.jax_op``, a pnex op as a JAX function.
 
 ``import pnex_magic`` imports only :mod:`.jit`; the IPython modules load with
-``%load_ext pnex_magic``.
+``%load_ext pnex_magic``, and :mod:`.jax` (and JAX) with the first ``jax_op()``.
 """

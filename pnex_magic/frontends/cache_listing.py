@@ -1,4 +1,5 @@
-"""``%pnex_cache``: the build cache's entries as a result object (text and HTML)."""
+"""``%pnex_cache``: the build cache's entries and the stored autotune choices as a
+result object (text and HTML)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import html
 import time
 
 from .. import cache
+from ..launch.autotune import format_block
 from ..timing import format_bytes
 
-__all__ = ["CacheRow", "CacheListing"]
+__all__ = ["CacheRow", "ChoiceRow", "CacheListing"]
 
 
 def _age(seconds: float) -> str:
@@ -33,15 +35,44 @@ class CacheRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class ChoiceRow:
+    """One stored autotune choice."""
+
+    kernel: str
+    gpu: str
+    key: str
+    choice: str
+    speedup: float | None  #: the first candidate's time over the chosen one's
+    age_seconds: float
+
+    @classmethod
+    def from_record(cls, data: dict, now: float) -> ChoiceRow:
+        times = {tuple(c.get("block", ())): c.get("seconds") for c in data.get("candidates", ())}
+        choice = tuple(data.get("choice", ()))
+        first = next(iter(times.values()), None)
+        chosen = times.get(choice)
+        return cls(
+            kernel=str(data.get("kernel", "?")).removeprefix("__main__."),
+            gpu=str(data.get("gpu", "?")),
+            key=str(data.get("key_text", data.get("key_values", ""))),
+            choice=format_block(choice) if choice else "?",
+            speedup=first / chosen if first and chosen else None,
+            age_seconds=max(0.0, now - float(data.get("created", now))),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class CacheListing:
-    """The build cache's entries (``%pnex_cache``), or how many were removed."""
+    """The build cache's entries and autotune choices (``%pnex_cache``), or how many
+    were removed."""
 
     directory: str
     rows: tuple[CacheRow, ...]
     removed: int | None = None
+    choices: tuple[ChoiceRow, ...] = ()
 
     @classmethod
-    def collect(cls, entries=None, removed: int | None = None) -> CacheListing:
+    def collect(cls, entries=None, removed: int | None = None, choices=None) -> CacheListing:
         rows = []
         now = time.time()
         for entry in entries or ():
@@ -55,7 +86,8 @@ class CacheListing:
                 registers=res.get("registers"),
                 slot=entry.path.name,
             ))
-        return cls(str(cache.cache_dir()), tuple(rows), removed)
+        picks = tuple(ChoiceRow.from_record(r.data, now) for r in choices or ())
+        return cls(str(cache.cache_dir()), tuple(rows), removed, picks)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -75,6 +107,12 @@ class CacheListing:
             for r in self.rows:
                 out.append(f"  {r.kernel[:28]:<28} {r.arch:<7} {'' if r.registers is None else r.registers:>4} "
                            f"{format_bytes(r.size_bytes):>9} {_age(r.age_seconds):>7}  {r.slot[:16]}")
+        if self.choices:
+            out.append(f"autotune choices: {len(self.choices)}")
+            out.append(f"  {'kernel':<28} {'block':<12} {'gain':>6} {'age':>7}  gpu; key")
+            for c in self.choices:
+                gain = "" if c.speedup is None else f"{c.speedup:.2f}x"
+                out.append(f"  {c.kernel[:28]:<28} {c.choice:<12} {gain:>6} {_age(c.age_seconds):>7}  {c.gpu}; {c.key}")
         return "\n".join(out)
 
     def _repr_pretty_(self, p, cycle) -> None:
@@ -86,15 +124,25 @@ class CacheListing:
             return f"<div>pnex build cache <code>{e(self.directory)}</code>: removed {self.removed} entries</div>"
         head = (f"<div>pnex build cache <code>{e(self.directory)}</code>: {len(self.rows)} entries, "
                 f"{format_bytes(sum(r.size_bytes for r in self.rows))}</div>")
-        if not self.rows:
-            return head
-        cell = "padding:1px 10px 1px 0;text-align:left"
-        rows = "".join(
-            f'<tr><td style="{cell}"><code>{e(r.kernel)}</code></td><td style="{cell}">{e(r.arch)}</td>'
-            f'<td style="{cell}">{"" if r.registers is None else r.registers}</td>'
-            f'<td style="{cell}">{format_bytes(r.size_bytes)}</td><td style="{cell}">{_age(r.age_seconds)}</td>'
-            f'<td style="{cell}"><code>{e(r.slot[:16])}</code></td></tr>'
-            for r in self.rows
-        )
-        header = "".join(f'<th style="{cell}">{h}</th>' for h in ("kernel", "arch", "registers", "size", "age", "slot"))
-        return f'{head}<table style="border-collapse:collapse;color:inherit"><tr>{header}</tr>{rows}</table>'
+        parts = [head]
+        if self.rows:
+            parts.append(_table(("kernel", "arch", "registers", "size", "age", "slot"), [
+                (f"<code>{e(r.kernel)}</code>", e(r.arch), "" if r.registers is None else str(r.registers),
+                 format_bytes(r.size_bytes), _age(r.age_seconds), f"<code>{e(r.slot[:16])}</code>")
+                for r in self.rows
+            ]))
+        if self.choices:
+            parts.append(f"<div>autotune choices: {len(self.choices)}</div>")
+            parts.append(_table(("kernel", "block", "speed vs first candidate", "GPU", "key", "age"), [
+                (f"<code>{e(c.kernel)}</code>", f"<code>{e(c.choice)}</code>",
+                 "" if c.speedup is None else f"{c.speedup:.2f}×", e(c.gpu), e(c.key), _age(c.age_seconds))
+                for c in self.choices
+            ]))
+        return "".join(parts)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    cell = "padding:1px 10px 1px 0;text-align:left"
+    head = "".join(f'<th style="{cell}">{h}</th>' for h in header)
+    body = "".join("<tr>" + "".join(f'<td style="{cell}">{c}</td>' for c in row) + "</tr>" for row in rows)
+    return f'<table style="border-collapse:collapse;color:inherit"><tr>{head}</tr>{body}</table>'

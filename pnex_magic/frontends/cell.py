@@ -24,7 +24,9 @@ name again (the core's transaction), and nothing is bound.
 
 What is bound
 -------------
-Only after everything succeeded: the kernel's name is bound to the op, and every
+Only after everything succeeded: the kernel's name is bound to the op (with
+``--jax``, to its JAX function, :func:`pnex_magic.jax_op`, whose ``.op`` is the op),
+and every
 other name the cell (re)defined is bound too (constants, device functions,
 imports), so later cells can use them.  The pnex names injected into the cell are
 not bound, nor are other annotated kernels the cell holds (pick one with
@@ -90,6 +92,12 @@ def _describe_previous(value: Any) -> str:
     if isinstance(value, PnexOp):
         return f"the earlier pnex op {getattr(value, '_qualname', '?')}"
     return _a(type(value).__name__)
+
+
+def _as_op(value: Any) -> Any:
+    """The pnex op a notebook name holds: the op, or the op of a JAX function (--jax)."""
+    inner = getattr(value, "op", None)
+    return inner if not isinstance(value, PnexOp) and isinstance(inner, PnexOp) else value
 
 
 def _has_pnex_annotation(fn: types.FunctionType) -> bool:
@@ -259,7 +267,7 @@ class CellRun:
             raise UsageError(f"the kernel may not be called {kernel_name!r}: that name is IPython's history")
         forward = None
         if opts.backward_of:
-            forward = user_ns.get(opts.backward_of)
+            forward = _as_op(user_ns.get(opts.backward_of))
             if not isinstance(forward, PnexOp):
                 what = "not defined" if opts.backward_of not in user_ns else _a(type(forward).__name__)
                 raise UsageError(
@@ -307,11 +315,16 @@ class CellRun:
                     if not isinstance(exc, PnexError):
                         exc = PnexError(f"{type(exc).__name__}: {exc}")
                     raise CellFailure(_prefixed(exc, f"--backward-of {opts.backward_of}: "), 1) from None
+            bound = op
+            if getattr(opts, "jax", False):
+                from .jax import jax_op  # imports JAX (an optional dependency); without it, nothing is bound
+
+                bound = jax_op(op)
 
         # Everything succeeded: bind.
         previous = "" if previous_value is _MISSING else _describe_previous(previous_value)
         also = tuple(sorted(k for k in defined if k != kernel_name and k not in skipped))
-        user_ns[kernel_name] = op
+        user_ns[kernel_name] = bound
         for name in also:
             user_ns[name] = defined[name]
         _prune_globals(ns, self.code_names, defined)
@@ -324,6 +337,7 @@ class CellRun:
             backward_of=opts.backward_of,
             eager_text=opts.eager,
             args_text=opts.args,
+            jax=bound is not op,
         )
         if opts.output:
             user_ns[opts.output] = report
@@ -453,7 +467,8 @@ class CellRun:
         with capture_output() as captured:
             try:
                 definition = make_definition(
-                    fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block, options=options
+                    fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
+                    autotune_key=opts.autotune_key, options=options,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -476,7 +491,7 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key", text) and "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -19,9 +19,10 @@ def jit(
     to_extension: bool = False,
     cache_id: str | None = None,
     verbose: bool = False,
-    threads_per_block: int | tuple[int, ...] | None = None,
+    threads_per_block: int | tuple[int, ...] | str | list[int | tuple[int, ...]] | None = None,
     max_registers: int | None = None,
     arch: str | None = None,
+    autotune_key: str | tuple[str, ...] | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -46,13 +47,25 @@ def jit(
         ``cache_id`` evict each other (recompile), never serve each other's code.
     verbose : bool, default False
         Print the signature, schema, cache outcome and resource usage.
-    threads_per_block : int or tuple, optional
+    threads_per_block : int, tuple, "auto" or list, optional
         Block shape; defaults to 256, (16, 16) or (8, 8, 4) by dimensionality.
+        ``"auto"`` or a list of candidates (``[128, 256, 512]``, ``[(32, 8), (16, 16)]``)
+        autotunes: the first GPU call of each key times every candidate that fits the
+        kernel's limits and keeps the fastest (stored on disk per GPU model); the
+        first candidate is the default (CPU simulator, CUDA-graph capture,
+        ``torch.compile``'d code, ``PNEX_AUTOTUNE=0``).  Autotune only varies what
+        you allow: a kernel whose results depend on its block shape (a
+        ``cuda.shared.array`` sized for one block) must pin it.  See
+        :mod:`pnex_magic.blocks`.
     max_registers : int, optional
         Cap on registers per thread (ptxas ``-maxrregcount``); excess spills to local memory.
     arch : str, optional
         Target architecture (``"sm_90"``); defaults to the current GPU's, else
         ``$PNEX_ARCH``, else ``sm_75``.  GPU launches always use the device's own.
+    autotune_key : str or tuple of str, optional
+        With autotuning: expressions over the op's arguments (``"a.size(0)"``, ``"n"``)
+        whose values pick the tuned block; calls with equal values share it.  Default:
+        every input tensor's size, rounded up to a power of two.
 
     Returns
     -------
@@ -76,6 +89,8 @@ def jit(
     )
 
     def decorator(fn: Callable[..., None]) -> PnexOp:
-        return define(fn, n_threads=n_threads, threads_per_block=threads_per_block, options=options)
+        return define(
+            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options
+        )
 
     return decorator

@@ -1,4 +1,4 @@
-"""IPython front end: the ``%%pnex`` cell magic, ``%pnex_cache`` and ``%pnex_doctor``.
+"""IPython front end: the ``%%pnex`` cell magic, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``.
 
 ``%load_ext pnex_magic`` registers them.  This module only parses: the options
 are declared once with ``IPython.core.magic_arguments`` (which also writes
@@ -21,9 +21,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .. import cache
+from ..artifact import save
 from ..definition import JitOptions
 from ..errors import KernelDefinitionError
 from ..launch import fault_hint, is_fault
+from ..launch.autotune import RECORD_KIND
+from ..multiarch import DEFAULT_ARCHS
+from ..op import PnexOp
 from .cache_listing import CacheListing
 from .cell import HISTORY_NAMES, CellRun
 from .doctor import doctor
@@ -60,10 +64,48 @@ def _split_expressions(text: str) -> list[str]:
 
 
 
+def _threads_per_block(text: str) -> int | tuple[int, ...] | str | list | None:
+    """``--threads-per-block``: ``N[,N[,N]]`` (one block shape), ``auto``, or a list of
+    candidates written as in Python, ``[128, 256]`` or ``[(32, 8), (16, 16)]``."""
+    text = text.strip()
+    if text.lower() == "auto":
+        return "auto"
+    if text.startswith("["):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = None
+        if not isinstance(value, list):
+            raise UsageError(f"--threads-per-block expects a list of candidates such as [128, 256] or "
+                             f"[(32, 8), (16, 16)], got {text!r}")
+        return value  # the core checks every candidate
+    text = text.strip("()")
+    try:
+        sizes = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise UsageError(
+            f"--threads-per-block expects N[,N[,N]] (positive ints), auto, or a list such as [128, 256]; got {text!r}"
+        ) from None
+    if not sizes or any(s <= 0 for s in sizes) or len(sizes) > 3:
+        raise UsageError(f"--threads-per-block expects 1 to 3 positive ints, got {text!r}")
+    return sizes[0] if len(sizes) == 1 else sizes
+
+
+def _expressions(flag: str, groups: list[list[str]] | None) -> tuple[str, ...]:
+    """A repeatable option of expressions, each one or comma-separated."""
+    exprs: list[str] = []
+    for group in groups or ():
+        exprs += _split_expressions(_join(group) or "")
+    if any(not e for e in exprs):
+        raise UsageError(f"{flag}: empty expression in {exprs!r}")
+    return tuple(exprs)
+
+
 @dataclasses.dataclass
 class _Options:
     n_threads: str | tuple[str, ...]
-    threads_per_block: int | tuple[int, ...] | None
+    threads_per_block: int | tuple[int, ...] | str | list | None
+    autotune_key: tuple[str, ...] | None
     to_extension: bool
     max_registers: int | None
     cache_id: str | None
@@ -76,11 +118,12 @@ class _Options:
     output: str | None
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
+    jax: bool = False  # bind the JAX function (jax_op) instead of the op
 
 
 @magics_class
 class PnexMagics(Magics):
-    """``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``."""
+    """``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``."""
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
@@ -90,8 +133,17 @@ class PnexMagics(Magics):
              "launches in X, Y, Z order. Required.",
     )
     @magic_arguments.argument(
-        "--threads-per-block", dest="threads_per_block", metavar="N[,N[,N]]",
-        help="Block shape, one size per launch axis, without spaces (default 256, 16,16 or 8,8,4).",
+        "--threads-per-block", dest="threads_per_block", nargs="+", metavar="N[,N[,N]]|auto|[...]",
+        help="Block shape, one size per launch axis (default 256, 16,16 or 8,8,4); or 'auto', or a list "
+             "of candidates such as [128, 256] or [(32, 8), (16, 16)]: the op then times the candidates on "
+             "the first GPU call of each key and keeps the fastest (the first is the default). Kernels that "
+             "assume a block shape must pin it.",
+    )
+    @magic_arguments.argument(
+        "--autotune-key", dest="autotune_key", action="append", nargs="+", metavar="EXPR",
+        help="With autotuning: expressions over the op's arguments (e.g. a.size(0)) whose values pick the "
+             "tuned block (default: every input size, rounded up to a power of two). Repeatable or "
+             "comma-separated.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -131,7 +183,8 @@ class PnexMagics(Magics):
     )
     @magic_arguments.argument(
         "--force", action="store_true",
-        help="Recompile even if the build cache holds this kernel.",
+        help="Recompile even if the build cache holds this kernel, and time autotune candidates again "
+             "instead of reusing stored choices.",
     )
     @magic_arguments.argument(
         "-o", "--output", metavar="VAR",
@@ -141,6 +194,11 @@ class PnexMagics(Magics):
         "--backward-of", dest="backward_of", metavar="FORWARD_NAME",
         help="Attach this cell's op as the backward of the pnex op FORWARD_NAME "
              "(pnex_magic.autograd.attach_backward).",
+    )
+    @magic_arguments.argument(
+        "--jax", action="store_true",
+        help="Bind the kernel's name to its JAX function (pnex_magic.jax_op) instead of the PyTorch op, "
+             "which stays reachable as NAME.op. The report (and --args/--eager) still use the PyTorch op.",
     )
     @cell_magic
     def pnex(self, line: str, cell: str):
@@ -173,23 +231,11 @@ class PnexMagics(Magics):
             raise UsageError(f"%%pnex: cannot split the options: {exc}") from None
         if not ns.n_threads:
             raise UsageError("%%pnex needs --n-threads EXPR (e.g. --n-threads a.numel()); see %%pnex?")
-        exprs: list[str] = []
-        for group in ns.n_threads:
-            exprs += _split_expressions(_join(group) or "")
-        if any(not e for e in exprs):
-            raise UsageError(f"--n-threads: empty expression in {exprs!r}")
+        exprs = _expressions("--n-threads", ns.n_threads)
         if len(exprs) > 3:
             raise UsageError(f"--n-threads: at most 3 launch axes (X, Y, Z), got {len(exprs)}: {', '.join(exprs)}")
-        tpb: int | tuple[int, ...] | None = None
-        if ns.threads_per_block:
-            text = _unquote(ns.threads_per_block).strip("()")
-            try:
-                sizes = tuple(int(p) for p in text.split(",") if p.strip())
-            except ValueError:
-                raise UsageError(f"--threads-per-block expects N[,N[,N]] (positive ints), got {text!r}") from None
-            if not sizes or any(s <= 0 for s in sizes) or len(sizes) > 3:
-                raise UsageError(f"--threads-per-block expects 1 to 3 positive ints, got {text!r}")
-            tpb = sizes[0] if len(sizes) == 1 else sizes
+        tpb = _threads_per_block(_join(ns.threads_per_block)) if ns.threads_per_block else None
+        tune_key = _expressions("--autotune-key", ns.autotune_key) if ns.autotune_key else None
         if ns.max_registers is not None and ns.max_registers <= 0:
             raise UsageError(f"--max-registers must be a positive int, got {ns.max_registers}")
         arch = None if ns.arch is None else _unquote(ns.arch)
@@ -217,6 +263,7 @@ class PnexMagics(Magics):
             options=options,
             n_threads=exprs[0] if len(exprs) == 1 else tuple(exprs),
             threads_per_block=tpb,
+            autotune_key=tune_key,
             to_extension=ns.to_extension,
             max_registers=ns.max_registers,
             cache_id=ns.cache_id,
@@ -228,29 +275,61 @@ class PnexMagics(Magics):
             force=ns.force,
             output=ns.output,
             backward_of=ns.backward_of,
+            jax=ns.jax,
         )
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
-        "--clear", action="store_true", help="Remove cached builds (all, or those matching --kernel)."
+        "--clear", action="store_true",
+        help="Remove cached builds and autotune choices (all, or those matching --kernel).",
     )
     @magic_arguments.argument("--kernel", metavar="NAME", help="Only entries whose kernel name contains NAME.")
     @line_magic
     def pnex_cache(self, line: str):
-        """List (or clear) the compiled kernels in pnex's on-disk build cache.
+        """List (or clear) the compiled kernels and autotune choices in pnex's on-disk cache.
 
         Builds are stored under $PNEX_CACHE_DIR (else ~/.cache/pnex_magic), keyed by
         the kernel's source, the values it reads, its options, the target
         architecture and the toolchain versions; only successful builds are
-        stored. %%pnex --force recompiles without reading the cache.
+        stored. Autotune choices are stored per GPU model, kernel build and key.
+        %%pnex --force recompiles and re-times without reading the cache.
         """
         ns = magic_arguments.parse_argstring(self.pnex_cache, line)
-        entries = [e for e in cache.entries() if not ns.kernel or ns.kernel in str(e.meta.get("kernel", ""))]
+        wanted = (lambda kernel: ns.kernel in str(kernel)) if ns.kernel else (lambda kernel: True)
+        entries = [e for e in cache.entries() if wanted(e.meta.get("kernel", ""))]
+        choices = [r for r in cache.records(RECORD_KIND) if wanted(r.data.get("kernel", ""))]
         if ns.clear:
             for entry in entries:
                 shutil.rmtree(entry.path, ignore_errors=True)
-            return CacheListing.collect(removed=len(entries))
-        return CacheListing.collect(entries=entries)
+            for record in choices:
+                cache.remove_record(record)
+            return CacheListing.collect(removed=len(entries) + len(choices))
+        return CacheListing.collect(entries=entries, choices=choices)
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("name", help="The pnex op to save: its name in the notebook.")
+    @magic_arguments.argument("path", help="The file to write (.pnex by convention).")
+    @magic_arguments.argument(
+        "--archs", metavar="sm_XY,...",
+        help=f"GPU architectures to ship cubins for (default {','.join(DEFAULT_ARCHS)}).",
+    )
+    @line_magic
+    def pnex_save(self, line: str):
+        """Save a pnex op, with the backward op attached to it, as one artifact file:
+        pnex_magic.load(PATH) registers it again in a process that has torch alone
+        (no Numba, no CUDA compiler). Same as pnex_magic.save(NAME, PATH)."""
+        ns = magic_arguments.parse_argstring(self.pnex_save, line)
+        name, path = _unquote(ns.name), _unquote(ns.path)
+        op = self.shell.user_ns.get(name)
+        if not isinstance(op, PnexOp):
+            found = "not defined" if op is None else f"of type {type(op).__name__}"
+            raise UsageError(f"%pnex_save: {name!r} is {found}; give the name of a pnex op (from %%pnex or pnex.jit)")
+        archs = DEFAULT_ARCHS if ns.archs is None else tuple(a for a in _unquote(ns.archs).split(",") if a.strip())
+        try:
+            written = save(op, path, archs=archs)
+        except KernelDefinitionError as exc:
+            raise UsageError(f"%pnex_save --archs: {exc}") from None
+        print(f"pnex: saved {name} (pnex::{op.definition.op_name}) to {written}, {written.stat().st_size} bytes")
 
     @line_magic
     def pnex_doctor(self, line: str = ""):
@@ -282,7 +361,7 @@ def _accelerator_error():
 
 
 def load_ipython_extension(ip) -> None:
-    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_cache`` and ``%pnex_doctor``,
+    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``,
     and :func:`show_fault` for ``torch.AcceleratorError`` (unless another handler of
     custom exceptions is set: IPython keeps one)."""
     ip.register_magics(PnexMagics)
@@ -293,7 +372,7 @@ def load_ipython_extension(ip) -> None:
 
 def unload_ipython_extension(ip) -> None:
     magics = ip.magics_manager.magics
-    for kind, name in (("cell", "pnex"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
+    for kind, name in (("cell", "pnex"), ("line", "pnex_save"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
         magics[kind].pop(name, None)
     ip.magics_manager.registry.pop("PnexMagics", None)
     error = _accelerator_error()

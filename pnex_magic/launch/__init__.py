@@ -8,7 +8,12 @@ built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
 * when an op is made, :func:`register` offers its definition to every launcher;
   a launcher that registers a dispatcher kernel of its own (the C++ launcher)
   says so, and the op's Python implementation then never sees that device;
-* every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`.
+* every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`,
+  after :meth:`Launcher.block` picked the block of an autotuned op.
+
+:mod:`.xla` is the launch stage of the JAX front end on a GPU: XLA, not the op,
+calls its FFI handler, so it is not a :class:`Launcher`; on CPU the JAX front end
+uses the simulator's launcher like the op does.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ class Launcher(Protocol):
 
     def autograd_registered(self, definition: Kernel) -> None:
         """The op got an autograd formula (a registered launcher may have to step aside)."""
+
+    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
+        """The block shape to launch an autotuned op's call with (``values`` as for
+        :meth:`launch`); the GPU launchers autotune (:mod:`.autotune`), the simulator
+        takes the first candidate."""
 
     def launch(
         self,

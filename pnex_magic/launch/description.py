@@ -2,8 +2,10 @@
 
 The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
 artifact all start from this dictionary: per parameter its kind, dtype, rank and
-shape checks, the op's arguments and outputs, the ``n_threads`` expressions and
-the block shape.  Expressions are compiled to postfix programs
+shape checks, the op's arguments and outputs, the ``n_threads`` expressions, the
+block shape and, for an autotuned op, its block candidates and key, and the
+memory checks of ``InMut`` arguments (with their messages).  Expressions are
+compiled to postfix programs
 (:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
 without Python.  Nothing in it is code: it round-trips through JSON.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..calls import alias_message, internal_overlap_message
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["KINDS", "describe_launch"]
@@ -40,7 +43,7 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
             dtype = p.dtype.name if isinstance(p, ScalarParam) else "int64"
             entry.update(dtype=dtype, itemsize=8, ndim=0, describe=p.describe(), shape=[], shape_text=[])
         params.append(entry)
-    block = list(spec.threads_per_block) + [1] * (3 - len(spec.threads_per_block))
+    key, key_bucket = spec.tuning_key()
     return {
         "kernel": spec.name,
         "params": params,
@@ -48,5 +51,19 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         "outputs": [index_of(p.name) for p in spec.outputs],
         "n_threads": [e.to_program(index_of) for e in spec.n_threads],
         "n_threads_text": [str(e) for e in spec.n_threads],
-        "block": block,
+        "block": _padded(spec.threads_per_block),
+        # Autotuning (one candidate, the block, when the block is fixed): the key's
+        # programs, whether their values are bucketed to powers of two, and the candidates.
+        "candidates": [_padded(c) for c in spec.block_candidates],
+        "key": [e.to_program(index_of) for e in key] if spec.autotuned else [],
+        "key_text": [str(e) for e in key] if spec.autotuned else [],
+        "key_bucket": key_bucket,
+        # Memory checks of InMut arguments, with their messages: [parameter, message] for
+        # "no two elements in one location", [written, other, message] for "no shared memory".
+        "internal_overlap": [[index_of(n), internal_overlap_message(spec, n)] for n in spec.mutated],
+        "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
     }
+
+
+def _padded(block: tuple[int, ...]) -> list[int]:
+    return list(block) + [1] * (3 - len(block))

@@ -21,13 +21,15 @@ from typing import Any
 
 import torch
 
+from ..calls import launch_grid
 from ..errors import KernelLaunchError
+from ..spec import KernelSpec, ScalarParam, TensorParam
+from . import autotune
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
-from ..spec import ScalarParam, TensorParam
 from .kernel import Kernel
 
 
-__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits"]
+__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits", "scalar_slot"]
 
 _SCALAR_CTYPES = {
     "float16": ctypes.c_uint16,  # passed as raw bits
@@ -56,6 +58,13 @@ def scalar_bits(dtype_name: str, value: Any) -> int | float | bool:
     return value
 
 
+def scalar_slot(dtype_name: str, value: Any) -> int:
+    """The 8-byte argument slot of a scalar parameter as the C++ launchers fill it (the
+    value in the parameter's C type, zero-padded), read as a signed 64-bit integer."""
+    raw = bytes(_SCALAR_CTYPES[dtype_name](scalar_bits(dtype_name, value)))
+    return int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
+
+
 def _check(result, what: str, kernel: str) -> Any:
     from cuda.bindings import driver
 
@@ -82,6 +91,11 @@ def _ensure_context(device: torch.device, kernel: str) -> None:
     dev = _check(driver.cuDeviceGet(index), "finding the device", kernel)
     ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "retaining the primary context", kernel)
     _check(driver.cuCtxSetCurrent(ctx), "making the context current", kernel)
+
+
+def _contiguous(spec: KernelSpec, values: Sequence[Any]) -> bool:
+    """Whether every input tensor is contiguous (the "C" variant's condition)."""
+    return all(v.is_contiguous() for p, v in zip(spec.params, values) if isinstance(p, TensorParam) and p.is_input)
 
 
 class DriverLauncher:
@@ -135,6 +149,49 @@ class DriverLauncher:
             self._functions.setdefault(definition, {})[key] = fn
             return fn
 
+    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
+        """The block shape of a call: the autotuner's choice for its key."""
+        spec = definition.spec
+        if not spec.autotuned:
+            return spec.threads_per_block
+        env = {p.name: v for p, v in zip(spec.params, values)}
+        choice, _ = autotune.choose(
+            definition,
+            device_index=device.index if device.index is not None else torch.cuda.current_device(),
+            layout="C" if _contiguous(spec, values) else "A",
+            key=autotune.key_values(spec, env),
+            capturing=torch.cuda.is_current_stream_capturing(),
+            runner=lambda: self._runner(definition, values, device),
+        )
+        return spec.block_candidates[choice]
+
+    def _runner(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> autotune.Runner:
+        """Candidates launched on copies of the ``InMut`` arguments and outputs of their own."""
+        spec = definition.spec
+        bench = [
+            v.clone() if p.role == "inmut" else torch.empty_like(v) if p.role == "out" else v
+            for p, v in zip(spec.params, values)
+        ]
+        env = {p.name: v for p, v in zip(spec.params, bench)}
+        written = [i for i, p in enumerate(spec.params) if p.role in ("inmut", "out")]
+
+        def run(index: int) -> list[torch.Tensor]:
+            grid, block = launch_grid(spec, env, spec.block_candidates[index])
+            if grid[0] and grid[1] and grid[2]:
+                self.launch(definition, bench, grid, block, device)
+            return [bench[i] for i in written]
+
+        def reset() -> None:
+            for i in written:
+                p = spec.params[i]
+                if p.role == "inmut":
+                    bench[i].copy_(values[i])
+                elif p.init is not None:
+                    bench[i].fill_(p.init)
+
+        n_threads = tuple(int(e.evaluate(env)) for e in spec.n_threads)
+        return autotune.Runner(run, reset, n_threads, device)
+
     def launch(
         self,
         definition: Kernel,
@@ -145,10 +202,7 @@ class DriverLauncher:
     ) -> None:
         from cuda.bindings import driver
 
-        contiguous = all(
-            v.is_contiguous() for p, v in zip(definition.spec.params, values) if isinstance(p, TensorParam) and p.is_input
-        )
-        fn = self._function(definition, device, "C" if contiguous else "A")
+        fn = self._function(definition, device, "C" if _contiguous(definition.spec, values) else "A")
         args: list[Any] = []
         types: list[Any] = []
         for param, value in zip(definition.spec.params, values):

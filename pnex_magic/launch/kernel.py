@@ -1,6 +1,12 @@
 """What a launcher needs of a kernel: the interface both a kernel defined in this
 process (:class:`pnex_magic.definition.KernelDefinition`) and a kernel loaded
-from a saved artifact provide."""
+from a saved artifact provide.
+
+The autotuner (:mod:`pnex_magic.launch.autotune`) also uses two optional members
+where a kernel has them: ``cache_key(arch, layout)`` (names the build its stored
+choices belong to; else the op's name and interface do) and
+``compiled(arch, layout=...)`` (ptxas's resource figures, to skip candidates that
+cannot run; else every candidate is tried)."""
 
 from __future__ import annotations
 

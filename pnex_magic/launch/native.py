@@ -9,29 +9,36 @@ boxed functor for the CUDA dispatch key (and C++ autograd and ADInplaceOrView
 fallbacks, so that a call runs no Python until an autograd formula is attached).
 GPU calls then go from the dispatcher straight to ``cuLaunchKernel``.
 
+An autotuned op also hands over a ``choose`` callback: the C++ side keeps a
+key → block table and calls it (with the GIL) on the first call of each key; the
+callback asks :func:`pnex_magic.launch.autotune.choose`, whose benchmark calls the
+op again through the dispatcher with a candidate forced (:func:`forced_candidate`).
+
 Ops it could not register (the extension failed to build here) are launched by
 the Python :class:`~pnex_magic.launch.driver.DriverLauncher` instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..calls import launch_info
 from ..errors import KernelCompileError
-from . import build
+from . import autotune, build
 from .description import describe_launch
 from .driver import DriverLauncher
 from .kernel import Kernel
 
 
-__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "last_kernel"]
+__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate", "last_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +106,53 @@ def available() -> bool:
 
 
 def launcher_spec(definition: Kernel) -> dict[str, Any]:
-    """What the C++ side registers: the launch description plus ``get_image``."""
+    """What the C++ side registers: the launch description plus ``get_image`` and,
+    for an autotuned op, ``choose``."""
 
     def get_image(device_index: int, contiguous: bool) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
         return definition.kernel_image(arch, "C" if contiguous else "A")
 
-    return {**describe_launch(definition.spec), "get_image": get_image}
+    def choose(device_index: int, contiguous: bool, key: tuple[int, ...], args: tuple | None) -> tuple[int, bool]:
+        # args is None while the stream is capturing: nothing may run then.
+        return autotune.choose(
+            definition, device_index=device_index, layout="C" if contiguous else "A", key=tuple(key),
+            capturing=args is None, runner=lambda: _runner(definition, device_index, args),
+        )
+
+    return {**describe_launch(definition.spec), "get_image": get_image, "choose": choose}
+
+
+@contextlib.contextmanager
+def forced_candidate(op_name: str, index: int) -> Iterator[None]:
+    """Calls of ``op_name`` on this thread launch candidate ``index`` (the tuner's runs)."""
+    _module.force_candidate(op_name, index)
+    try:
+        yield
+    finally:
+        _module.force_candidate("", -1)
+
+
+def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runner:
+    """Candidates run through the dispatcher, on copies of the ``InMut`` arguments."""
+    spec = definition.spec
+    op = getattr(torch.ops.pnex, definition.op_name).default
+    inmut = [i for i, p in enumerate(spec.arguments) if p.role == "inmut"]
+    call = list(args)
+    for i in inmut:
+        call[i] = args[i].clone()
+
+    def run(index: int) -> list[torch.Tensor]:
+        with forced_candidate(definition.op_name, index):
+            out = op(*call)
+        outs = [] if out is None else list(out) if isinstance(out, (tuple, list)) else [out]
+        return outs + [call[i] for i in inmut]
+
+    def reset() -> None:
+        for i in inmut:
+            call[i].copy_(args[i])
+
+    return autotune.Runner(run, reset, launch_info(spec, args).n_threads, torch.device("cuda", device_index))
 
 
 def _warn_python_launcher(definition: Kernel, exc: BaseException) -> None:
@@ -152,6 +199,10 @@ class NativeLauncher:
         """An autograd formula now exists: drop the C++ "not implemented" autograd kernel."""
         if _module is not None:
             _module.drop_autograd_fallback(definition.op_name)
+
+    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
+        """The block of a call the Python launcher serves (registered ops choose in C++)."""
+        return self._fallback.block(definition, values, device)
 
     def launch(
         self,

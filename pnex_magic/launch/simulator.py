@@ -2,7 +2,8 @@
 Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
 shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
-prototype and test without a GPU.  It is slow: keep problem sizes small."""
+prototype and test without a GPU.  It is slow: keep problem sizes small.  An
+autotuned op runs its first candidate block here."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ class SimulatorLauncher:
     def autograd_registered(self, definition: Kernel) -> None:
         pass
 
+    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
+        """The first candidate: the simulator's speed says nothing about the GPU's, so
+        it does not autotune."""
+        return definition.spec.threads_per_block
+
     def launch(
         self,
         definition: Kernel,
@@ -44,6 +50,12 @@ class SimulatorLauncher:
         block: tuple[int, int, int],
         device: torch.device,
     ) -> None:
+        simulated = definition.simulated_function()
+        if simulated is None:
+            raise KernelLaunchError(
+                f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
+                f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
+            )
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         from numba.cuda.simulator.kernel import FakeCUDAKernel
 
@@ -64,12 +76,6 @@ class SimulatorLauncher:
                 args.append(np_type(value))
             else:
                 args.append(None)
-        simulated = definition.simulated_function()
-        if simulated is None:
-            raise KernelLaunchError(
-                f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
-                f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
-            )
         kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:

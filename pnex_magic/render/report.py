@@ -18,13 +18,16 @@ because a widget view shows only while its kernel lives.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+from ..launch.autotune import format_block
 from ..report import KernelReport, occupancy
 from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
 from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table, tabs
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+from .tuning import autotune_html, efficiency_html
 
 __all__ = ["PnexReport", "TAB_TITLES"]
 
@@ -43,7 +46,7 @@ class PnexReport:
     op : PnexOp
         The operator the cell defined.
     bound_name : str
-        The name the op was bound to in the notebook.
+        The name the op (with ``--jax``, its JAX function) was bound to in the notebook.
     previous : str
         What that name held before ("" if it was free).
     also_bound : tuple of str
@@ -74,6 +77,7 @@ class PnexReport:
     eager_text: str | None = None
     args_text: str | None = None
     not_compiled: str = ""
+    jax: bool = False  #: the name holds the op's JAX function (``%%pnex --jax``)
 
     def __getattr__(self, name: str) -> Any:
         # Convenience: report.registers, report.ptx, ... read the KernelReport.
@@ -91,10 +95,13 @@ class PnexReport:
     # ------------------------------------------------------------------ text
 
     def binding_text(self) -> str:
-        what = f"{self.bound_name} = {self.kernel.op_name}"
+        what = f"{self.bound_name} = {self._bound_value()}"
         if not self.previous:
             return f"bound {what} (a new name)"
         return f"bound {what} (replacing {self.previous})"
+
+    def _bound_value(self) -> str:
+        return f"jax_op({self.kernel.op_name})" if self.jax else self.kernel.op_name
 
     @classmethod
     def from_kernel(cls, kernel: KernelReport, op: Any, bound_name: str, **binding: Any) -> PnexReport:
@@ -109,7 +116,8 @@ class PnexReport:
         k = self.kernel
         # The cell's own fields (timing may be replaced) are printed below, in the cell's words.
         static = dataclasses.replace(
-            k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled=""
+            k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled="",
+            efficiency=None,
         )
         out = list(static.lines())
         out.insert(1, f"  bound     : {self.binding_text().removeprefix('bound ')}")
@@ -129,6 +137,8 @@ class PnexReport:
             out += ["  " + line for line in self.timing.lines()]
         else:
             out.append("  timing    : give --args (and --eager) to check correctness and time the op")
+        if k.efficiency is not None:
+            out += ["  " + line for line in k.efficiency.lines()]
         return out
 
     def to_text(self) -> str:
@@ -154,9 +164,11 @@ class PnexReport:
             badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
         if self.timing is not None and self.timing.speedup is not None:
             badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
+        if k.autotune is not None and k.autotune.timed:
+            badges.append(badge(f"autotuned: {format_block(k.autotune.block)}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
         lines = [
-            f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(k.op_name)}{prev} '
+            f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
             f'&middot; {escape(k.arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
         ]
         extra = []
@@ -194,9 +206,11 @@ class PnexReport:
             f"<div>returns {returns}</div>",
             '<div style="margin-top:6px"><b>torch schema</b></div>',
             pre(escape(k.schema)),
-            note(f"call it as {code(f'{self.bound_name}({args})')} or "
-                  f"{code(torch_call)}; it works under "
-                  f"torch.compile(fullgraph=True)"),
+            note(f"call it as {code(f'{self.bound_name}({args})')} on jax.Arrays (under jax.jit too), and the "
+                 f"PyTorch op as {code(f'{self.bound_name}.op({args})')} or {code(torch_call)}" if self.jax else
+                 f"call it as {code(f'{self.bound_name}({args})')} or "
+                 f"{code(torch_call)}; it works under "
+                 f"torch.compile(fullgraph=True)"),
             table(rows, ("parameter", "annotation", "role")),
         ]
         if k.source:
@@ -210,17 +224,16 @@ class PnexReport:
         k = self.kernel
         axes = "XYZ"
         rows = []
+        shape = k.autotune.block if k.autotune is not None else k.threads_per_block
         for i, expr in enumerate(k.n_threads):
             value = "" if self.n_threads_values is None else str(self.n_threads_values[i])
-            tpb = k.threads_per_block[i]
+            tpb = shape[i]
             blocks = "" if k.grid is None else str(k.grid[i])
             rows.append((axes[i], code(expr), escape(value), str(tpb), escape(blocks)))
         header = ("axis", "n_threads", "value for --args", "threads per block", "blocks")
         parts = [table(rows, header)]
-        block_total = 1
-        for t in k.threads_per_block:
-            block_total *= t
-        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, k.threads_per_block))})</div>")
+        block_total = math.prod(shape)
+        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, shape))})</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
             launched = blocks * block_total
@@ -238,6 +251,8 @@ class PnexReport:
             parts.append(note("give --args EXPR to see the grid for concrete arguments"))
         parts.append(note("Axes are in CUDA's X, Y, Z order: cuda.grid(2) returns (x, y); blocks per "
                            "axis = ceil(n_threads / threads per block)."))
+        if k.candidates:
+            parts.append(autotune_html(k))
         return "".join(parts)
 
     def ptx_html(self) -> str:
@@ -276,9 +291,7 @@ class PnexReport:
             if k.spills else "none"
         )
         cap = f" (capped at {k.max_registers} by --max-registers)" if k.max_registers else ""
-        tpb = 1
-        for t in k.threads_per_block:
-            tpb *= t
+        tpb = math.prod(k.autotune.block if k.autotune is not None else k.threads_per_block)
         rows = [
             ("registers per thread", f"{k.registers}{escape(cap)}"),
             ("shared memory per block (static)", f"{k.shared_bytes} B"),
@@ -338,6 +351,8 @@ class PnexReport:
             ))
         else:
             parts.append(note(escape(f"not timed: {t.reason}")))
+        if self.kernel.efficiency is not None:
+            parts.append(efficiency_html(self.kernel.efficiency, t.name, t.eager_name))
         c = t.correctness
         if c is not None:
             colour = OK if c.ok else ERR

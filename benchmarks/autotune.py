@@ -1,0 +1,201 @@
+"""Autotuning on a GPU: each workload's default block against the autotuner's choice.
+
+    python benchmarks/autotune.py            # on a machine with an NVIDIA GPU
+
+For every workload, two ops run the same kernel: one pinned to the default block
+(the first candidate) and one with ``threads_per_block="auto"``.  The script times
+the tuned op's first call (loading and tuning), then the device time of a call of
+each (CUDA events, median of 20), the bandwidth each reaches as a fraction of a
+measured device-to-device copy and of the DRAM peak, and checks that a new process
+reuses the stored choice without benchmarking.
+
+Prints a table last and writes JSON (GPU, driver, versions, date) to
+benchmarks/results/autotune-<date>.json (and a copy to $OUT if set).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+from bench_common import device_seconds, result_header, write_result
+
+# One module holds every kernel twice, pinned (the default block) and autotuned, so
+# that a new process importing it has the same kernels (the same builds and keys).
+KERNELS = textwrap.dedent(
+    '''
+    import pnex_magic as pnex
+    from numba import cuda
+
+    def _scale2d(a: pnex.In("f32", (None, None)), out: pnex.Out("f32", "a")):
+        x, y = cuda.grid(2)
+        if y < out.shape[0] and x < out.shape[1]:
+            out[y, x] = a[y, x] * 2.0
+
+    def _copy1d(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i]
+
+    def _add3d(a: pnex.In("f32", (None, None, None)), b: pnex.In("f32", "a"), out: pnex.Out("f32", "a")):
+        x, y, z = cuda.grid(3)
+        if z < out.shape[0] and y < out.shape[1] and x < out.shape[2]:
+            out[z, y, x] = a[z, y, x] + b[z, y, x]
+
+    GRID2 = ("out.size(1)", "out.size(0)")
+    GRID3 = ("out.size(2)", "out.size(1)", "out.size(0)")
+
+    def _both(fn, n_threads):
+        fixed = type(fn)(fn.__code__, fn.__globals__, fn.__name__ + "_default")
+        tuned = type(fn)(fn.__code__, fn.__globals__, fn.__name__ + "_auto")
+        fixed.__qualname__, tuned.__qualname__ = fixed.__name__, tuned.__name__
+        fixed.__annotations__ = tuned.__annotations__ = fn.__annotations__
+        return pnex.jit(n_threads=n_threads)(fixed), pnex.jit(n_threads=n_threads, threads_per_block="auto")(tuned)
+
+    scale2d_default, scale2d_auto = _both(_scale2d, GRID2)
+    copy1d_default, copy1d_auto = _both(_copy1d, "a.numel()")
+    add3d_default, add3d_auto = _both(_add3d, GRID3)
+    '''
+)
+
+# (label, kernel, argument shapes)
+WORKLOADS = [
+    ("2-D scale, tall-skinny 1,000,000 x 4", "scale2d", [(1_000_000, 4)]),
+    ("2-D scale, short-wide 8 x 4,000,000", "scale2d", [(8, 4_000_000)]),
+    ("2-D scale, square 4096 x 4096", "scale2d", [(4096, 4096)]),
+    ("1-D copy, 64 M float32", "copy1d", [(64 << 20,)]),
+    ("3-D add, 1024 x 1024 x 3 (channels last)", "add3d", [(1024, 1024, 3)] * 2),
+]
+
+REUSE = textwrap.dedent(
+    '''
+    import json, sys, torch
+    sys.path.insert(0, {folder!r})
+    import pnex_autotune_kernels as k
+    from pnex_magic.launch import autotune
+    a = torch.randn(1_000_000, 4, device="cuda")
+    k.scale2d_auto(a)
+    torch.cuda.synchronize()
+    result = autotune.result_for(k.scale2d_auto.definition, (a,))
+    print(json.dumps({{"benchmarks": autotune.stats.benchmarks, "disk_hits": autotune.stats.disk_hits,
+                      "block": list(result.block), "source": result.source}}))
+    '''
+)
+
+
+def log(text: str) -> None:
+    print(text, flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with open(Path(out) / "autotune.log", "a") as f:
+            f.write(text + "\n")
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("autotune.py needs an NVIDIA GPU; nothing measured.")
+        return 1
+    from pnex_magic import hardware
+    from pnex_magic.launch import autotune
+
+    folder = Path(tempfile.mkdtemp(prefix="pnex-autotune-bench-"))
+    (folder / "pnex_autotune_kernels.py").write_text(KERNELS)
+    cache_dir = Path(tempfile.mkdtemp(prefix="pnex-autotune-cache-"))
+    os.environ["PNEX_CACHE_DIR"] = str(cache_dir)  # a cold disk cache: every key is tuned here
+    sys.path.insert(0, str(folder))
+    kernels = importlib.import_module("pnex_autotune_kernels")
+
+    device = torch.device("cuda")
+    info = hardware.device_info(device)
+    copy_bw = hardware.copy_bandwidth(device)
+    arch = info.arch
+    log(f"{info.name} ({arch}, {info.sm_count} SMs): device-to-device copy {copy_bw / 1e12:.2f} TB/s, "
+        f"DRAM peak {info.peak_bandwidth / 1e12 if info.peak_bandwidth else float('nan'):.2f} TB/s ({info.peak_source})")
+
+    rows = []
+    for label, name, shapes in WORKLOADS:
+        default, tuned = getattr(kernels, f"{name}_default"), getattr(kernels, f"{name}_auto")
+        args = tuple(torch.randn(*shape, device="cuda") for shape in shapes)
+        expected = args[0] * 2 if name == "scale2d" else args[0] if name == "copy1d" else args[0] + args[1]
+        for op in (default, tuned):
+            op.definition.compiled(arch)  # compile first: the first call below then times loading + tuning
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = tuned(*args)
+        torch.cuda.synchronize()
+        tuning_s = time.perf_counter() - t0
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(default(*args), expected)
+        result = autotune.result_for(tuned.definition, args)
+        t_default, t_tuned = device_seconds(default, args), device_seconds(tuned, args)
+        moved = sum(a.numel() * a.element_size() for a in args) + out.numel() * out.element_size()
+        row = {
+            "workload": label,
+            "default_block": list(default.spec.threads_per_block),
+            "default_us": t_default * 1e6,
+            "chosen_block": list(result.block),
+            "tuned_us": t_tuned * 1e6,
+            "speedup": t_default / t_tuned,
+            "tuning_s": tuning_s,
+            "bytes_moved": moved,
+            "default_of_copy": moved / t_default / copy_bw,
+            "tuned_of_copy": moved / t_tuned / copy_bw,
+            "tuned_of_peak": moved / t_tuned / info.peak_bandwidth if info.peak_bandwidth else None,
+            "candidates": [
+                {"block": list(c.block), "us": None if c.seconds is None else c.seconds * 1e6, "skipped": c.skipped}
+                for c in result.candidates
+            ],
+        }
+        rows.append(row)
+        log(f"{label}: default {row['default_block']} {row['default_us']:.1f} µs, chosen {row['chosen_block']} "
+            f"{row['tuned_us']:.1f} µs ({row['speedup']:.2f}x), tuning {tuning_s:.2f} s")
+        for line in result.lines():
+            log("    " + line)
+
+    reuse_run = subprocess.run(
+        [sys.executable, "-c", REUSE.format(folder=str(folder))], capture_output=True, text=True,
+        env={**os.environ, "PNEX_CACHE_DIR": str(cache_dir)},
+    )
+    try:
+        reuse = json.loads(reuse_run.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        reuse = {"error": reuse_run.stderr[-2000:]}
+    log(f"new process: {reuse}")
+
+    result = {
+        **result_header("autotune"),
+        "sm_count": info.sm_count,
+        "copy_bandwidth": copy_bw,
+        "peak_bandwidth": info.peak_bandwidth,
+        "peak_source": info.peak_source,
+        "workloads": rows,
+        "new_process": reuse,
+    }
+    path = write_result(result, "autotune")
+
+    print(f"\nautotune on {info.name}: default block vs the autotuner's choice (device time per call)")
+    print(f"{'workload':42s} {'default':>12} {'µs':>9} {'chosen':>12} {'µs':>9} {'speed-up':>8} "
+          f"{'tuning s':>8} {'% of copy':>15}")
+    for r in rows:
+        fmt = lambda b: "(" + ", ".join(map(str, b)) + ")" if len(b) > 1 else str(b[0])  # noqa: E731
+        print(f"{r['workload']:42s} {fmt(r['default_block']):>12} {r['default_us']:9.1f} "
+              f"{fmt(r['chosen_block']):>12} {r['tuned_us']:9.1f} {r['speedup']:7.2f}x {r['tuning_s']:8.2f} "
+              f"{r['default_of_copy']:6.0%} -> {r['tuned_of_copy']:4.0%}")
+    ok = reuse.get("benchmarks") == 0 and reuse.get("disk_hits") == 1
+    print(f"new process reuses the stored choice without benchmarking: {'yes' if ok else 'NO'} ({reuse})")
+    print(f"wrote {path}")
+    return 0 if ok else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""What every benchmark script writes beside its figures: the GPU, the driver, the
+versions and the date; and where (benchmarks/results/, and a copy under $OUT)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+__all__ = ["RESULTS", "versions", "gpu_info", "result_header", "write_result", "device_seconds"]
+
+
+def device_seconds(fn, args, repeats: int = 20) -> float:
+    """Median device time of one call ``fn(*args)``, by CUDA events (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def versions(*extra: str) -> dict:
+    from importlib import metadata
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda}
+    for dist in ("numba-cuda", "numba", "pnex_magic", "numpy", *extra):
+        try:
+            v[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            v[dist] = None
+    return v
+
+
+def gpu_info() -> dict:
+    info = {"name": torch.cuda.get_device_name(), "capability": "%d.%d" % torch.cuda.get_device_capability()}
+    try:
+        info["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip().splitlines()[0]
+    except Exception:
+        info["driver"] = None
+    return info
+
+
+def result_header(benchmark: str, *extra_versions: str) -> dict:
+    """The fields every results file starts with."""
+    return {
+        "benchmark": benchmark,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": gpu_info(),
+        "versions": versions(*extra_versions),
+    }
+
+
+def write_result(result: dict, stem: str) -> Path:
+    """Write ``result`` to benchmarks/results/<stem>-<date>-<time>.json (and a copy to $OUT)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{stem}-{_dt.datetime.now().strftime('%Y-%m-%d-%H%M')}.json"
+    path.write_text(json.dumps(result, indent=1))
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / path.name).write_text(path.read_text())
+    return path

@@ -1,0 +1,99 @@
+"""A kernel loaded from a saved artifact: the :class:`~pnex_magic.launch.kernel.Kernel`
+interface that launchers see, served from data.
+
+``kernel_image(arch, layout)`` hands out the saved cubin for the GPU's
+architecture.  For an architecture the artifact has no cubin for, it falls back to
+the saved PTX, once per architecture and layout, and says so once: linked into a
+cubin by nvJitLink where that is installed (it also reads PTX from a newer CUDA
+than the driver's), else handed to the CUDA driver, which compiles PTX itself.
+It has no Python source, so it cannot run on CPU tensors (``simulated_function()``
+is ``None``; the simulator then raises a clear error).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+
+from ..arch import parse_arch
+from ..definition import JitOptions
+from ..errors import KernelLaunchError
+from ..linking import link_cubin
+from ..spec import KernelSpec
+from .manifest import OpEntry
+
+__all__ = ["SavedKernel"]
+
+log = logging.getLogger(__name__)
+
+
+class SavedKernel:
+    """One op's kernel from an artifact (``origin`` is the artifact's path)."""
+
+    def __init__(self, entry: OpEntry, origin: str):
+        self.spec: KernelSpec = entry.spec
+        self.options = JitOptions(max_registers=entry.max_registers)
+        self.origin = origin
+        self._op_name = entry.op_name
+        self._images = entry.images
+        self._linked: dict[tuple[str, str], bytes] = {}
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def op_name(self) -> str:
+        return self._op_name
+
+    @property
+    def compiles(self) -> bool:
+        return True
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The architectures the artifact has cubins for."""
+        return tuple(sorted(self._images["C"].cubins, key=parse_arch))
+
+    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+        """The saved cubin for ``arch``, else its PTX (see the module docstring)."""
+        images = self._images[layout]
+        cubin = images.cubins.get(arch)
+        if cubin is not None:
+            return cubin, images.entry
+        with self._lock:
+            image = self._linked.get((arch, layout))
+            if image is None:
+                image = self._linked[(arch, layout)] = self._from_ptx(arch, layout)
+        return image, images.entry
+
+    def _from_ptx(self, arch: str, layout: str) -> bytes:
+        images = self._images[layout]
+        name = self.spec.name
+        if parse_arch(arch) < parse_arch(images.ptx_arch):
+            raise KernelLaunchError(
+                f"kernel {name!r} (loaded from {self.origin}) has code for {', '.join(self.archs)} and PTX for "
+                f"{images.ptx_arch} and newer, but this GPU is {arch}: save it again with {arch} in archs"
+            )
+        try:
+            importlib.import_module("cuda.bindings.nvjitlink")
+            image, _ = link_cubin(images.ptx, arch, self.options.max_registers, name)
+            how = "linked into a cubin by nvJitLink"
+        except (ImportError, OSError, RuntimeError) as exc:  # KernelCompileError is a RuntimeError
+            image = images.ptx.encode() + b"\0"
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            how = f"compiled by the CUDA driver (nvJitLink is not usable here: {reason})"
+        if arch not in self._said:
+            self._said.add(arch)
+            log.warning(
+                "pnex: kernel %r (loaded from %s) has no cubin for this GPU's architecture, %s (it has %s); "
+                "running its PTX for %s, %s. Save it with %s in archs to skip this step.",
+                name, self.origin, arch, ", ".join(self.archs), images.ptx_arch, how, arch,
+            )
+        return image
+
+    def simulated_function(self) -> None:
+        """``None``: an artifact holds no Python source for the CUDA simulator."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<SavedKernel {self._op_name} from {self.origin} ({', '.join(self.archs)})>"
