@@ -8,7 +8,10 @@ Each notebook sizes itself from the device (``FULL = torch.cuda.is_available()``
 full size on a GPU, tiny through numba-cuda's CUDA simulator on a CPU.  Saving
 outputs is refused without a GPU, so the notebooks' saved outputs always come from
 a GPU run; the run also records the device in the notebook's metadata
-(``pnex_run``), next to the "Running on: ..." line each notebook prints.
+(``pnex_run``), next to the "Running on: ..." line each notebook prints.  Saved
+outputs keep their static forms only (:func:`static_outputs`): a shipped notebook is
+read where no kernel lives (GitHub, nbviewer, nbconvert, JupyterLab before a
+kernel starts), and a widget view there shows "Loading widget..." or nothing.
 
 The kernel is this interpreter (``sys.executable``) under a private kernel spec,
 whatever ``python3`` kernel Jupyter would otherwise find, so the notebooks import
@@ -32,7 +35,23 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("0[2-6]_*.ipynb"))
 KERNEL_NAME = "pnex-notebook-python"
 
-__all__ = ["execute_notebook", "this_python_kernel", "NOTEBOOKS", "main"]
+__all__ = ["execute_notebook", "static_outputs", "this_python_kernel", "NOTEBOOKS", "main"]
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def static_outputs(nb) -> int:
+    """Drop widget views from ``nb``'s outputs that have another form (HTML, text) and
+    the saved widget state; returns how many views were dropped."""
+    dropped = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and len(data) > 1:
+                del data[WIDGET_VIEW]
+                dropped += 1
+    nb.metadata.pop("widgets", None)
+    return dropped
 
 
 @contextlib.contextmanager
@@ -84,6 +103,7 @@ def execute_notebook(path: Path | str, *, timeout: int = 1800, save: bool = Fals
                 nbformat.write(nb, failed_copy)
             raise
     if save:
+        static_outputs(nb)
         nb.metadata["pnex_run"] = {"device": _device(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
         nbformat.write(nb, path)

@@ -20,6 +20,7 @@ from typing import Any
 from ._version import __version__
 from .arch import arch_name, default_arch, parse_arch
 from .compiler import CompiledKernel, compile_kernel
+from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
 from .fingerprint import function_fingerprint, referenced_names
 from .spec import KernelSpec
@@ -149,11 +150,23 @@ class KernelDefinition:
             return result
 
     def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
-        """What a GPU launcher loads for ``arch``: the cubin (else NUL-terminated PTX)
-        and the entry name."""
+        """What a GPU launcher loads for ``arch``: the cubin and the entry name.  Never
+        PTX: loading it would depend on the driver's JIT compiler, which rejects PTX
+        from a newer NVVM (see :mod:`pnex_magic.cubin`)."""
         compiled = self.compiled(arch, layout=layout)
-        image = compiled.cubin if compiled.cubin is not None else compiled.ptx.encode() + b"\0"
-        return image, compiled.entry
+        if compiled.cubin is None:
+            raise KernelCompileError(
+                f"kernel {self.spec.name!r}: no cubin for {compiled.arch} "
+                f"({compiled.link_log.strip().splitlines()[0] if compiled.link_log.strip() else 'no nvJitLink'}); "
+                f"pnex loads cubins only, never PTX for the driver to compile. Install nvJitLink: "
+                f'pip install "pnex_magic[cu12]" (CUDA 12 drivers) or "pnex_magic[cu13]" (driver 580 or newer)'
+            )
+        built_for = cubin_arch(compiled.cubin)
+        if built_for != compiled.arch:
+            raise KernelCompileError(
+                f"kernel {self.spec.name!r}: the cubin linked for {compiled.arch} says {built_for} in its ELF header"
+            )
+        return compiled.cubin, compiled.entry
 
     @property
     def compiles(self) -> bool:

@@ -132,7 +132,7 @@ class PnexOp(CustomOpDef):
         try:
             return self._opoverload(*args)
         except (TypeError, ValueError, RuntimeError) as exc:
-            translated = _translate(exc)
+            translated = _translate(exc, self._pnex.spec.name)
             if translated is exc:
                 raise
             raise translated from None
@@ -277,11 +277,15 @@ def make_op(definition: Kernel) -> PnexOp:
     return op
 
 
-def _translate(exc: BaseException) -> BaseException:
+def _translate(exc: BaseException, name: str) -> BaseException:
     """Errors raised by the C++ launcher start with 'pnex: '; give them the package's
-    exception types."""
+    exception types.  CUDA's report of an earlier kernel's fault, raised at this call by
+    PyTorch, becomes a KernelLaunchError naming the pnex kernels that ran last."""
     text = str(exc)
     if not text.startswith("pnex: "):
+        if isinstance(exc, RuntimeError) and launch.is_fault(exc):
+            first = text.strip().splitlines()[0]
+            return KernelLaunchError(f"{name}(): CUDA reported at this call: {first}. {launch.fault_hint()}".strip())
         return exc
     message = text[len("pnex: "):].split("\nException raised from")[0].strip()
     if isinstance(exc, TypeError):

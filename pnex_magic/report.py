@@ -28,9 +28,9 @@ from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
 from .efficiency import Efficiency, LaunchFacts, assess, strided_along_x
-from .errors import KernelDefinitionError, PnexError
+from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
-from .launch import autotune
+from .launch import autotune, is_fault
 from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
 from .sass import Disassembly, disassemble
@@ -145,16 +145,24 @@ def _definition_of(op: Any, who: str) -> KernelDefinition:
 
 def _run_op(op: PnexOp, args: Sequence[Any], args_name: str) -> tuple[Any, tuple[Any, ...]]:
     copies = _timing.clone_args(args)
+    name = op._pnex.spec.name
     try:
         with torch.no_grad():
-            return op(*copies), copies
+            result = op(*copies)
+        device = next((a.device for a in copies if isinstance(a, torch.Tensor) and a.is_cuda), None)
+        if device is not None:
+            torch.cuda.synchronize(device)  # a fault of this kernel surfaces here, where it is known
+        return result, copies
     except PnexError as exc:
         exc.args = (f"{args_name}: {exc}",) + tuple(exc.args[1:])
         raise
     except Exception as exc:
-        raise PnexError(
-            f"{args_name}: calling {op._pnex.spec.name} on them raised {type(exc).__name__}: {exc}"
-        ) from None
+        if is_fault(exc):
+            raise KernelLaunchError(
+                f"{args_name}: kernel {name!r} faulted on them: {str(exc).strip().splitlines()[0]}. After a fault "
+                f"the GPU context is unusable: restart the Python process (the notebook's kernel)"
+            ) from None
+        raise PnexError(f"{args_name}: calling {name} on them raised {type(exc).__name__}: {exc}") from None
 
 
 def _run_eager(eager: Callable, args: Sequence[Any], eager_name: str, args_name: str) -> tuple[Any, tuple[Any, ...]]:

@@ -6,15 +6,18 @@
 * ``@pytest.mark.gpu`` tests are skipped where ``torch.cuda.is_available()`` is
   False.
 * Fixtures: ``fresh_cache`` (an empty cache directory, as ``$PNEX_CACHE_DIR``,
-  and zeroed hit/miss counters for one test; yields its path) and ``pnex_env``
+  and zeroed hit/miss counters for one test; yields its path), ``pnex_env``
   (an environment for subprocesses that import pnex_magic: the session's cache,
-  no inherited ``PYTHONOPTIMIZE``).
+  no inherited ``PYTHONOPTIMIZE``) and ``pip_target`` (pip-installs wheels into a
+  folder for ``PYTHONPATH``: other versions beside this environment's).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -28,6 +31,12 @@ if not os.environ.get("PNEX_CACHE_DIR"):
 def pytest_sessionfinish(session, exitstatus):
     if _SESSION_CACHE is not None:
         shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    folder = getattr(config, "pnex_browser_artifacts", None)
+    if folder is not None:
+        terminalreporter.write_line(f"browser test screenshots: {folder}")
 
 
 def _cuda_available() -> bool:
@@ -69,3 +78,24 @@ def pnex_env():
     env.pop("PYTHONOPTIMIZE", None)
     env.setdefault("PYTHONWARNINGS", "ignore")
     return env
+
+
+@pytest.fixture
+def pip_target(tmp_path):
+    """``pip_target(name, *requirements)``: install the requirements (without their
+    dependencies) into a new folder, for ``PYTHONPATH``; returns it.  Skips the test
+    when pip cannot fetch them (offline), fails it under CI."""
+
+    def install(name: str, *requirements: str):
+        folder = tmp_path / name
+        pip = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder), *requirements],
+            capture_output=True, text=True, timeout=900,
+        )
+        if pip.returncode != 0:
+            if os.environ.get("CI"):
+                pytest.fail(f"pip could not install {requirements}:\n{pip.stderr[-2000:]}")
+            pytest.skip(f"pip could not install {requirements} (offline?): {pip.stderr.strip().splitlines()[-1:]}")
+        return folder
+
+    return install

@@ -21,6 +21,8 @@ def fake_build(monkeypatch, tmp_path):
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "_module", None)
     monkeypatch.setattr(build, "cuda_include_dir", lambda: str(tmp_path))
+    (tmp_path / "crt").mkdir()
+    (tmp_path / "crt" / "host_config.h").write_text("")
     calls = []
 
     def load(name, sources, build_directory, **kwargs):
@@ -46,11 +48,31 @@ def test_stale_lock_is_removed_and_failed_build_is_not_cached(fake_build):
     assert len(calls) == 2
 
 
-def test_missing_cuda_headers_is_a_clear_error(monkeypatch):
+def test_missing_cuda_headers_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_module", None)
     monkeypatch.setattr(build, "cuda_include_dir", lambda: None)
     with pytest.raises(KernelCompileError, match="needs the CUDA headers"):
         native.load_launcher()
+    (tmp_path / "cuda.h").write_text("")  # cuda.h, but no crt/ anywhere (CUDA 13 wheels without nvidia-cuda-crt)
+    monkeypatch.setattr(build, "cuda_include_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(build, "_header_dir", lambda component, header: None)
+    with pytest.raises(KernelCompileError, match=r"crt/ folder, which .* lacks.*nvidia-cuda-crt"):
+        native.load_launcher()
+
+
+def test_crt_headers_found_in_another_folder(monkeypatch, tmp_path):
+    """CUDA 12 wheels: cuda.h in nvidia/cuda_runtime/include, crt/ in nvidia/cuda_nvcc/include."""
+    runtime, nvcc = tmp_path / "cuda_runtime" / "include", tmp_path / "cuda_nvcc" / "include"
+    (runtime).mkdir(parents=True)
+    (runtime / "cuda.h").write_text("")
+    (nvcc / "crt").mkdir(parents=True)
+    (nvcc / "crt" / "host_config.h").write_text("")
+    monkeypatch.setattr(build, "cuda_include_dir", lambda: str(runtime))
+    monkeypatch.setattr(build, "_header_dir", lambda component, header: str(nvcc) if component == "nvcc" else None)
+    assert build.cuda_include_dirs() == [str(runtime), str(nvcc)]
+    (runtime / "crt").mkdir()
+    (runtime / "crt" / "host_config.h").write_text("")
+    assert build.cuda_include_dirs() == [str(runtime)]
 
 
 def test_spec_for_the_launcher():

@@ -1,7 +1,10 @@
 """``%pnex_doctor``: what this environment can do for pnex, and what to install.
 
 It probes the GPU, the driver, PyTorch's CUDA build and the CUDA compiler wheels
-numba-cuda finds, without compiling user code.
+numba-cuda finds, without compiling user code, and says which extra fits the
+driver (:data:`EXTRAS`): ``pnex_magic[cu13]`` needs a CUDA 13 driver (580 or
+newer); CUDA 12 drivers, Colab's among them, need ``pnex_magic[cu12]``.
+Compiler wheels newer than the driver are flagged (:func:`driver_vs_wheels`).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import sys
 from .. import cache
 from .._version import __version__
 from ..compiler import probe_linker
+from ..render.html import ERR, OK, WARN
 from ..sass import find_disassembler
 from ..timing import format_bytes
 
-__all__ = ["Check", "DoctorReport", "doctor"]
+__all__ = ["Check", "DoctorReport", "doctor", "driver_vs_wheels", "extra_for", "EXTRAS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +64,7 @@ class DoctorReport:
 
     def _repr_html_(self) -> str:
         e = html.escape
-        colour = {"ok": "var(--jp-success-color1, #2e9d4f)", "warn": "var(--jp-warn-color1, #d98c00)",
-                  "missing": "var(--jp-error-color1, #d9473f)"}
+        colour = {"ok": OK, "warn": WARN, "missing": ERR}
         cell = "padding:1px 10px 1px 0;text-align:left;vertical-align:top"
         rows = "".join(
             f'<tr><td style="{cell};color:{colour.get(c.status, "inherit")};font-weight:600">{e(c.status)}</td>'
@@ -82,6 +85,43 @@ def _dist_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+# Which compiler wheels fit which driver.  pnex loads cubins only (pnex_magic/cubin.py):
+# a cubin from CUDA X.Y loads on any driver of CUDA X.Z (Z >= 0, minor-version
+# compatibility) or newer, never on an older major version.
+EXTRAS = {
+    12: "cu12: CUDA 12 drivers (525 or newer; Colab's)",
+    13: "cu13: CUDA 13 drivers (580 or newer)",
+}
+
+
+def extra_for(driver_cuda: tuple[int, int] | None, torch_cuda: str | None = None) -> str:
+    """The extra whose compiler wheels this driver runs: ``cu12`` for a CUDA 12 driver,
+    ``cu13`` for CUDA 13 or newer; without a driver, the one PyTorch was built for."""
+    if driver_cuda is not None:
+        return "cu12" if driver_cuda[0] <= 12 else "cu13"
+    return "cu12" if (torch_cuda or "").startswith("12") else "cu13"
+
+
+def driver_vs_wheels(
+    driver_cuda: tuple[int, int] | None, linker_cuda: tuple[int, int] | None
+) -> tuple[Check, str] | None:
+    """The doctor's line on whether the driver can load what the installed nvJitLink
+    links (and what to install if not); ``None`` without a driver or a linker."""
+    if driver_cuda is None or linker_cuda is None:
+        return None
+    driver, linker = f"CUDA {driver_cuda[0]}.{driver_cuda[1]}", f"CUDA {linker_cuda[0]}.{linker_cuda[1]}"
+    wanted = extra_for(driver_cuda)
+    if linker_cuda[0] > driver_cuda[0]:
+        return (
+            Check("driver vs wheels", "missing",
+                  f"the compiler wheels are {linker} but the driver supports {driver}: it cannot load their cubins "
+                  f"({EXTRAS[linker_cuda[0]]})"),
+            f'pip install "pnex_magic[{wanted}]"   # compiler wheels this driver can run ({EXTRAS[int(wanted[2:])]}); '
+            f"or update the NVIDIA driver",
+        )
+    return Check("driver vs wheels", "ok", f"{linker} cubins load on this {driver} driver (extra [{wanted}])"), ""
 
 
 def doctor() -> DoctorReport:
@@ -137,8 +177,7 @@ def doctor() -> DoctorReport:
         flavour = 12
     if _dist_version("nvidia-nvvm") or _dist_version("nvidia-nvjitlink"):
         flavour = 13 if flavour is None else flavour
-    wanted = 12 if (driver_cuda and driver_cuda[0] == 12) or (torch_cuda or "").startswith("12") else 13
-    install = f'pip install "pnex_magic[cu{wanted}]"'
+    install = f'pip install "pnex_magic[{extra_for(driver_cuda, torch_cuda)}]"'
     ncv = _dist_version("numba-cuda")
     checks.append(Check("numba-cuda", "ok" if ncv else "missing", ncv or "not installed"))
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -163,12 +202,13 @@ def doctor() -> DoctorReport:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         checks.append(Check("NVVM", "missing", f"not found ({why}): no PTX, kernels run only in the simulator"))
         nvvm_ok = False
+    linker_cuda: tuple[int, int] | None = None
     try:
         from cuda.bindings import nvjitlink
 
-        major, minor = nvjitlink.version()
+        linker_cuda = tuple(nvjitlink.version())[:2]
         probe_linker()
-        checks.append(Check("nvJitLink", "ok", f"CUDA {major}.{minor} {libpath('nvJitLink')}".strip()))
+        checks.append(Check("nvJitLink", "ok", f"CUDA {linker_cuda[0]}.{linker_cuda[1]} {libpath('nvJitLink')}".strip()))
         link_ok = True
     except Exception as exc:
         checks.append(Check("nvJitLink", "missing", f"not usable ({type(exc).__name__}): no cubin, registers or SASS"))
@@ -184,11 +224,15 @@ def doctor() -> DoctorReport:
         advice.append(install + "   # the CUDA compiler wheels (NVVM, nvJitLink) matching your driver")
     wheels = f"CUDA {flavour} (numba-cuda[cu{flavour}])" if flavour else "no nvidia-* compiler wheels found"
     checks.append(Check("compiler wheels", "ok" if flavour else "warn", wheels))
-    if driver_cuda and flavour and flavour > driver_cuda[0]:
-        checks.append(Check("driver vs wheels", "warn",
-                            f"the compiler wheels are CUDA {flavour} but the driver supports CUDA "
-                            f"{driver_cuda[0]}.{driver_cuda[1]}: GPU launches may fail to load the kernels"))
-        advice.append(f'pip install "pnex_magic[cu{driver_cuda[0]}]"   # compiler wheels the driver can run')
+    fits = "; ".join(EXTRAS.values())
+    here = f"this driver: [{extra_for(driver_cuda)}]" if driver_cuda else "no driver here"
+    checks.append(Check("extras", "ok", f"{fits}; {here}"))
+    match = driver_vs_wheels(driver_cuda, linker_cuda if link_ok else None)
+    if match is not None:
+        check, fix = match
+        checks.append(check)
+        if fix:
+            advice.append(fix)
 
     # SASS.
     found = find_disassembler()

@@ -24,6 +24,7 @@ from .. import cache
 from ..artifact import save
 from ..definition import JitOptions
 from ..errors import KernelDefinitionError
+from ..launch import fault_hint, is_fault
 from ..launch.autotune import RECORD_KIND
 from ..multiarch import DEFAULT_ARCHS
 from ..op import PnexOp
@@ -31,7 +32,7 @@ from .cache_listing import CacheListing
 from .cell import HISTORY_NAMES, CellRun
 from .doctor import doctor
 
-__all__ = ["PnexMagics", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["PnexMagics", "load_ipython_extension", "unload_ipython_extension", "show_fault"]
 
 
 def _unquote(token: str) -> str:
@@ -341,9 +342,32 @@ class PnexMagics(Magics):
         return doctor()
 
 
+def show_fault(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for ``torch.AcceleratorError``: PyTorch's traceback and, when
+    it reports a faulting kernel, which pnex kernels ran last and how to have the one
+    that faulted named (CUDA reports a fault at a later call, often outside pnex:
+    ``out.cpu()``, ``print(out)``)."""
+    stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    hint = fault_hint() if is_fault(value) else ""
+    if hint:
+        stb = [*stb, "", f"pnex: {hint}"]
+    shell._showtraceback(etype, value, stb)
+
+
+def _accelerator_error():
+    import torch
+
+    return getattr(torch, "AcceleratorError", None)  # torch >= 2.8
+
+
 def load_ipython_extension(ip) -> None:
-    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``."""
+    """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``,
+    and :func:`show_fault` for ``torch.AcceleratorError`` (unless another handler of
+    custom exceptions is set: IPython keeps one)."""
     ip.register_magics(PnexMagics)
+    error = _accelerator_error()
+    if error is not None and not ip.custom_exceptions:
+        ip.set_custom_exc((error,), show_fault)
 
 
 def unload_ipython_extension(ip) -> None:
@@ -351,3 +375,6 @@ def unload_ipython_extension(ip) -> None:
     for kind, name in (("cell", "pnex"), ("line", "pnex_save"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
         magics[kind].pop(name, None)
     ip.magics_manager.registry.pop("PnexMagics", None)
+    error = _accelerator_error()
+    if error is not None and ip.custom_exceptions == (error,):
+        ip.set_custom_exc((), None)

@@ -24,12 +24,16 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import KernelLaunchError
+from .faults import BLOCKING_ADVICE, is_fault
 from .kernel import Kernel
 from .native import NativeLauncher
 from .simulator import SimulatorLauncher
 
 
-__all__ = ["Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered"]
+__all__ = [
+    "Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered",
+    "last_kernel", "is_fault", "fault_hint",
+]
 
 
 class Launcher(Protocol):
@@ -108,3 +112,26 @@ def unregister(op_name: str) -> None:
 def autograd_registered(definition: Kernel) -> None:
     for launcher in _all():
         launcher.autograd_registered(definition)
+
+
+# Where CUDA's report of a fault surfaces (the op's own calls, build_report, IPython's
+# handler for torch.AcceleratorError), these name the likely kernel (see .faults).
+def last_kernel(device_index: int) -> str:
+    """The pnex kernel launched last on cuda:``device_index`` in this process ("" if none)."""
+    launcher = _INSTANCES.get("cuda")
+    get = getattr(launcher, "last_kernel", None)
+    return get(device_index) if get is not None else ""
+
+
+def fault_hint() -> str:
+    """Which pnex kernels ran last, per device, and how to have the faulting one named
+    ("" if this process launched none)."""
+    try:
+        count = torch.cuda.device_count()
+    except Exception:  # a broken CUDA set-up: nothing to say
+        count = 0
+    ran = [(i, last_kernel(i)) for i in range(count)]
+    ran = [f"'{name}' on cuda:{i}" for i, name in ran if name]
+    if not ran:
+        return ""
+    return f"The last pnex kernel launched was {', '.join(ran)}; CUDA reports a fault at a later call. {BLOCKING_ADVICE}"

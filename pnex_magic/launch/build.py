@@ -44,15 +44,16 @@ import torch
 from ..cache import cache_dir
 from ..errors import KernelCompileError
 
-__all__ = ["cuda_include_dir", "build_extension", "build_shared_library", "CSRC"]
+__all__ = ["cuda_include_dir", "cuda_include_dirs", "build_extension", "build_shared_library", "CSRC"]
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 
 log = logging.getLogger(__name__)
 
 
-def cuda_include_dir() -> str | None:
-    """A folder holding cuda.h: the CUDA toolkit's, else the pip wheels'."""
+def _header_dir(component: str, header: str) -> str | None:
+    """The first folder holding ``header``: the CUDA toolkit's include folder, else
+    the pip wheels' for ``component`` (cuda.pathfinder's name), else /usr/local/cuda's."""
     from torch.utils.cpp_extension import CUDA_HOME
 
     candidates = []
@@ -61,16 +62,38 @@ def cuda_include_dir() -> str | None:
     try:
         from cuda.pathfinder import find_nvidia_header_directory
 
-        found = find_nvidia_header_directory("cudart")
+        found = find_nvidia_header_directory(component)
         if found:
             candidates.append(Path(found))
     except Exception:
         pass
     candidates.append(Path("/usr/local/cuda/include"))
     for c in candidates:
-        if (c / "cuda.h").exists():
+        if (c / header).exists():
             return str(c)
     return None
+
+
+def cuda_include_dir() -> str | None:
+    """A folder holding cuda.h: the CUDA toolkit's, else the pip wheels'."""
+    return _header_dir("cudart", "cuda.h")
+
+
+def cuda_include_dirs() -> list[str]:
+    """The folders the C++ launcher's CUDA headers need: the one holding cuda.h and, if
+    that lacks them, the one holding ``crt/`` (which ``cuda_runtime.h`` includes; the
+    CUDA 12 wheels keep it in nvidia-cuda-nvcc-cu12, the CUDA 13 ones in
+    nvidia-cuda-crt).  Empty without cuda.h; without ``crt/``, only cuda.h's folder."""
+    base = cuda_include_dir()
+    if base is None:
+        return []
+    if (Path(base) / _CRT).exists():
+        return [base]
+    crt = _header_dir("nvcc", _CRT)
+    return [base] if crt is None else [base, crt]
+
+
+_CRT = "crt/host_config.h"
 
 
 def build_key(sources: Sequence[Path], includes: Sequence[str], flags: Sequence[str] = ()) -> str:

@@ -14,7 +14,6 @@ pointers are passed, so bfloat16 and float16 tensors work.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from ..calls import launch_grid
 from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, TensorParam
 from . import autotune
+from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
 
 
@@ -46,12 +46,6 @@ _SCALAR_CTYPES = {
     "uint64": ctypes.c_uint64,
     "bool": ctypes.c_uint8,
 }
-
-
-def launch_blocking() -> bool:
-    """Synchronise after every launch (``PNEX_LAUNCH_BLOCKING=1`` or
-    ``CUDA_LAUNCH_BLOCKING=1``), so a faulting kernel is reported by name."""
-    return os.environ.get("PNEX_LAUNCH_BLOCKING", "0") == "1" or os.environ.get("CUDA_LAUNCH_BLOCKING", "0") == "1"
 
 
 def scalar_bits(dtype_name: str, value: Any) -> int | float | bool:
@@ -126,6 +120,11 @@ class DriverLauncher:
         self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = weakref.WeakKeyDictionary()
         self._modules: list[Any] = []
         self._lock = threading.Lock()
+        self._last: dict[int, str] = {}  # device index -> the kernel launched last there
+
+    def last_kernel(self, device: int) -> str:
+        """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
+        return self._last.get(device, "")
 
     def _function(self, definition: Kernel, device: torch.device, layout: str):
         from cuda.bindings import driver
@@ -223,11 +222,22 @@ class DriverLauncher:
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)
-            _check(
-                driver.cuLaunchKernel(fn, *grid, *block, 0, stream, (tuple(args), tuple(types)), 0),
-                "launch",
-                definition.spec.name,
-            )
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            previous = self._last.get(index, "")
+            self._last[index] = definition.spec.name
+            try:
+                _check(
+                    driver.cuLaunchKernel(fn, *grid, *block, 0, stream, (tuple(args), tuple(types)), 0),
+                    "launch",
+                    definition.spec.name,
+                )
+            except KernelLaunchError as exc:
+                if not is_fault(exc) or launch_blocking():
+                    raise
+                earlier = f" (the last pnex kernel launched there was {previous!r})" if previous else ""
+                raise KernelLaunchError(
+                    f"{exc}; this error is left by an earlier kernel on this device{earlier}. {BLOCKING_ADVICE}"
+                ) from None
             if launch_blocking():
                 _check(driver.cuStreamSynchronize(stream), "running (synchronised after launch)", definition.spec.name)
 

@@ -31,8 +31,9 @@ class Kernel(Protocol):
         """Whether GPU code exists (or can be made) for this kernel."""
 
     def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
-        """The cubin (else NUL-terminated PTX) for ``arch`` and the entry name;
-        ``layout`` "C" is the variant for C-contiguous inputs, "A" for any strides."""
+        """The code for ``arch`` and the entry name; ``layout`` "C" is the variant for
+        C-contiguous inputs, "A" for any strides.  The C++ launcher also loads
+        NUL-terminated PTX, but pnex's own definitions hand cubins only."""
 
     def simulated_function(self) -> types.FunctionType | None:
         """The Python function the CUDA simulator runs (``None`` without source)."""

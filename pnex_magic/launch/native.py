@@ -38,7 +38,7 @@ from .driver import DriverLauncher
 from .kernel import Kernel
 
 
-__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate"]
+__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate", "last_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ _module: Any = None
 _load_lock = threading.Lock()
 
 
-def _build_key(include: str) -> str:
-    return build.build_key([SOURCE], [include], _CFLAGS + _ldflags())
+def _build_key(*includes: str) -> str:
+    return build.build_key([SOURCE], list(includes), _CFLAGS + _ldflags())
 
 
 _CFLAGS = ["-O2"]
@@ -67,22 +67,33 @@ def load_launcher(verbose: bool = False):
     with _load_lock:
         if _module is not None:
             return _module
-        include = build.cuda_include_dir()
-        if include is None:
+        includes = build.cuda_include_dirs()
+        if not includes:
             raise KernelCompileError(
                 "pnex's C++ launcher needs the CUDA headers (cuda.h): install the toolkit or "
-                "pip install 'numba-cuda[cu12]' / 'numba-cuda[cu13]'"
+                "pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]'"
+            )
+        if not any((Path(d) / "crt" / "host_config.h").exists() for d in includes):
+            raise KernelCompileError(
+                f"pnex's C++ launcher needs the CUDA headers' crt/ folder, which {includes[0]} lacks: install the "
+                f"toolkit or pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]' (nvidia-cuda-nvcc-cu12 / "
+                f"nvidia-cuda-crt)"
             )
         _module = build.build_extension(
             "pnex_launcher",
             [SOURCE],
-            includes=[include],
+            includes=includes,
             cflags=_CFLAGS,
             ldflags=_ldflags(),
             what="C++ launcher",
             verbose=verbose,
         )
         return _module
+
+
+def last_kernel(device: int) -> str:
+    """The kernel the C++ launcher launched last on cuda:``device`` ("" if none)."""
+    return _module.last_kernel(device) if _module is not None else ""
 
 
 def native_wanted() -> bool:
@@ -174,6 +185,10 @@ class NativeLauncher:
             _warn_python_launcher(definition, exc)
             return False
         return True
+
+    def last_kernel(self, device: int) -> str:
+        """The pnex kernel launched last on cuda:``device``, by either launcher ("" if none)."""
+        return last_kernel(device) or self._fallback.last_kernel(device)
 
     def unregister(self, op_name: str) -> None:
         """Drop the C++ registration an earlier definition of ``op_name`` left."""

@@ -1,5 +1,5 @@
-"""Rendering: how reports look.  :mod:`.report` turns a report into a notebook
-widget, static HTML and text; :mod:`.listings` highlights PTX, SASS and Python;
+"""Rendering: how reports look.  :mod:`.report` turns a report into HTML (tabs made
+of CSS alone), text and, on request, an ipywidgets view; :mod:`.listings` highlights PTX, SASS and Python;
 :mod:`.html` holds the shared HTML fragments and theme colours; :mod:`.progress`
 the progress bar and folded logs of a running ``%%pnex`` cell.  Nothing here
 computes anything: it reads the core's result objects."""

@@ -2,31 +2,67 @@
 small escaped fragments (code, preformatted blocks, tables, badges, notes, folded
 logs).
 
-Colours are JupyterLab's theme variables with fallbacks that read on light and
-dark backgrounds; no fragment sets a fixed background, and everything is inline
-style (no ``<style>`` block), so the HTML survives sanitisers (GitHub, nbviewer,
-VS Code) and needs no CSS of its own.
+Colours are JupyterLab's theme variables with fallbacks; every colour of text is
+:func:`readable`: the theme's hue mixed 70:30 with the surrounding text colour,
+which keeps it at a contrast of at least 4.5:1 on the light and the dark theme
+(JupyterLab's own editor colours are not: its dark theme's comments are 3.5:1).
+No fragment sets a fixed background.  Everything is inline style
+except the one ``<style>`` block of :func:`tabs`, and every piece degrades on its
+own where a front end cleans the HTML.  What the front ends keep (checked in
+JupyterLab 4.6, Notebook 7.6 and nbconvert 7.17 by ``tests/test_browser.py``; for
+GitHub and nbviewer from their maintainers' statements):
+
+=====================  ========  =====================  ============  ==========
+front end              <style>   inline style           <input>       <details>
+=====================  ========  =====================  ============  ==========
+JupyterLab/Notebook 7  kept      kept                   kept          kept
+  (trusted: live, or
+  saved by the user)
+same, untrusted        dropped   kept, but declarations  kept, made    kept
+  (a notebook from               using ``var()`` are    ``disabled``,
+  elsewhere)                     dropped                 no ``name``
+nbconvert --to html    kept      kept                   kept          kept
+nbviewer               kept      kept                   kept          kept
+  (nbconvert, outputs
+  not sanitised)
+GitHub                 dropped   (reported kept)        unknown       kept
+=====================  ========  =====================  ============  ==========
+
+So the theme colours fall back to the page's own text colour where ``var()`` is
+dropped, and the tabs fall back to the sections one under the other, each a
+``<details>`` block.
 """
 
 from __future__ import annotations
 
 import html as _html
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
-    "FG_MUTED", "BORDER", "CODE_BG", "MONO", "ERR", "WARN", "OK", "ACCENT",
-    "escape", "code", "pre", "table", "badge", "note", "log_details_html",
+    "FG_MUTED", "BORDER", "CODE_BG", "MONO", "ERR", "WARN", "OK", "ACCENT", "readable",
+    "escape", "code", "pre", "table", "badge", "note", "log_details_html", "tabs",
 ]
 
 FG_MUTED = "var(--jp-content-font-color2, #888)"
 BORDER = "var(--jp-border-color2, rgba(127, 127, 127, 0.35))"
 CODE_BG = "var(--jp-cell-editor-background, rgba(127, 127, 127, 0.08))"
 MONO = "var(--jp-code-font-family, SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace)"
-ERR = "var(--jp-error-color1, #d9473f)"
-WARN = "var(--jp-warn-color1, #d98c00)"
-OK = "var(--jp-success-color1, #2e9d4f)"
-ACCENT = "var(--jp-brand-color1, #3b82c4)"
+ACCENT = "var(--jp-brand-color1, #3b82c4)"  # bars and borders, not text
 
+
+def readable(colour: str) -> str:
+    """``colour`` as a colour for text: mixed 70:30 with the inherited text colour, so
+    that it darkens on a light theme and lightens on a dark one.  Where a front end
+    drops the declaration (a sanitiser, a browser without ``color-mix``), the text
+    keeps the page's own colour."""
+    return f"color-mix(in srgb, {colour} 70%, currentColor)"
+
+
+ERR = readable("var(--jp-error-color1, #d9473f)")
+WARN = readable("var(--jp-warn-color1, #d98c00)")
+OK = readable("var(--jp-success-color1, #2e9d4f)")
 
 
 def escape(value: Any) -> str:
@@ -75,3 +111,54 @@ def log_details_html(title: str, log: str, *, open_: bool = False) -> str:
         f'<details{" open" if open_ else ""} style="margin:4px 0"><summary style="cursor:pointer">{escape(title)} '
         f'({lines} line{"s" if lines != 1 else ""})</summary>{pre(escape(log.rstrip()), max_height="24em")}</details>'
     )
+
+
+# Tabs from CSS alone.  Each section is an open <details> block; the tab bar (radio
+# buttons in labels) is hidden by an inline style that only this <style> block
+# overrides, and the sections are hidden and picked by `:has()` rules that need the
+# radio buttons.  So a front end that drops <style> (GitHub, an untrusted notebook in
+# JupyterLab) or <input>, or a browser without `:has()`, shows every section under
+# its <summary> heading instead: nothing is ever hidden without a way to show it.
+_TAB_CSS = (
+    ".pnex-tabs:has(input)>.pnex-bar{display:flex!important;flex-wrap:wrap;gap:2px;"
+    f"border-bottom:1px solid {BORDER};margin:6px 0 4px}}"
+    ".pnex-tabs:has(input)>.pnex-panel{display:none}"
+    ".pnex-tabs:has(input)>.pnex-panel>summary{display:none}"
+    ".pnex-tabs:has(input)>.pnex-panel>div{padding-left:0!important}"
+    ".pnex-tab{position:relative;padding:3px 12px;cursor:pointer;border:1px solid transparent;"
+    "border-bottom:none;border-radius:3px 3px 0 0;margin-bottom:-1px;user-select:none}"
+    ".pnex-tab>input{position:absolute;opacity:0;width:1px;height:1px;margin:0;pointer-events:none}"
+    f".pnex-tab:has(input:checked){{border-color:{BORDER};border-top:2px solid {ACCENT};font-weight:600;"
+    "background:var(--jp-layout-color0, transparent)}"
+    f".pnex-tab:has(input:focus-visible){{outline:2px solid {ACCENT};outline-offset:-2px}}"
+)
+
+
+def tabs(sections: Sequence[tuple[str, str]]) -> str:
+    """Sections ``(title, html)`` as tabs made of CSS alone (the first one shown);
+    where the CSS or the radio buttons are removed, the sections one under the other."""
+    group = f"pnex-tabs-{uuid.uuid4().hex[:12]}"  # one radio group per rendering
+    labels = "".join(
+        f'<label class="pnex-tab"><input type="radio" name="{group}"{" checked" if i == 0 else ""}>'
+        f"{escape(title)}</label>"
+        for i, (title, _html) in enumerate(sections)
+    )
+    picks = "".join(
+        f".pnex-tabs:has(>.pnex-bar>label:nth-child({i + 1})>input:checked)>.pnex-p{i}{{display:block}}"
+        for i in range(len(sections))
+    )
+    panels = "".join(
+        f'<details open class="pnex-panel pnex-p{i}" style="margin:4px 0">'
+        f'<summary style="cursor:pointer;font-weight:600">{escape(title)}</summary>'
+        f'<div style="padding-left:12px">{body}</div></details>'
+        for i, (title, body) in enumerate(sections)
+    )
+    return (
+        f'<div class="pnex-tabs"><style>{_scoped(_TAB_CSS + picks)}</style>'
+        f'<div class="pnex-bar" style="display:none">{labels}</div>{panels}</div>'
+    )
+
+
+def _scoped(css: str) -> str:
+    """Prefix every rule with ``.pnex-report`` so nothing outside a report is styled."""
+    return "".join(f".pnex-report {rule}}}" for rule in css.split("}") if rule.strip())

@@ -26,7 +26,7 @@ from pygments.token import (
     Whitespace,
 )
 
-from .html import code, note, pre
+from .html import code, note, pre, readable
 
 __all__ = ["PtxLexer", "SassLexer", "highlight", "listing", "python_lexer", "MAX_LISTING_LINES"]
 
@@ -34,8 +34,8 @@ __all__ = ["PtxLexer", "SassLexer", "highlight", "listing", "python_lexer", "MAX
 MAX_LISTING_LINES = 5000
 
 # Token colours: JupyterLab's editor theme variables, so highlighting follows the
-# light/dark theme; the fallbacks are mid-tones that read on either background.
-_TOKEN_COLOURS = [
+# light/dark theme (the fallbacks are mid-tones), made readable() on either.
+_TOKEN_COLOURS = [(ttype, readable(colour)) for ttype, colour in [
     (Comment, "var(--jp-mirror-editor-comment-color, #8a8a8a)"),
     (String, "var(--jp-mirror-editor-string-color, #c2571a)"),
     (Number, "var(--jp-mirror-editor-number-color, #2a9d6f)"),
@@ -48,7 +48,7 @@ _TOKEN_COLOURS = [
     (Name.Builtin, "var(--jp-mirror-editor-builtin-color, #3b82c4)"),
     (Name.Class, "var(--jp-mirror-editor-def-color, #d14d72)"),
     (Operator.Word, "var(--jp-mirror-editor-keyword-color, #a45bd6)"),
-]
+]]
 
 
 def _colour(ttype) -> str | None:
@@ -139,7 +139,7 @@ class SassLexer(RegexLexer):
 
 def highlight(text: str, lexer: Any) -> str:
     """HTML for ``text`` lexed by ``lexer``: escaped, with inline ``color`` styles
-    taken from the Jupyter theme.  No ``<style>`` block, so it survives sanitisers
+    taken from the Jupyter theme (see :data:`_TOKEN_COLOURS`).  No ``<style>`` block, so it survives sanitisers
     and needs no CSS of its own."""
     parts: list[str] = []
     current: str | None = None

@@ -4,15 +4,15 @@
 :class:`~pnex_magic.report.KernelReport` (from :func:`~pnex_magic.report.build_report`)
 and what the cell bound.  It renders as
 
-* an ipywidgets ``Tab`` (:meth:`PnexReport.widget`) with the tabs Signature,
-  Launch, PTX, Resources and Timing, built from core widgets only (``HTML``,
-  ``Tab``, ``VBox``), so it needs no front-end extension beyond ipywidgets;
-* static HTML (:meth:`PnexReport.to_html`): the same sections under ``<details>``,
-  for nbconvert and reopened notebooks;
-* plain text (:meth:`PnexReport.to_text`): for terminal IPython and logs.
+* HTML (:meth:`PnexReport.to_html`) with the tabs Signature, Launch, PTX,
+  Resources and Timing, made of CSS alone (no script, no widget state), so the
+  live notebook, a reopened or converted one, nbviewer and GitHub show the same
+  report (sanitisers that drop the CSS leave the sections one under the other);
+* plain text (:meth:`PnexReport.to_text`): for terminal IPython and logs;
+* on request, an ipywidgets ``Tab`` (:meth:`PnexReport.widget`), core widgets only.
 
-Displayed, it offers all three (``_repr_mimebundle_``); each front end picks the
-richest it can show.
+Displayed, it offers HTML and text (``_repr_mimebundle_``): no widget view,
+because a widget view shows only while its kernel lives.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..launch.autotune import format_block
 from ..report import KernelReport, occupancy
 from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
-from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table
+from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table, tabs
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
 from .tuning import autotune_html, efficiency_html
 
@@ -78,7 +78,6 @@ class PnexReport:
     args_text: str | None = None
     not_compiled: str = ""
     jax: bool = False  #: the name holds the op's JAX function (``%%pnex --jax``)
-    _widget: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __getattr__(self, name: str) -> Any:
         # Convenience: report.registers, report.ptx, ... read the KernelReport.
@@ -261,9 +260,10 @@ class PnexReport:
         if not k.ptx:
             return note(escape(f"no PTX: {self.not_compiled or 'the kernel was not compiled'}"))
         ptx_lines = k.ptx.count("\n") + 1
-        entry = k.entry[:60] + ("…" if len(k.entry) > 60 else "")
+        entry = k.entry[:36] + ("…" if len(k.entry) > 36 else "")
         ptx = (
-            f"<div><b>PTX</b> ({ptx_lines} lines, {escape(k.arch)}; entry {code(entry)})</div>"
+            f'<div style="overflow-wrap:anywhere"><b>PTX</b> ({ptx_lines} lines, {escape(k.arch)}; '
+            f"entry {code(entry)})</div>"
             + listing(k.ptx, PtxLexer(), "rep.kernel.ptx")
         )
         if self.sass:
@@ -380,56 +380,41 @@ class PnexReport:
     # ------------------------------------------------------------------ renderings
 
     def to_html(self) -> str:
-        """The static HTML form: every section under ``<details>`` (PTX folded)."""
-        body = []
-        for title, content in self.sections():
-            opened = "" if title == "PTX" else " open"
-            body.append(
-                f'<details{opened} style="margin:4px 0">'
-                f'<summary style="cursor:pointer;font-weight:600">{title}</summary>'
-                f'<div style="padding-left:12px">{content}</div></details>'
-            )
+        """The static HTML form: the five sections as tabs that need no script and no
+        widget state (see :func:`~pnex_magic.render.html.tabs`), so a saved, reopened,
+        converted or shared notebook shows the same report as the live one."""
         return (
             f'<div class="pnex-report" style="color:inherit;font-size:13px;line-height:1.45">'
             f'<div style="font-weight:600">pnex kernel {code(self.kernel.name)}</div>'
-            f"{self.header_html()}{''.join(body)}</div>"
+            f"{self.header_html()}{tabs(self.sections())}</div>"
         )
 
     def _repr_html_(self) -> str:
         return self.to_html()
 
     def widget(self):
-        """A fresh ipywidgets view: a header above a ``Tab`` with the five sections."""
+        """An ipywidgets view of the report (a header above a ``Tab`` with the five
+        sections), for code that composes widgets; works with ipywidgets 7 and 8.
+        Notebooks display :meth:`to_html` instead: a widget view shows only while its
+        kernel lives (a reopened notebook without saved widget state shows "Error
+        displaying widget: model not found" in its place)."""
         import ipywidgets as w
 
-        children = [w.HTML(value=_wrap(content), layout=w.Layout(width="100%")) for _title, content in self.sections()]
-        tab = w.Tab(children=children, titles=TAB_TITLES, layout=w.Layout(width="100%"))
+        sections = self.sections()
+        children = [w.HTML(value=_wrap(content), layout=w.Layout(width="100%")) for _title, content in sections]
+        tab = w.Tab(children=children, layout=w.Layout(width="100%"))
+        for i, (title, _content) in enumerate(sections):
+            tab.set_title(i, title)  # ipywidgets 7 has no `titles` trait
         header = w.HTML(value=_wrap(self.header_html()), layout=w.Layout(width="100%"))
         return w.VBox([header, tab], layout=w.Layout(width="100%"))
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle: dict[str, Any] = {"text/plain": self.to_text(), "text/html": self.to_html()}
-        if _in_kernel():
-            if self._widget is None:
-                self._widget = self.widget()
-            view = self._widget._repr_mimebundle_()
-            if view and "application/vnd.jupyter.widget-view+json" in view:
-                bundle["application/vnd.jupyter.widget-view+json"] = view["application/vnd.jupyter.widget-view+json"]
-        return bundle
+        # Static forms only: every front end shows text/html without a kernel or widget
+        # state (see pnex_magic/render/html.py for what each front end keeps of it).
+        return {"text/plain": self.to_text(), "text/html": self.to_html()}
 
 
 def _wrap(content: str) -> str:
     # ipywidgets' HTML widget sets line-height to the height of one input row (28px);
     # reset it for multi-line content.
     return f'<div style="color:inherit;font-size:13px;line-height:1.45">{content}</div>'
-
-
-def _in_kernel() -> bool:
-    """Whether we run in a Jupyter kernel (a front end that may show widgets)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
