@@ -36,8 +36,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
-#include <cuda.h>
-#include <dlfcn.h>
+#include "cuda_driver.h"
 
 #include <algorithm>
 #include <array>
@@ -59,73 +58,12 @@ namespace py = pybind11;
 namespace {
 
 // ---------------------------------------------------------------- CUDA driver
-struct Driver {
-  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
-  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, CUstream, void**, void**) = nullptr;
-  CUresult (*getErrorName)(CUresult, const char**) = nullptr;
-  CUresult (*getErrorString)(CUresult, const char**) = nullptr;
-  CUresult (*streamSynchronize)(CUstream) = nullptr;
-  CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
-  CUresult (*funcSetAttribute)(CUfunction, CUfunction_attribute, int) = nullptr;
-  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
-  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*deviceGet)(CUdevice*, int) = nullptr;
-  CUresult (*primaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
-  std::string error;
-};
-
-template <typename F>
-void bind(void* lib, const char* name, F& fn, std::string& error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn && error.empty()) error = std::string("libcuda.so.1 has no symbol ") + name;
-}
-
-const Driver& driver() {
-  static Driver d = [] {
-    Driver d;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      d.error = "the CUDA driver library (libcuda.so.1) cannot be loaded: is an NVIDIA driver installed?";
-      return d;
-    }
-    bind(lib, "cuModuleLoadData", d.moduleLoadData, d.error);
-    bind(lib, "cuModuleGetFunction", d.moduleGetFunction, d.error);
-    bind(lib, "cuLaunchKernel", d.launchKernel, d.error);
-    bind(lib, "cuGetErrorName", d.getErrorName, d.error);
-    bind(lib, "cuGetErrorString", d.getErrorString, d.error);
-    bind(lib, "cuStreamSynchronize", d.streamSynchronize, d.error);
-    bind(lib, "cuStreamIsCapturing", d.streamIsCapturing, d.error);
-    bind(lib, "cuFuncSetAttribute", d.funcSetAttribute, d.error);
-    bind(lib, "cuCtxGetCurrent", d.ctxGetCurrent, d.error);
-    bind(lib, "cuCtxSetCurrent", d.ctxSetCurrent, d.error);
-    bind(lib, "cuDeviceGet", d.deviceGet, d.error);
-    bind(lib, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain, d.error);
-    return d;
-  }();
-  return d;
-}
-
-std::string cu_error(CUresult r) {
-  const Driver& d = driver();
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (d.getErrorName) d.getErrorName(r, &name);
-  if (d.getErrorString) d.getErrorString(r, &text);
-  return std::string(name ? name : "CUDA error") + " (" + std::to_string(static_cast<int>(r)) +
-         "): " + (text ? text : "unknown");
-}
-
-bool launch_blocking() {
-  static bool blocking = [] {
-    const char* a = std::getenv("PNEX_LAUNCH_BLOCKING");
-    const char* b = std::getenv("CUDA_LAUNCH_BLOCKING");
-    return (a && std::string(a) == "1") || (b && std::string(b) == "1");
-  }();
-  return blocking;
-}
+// The dlopen'd driver table, shared with the XLA FFI handler (jax_ffi.cpp).
+using pnex::cu_error;
+using pnex::driver;
+using pnex::Driver;
+using pnex::is_fault;
+using pnex::launch_blocking;
 
 // Devices a process may use (c10 allows fewer): per-device tables are fixed arrays.
 constexpr int kMaxDevices = 128;
@@ -642,8 +580,7 @@ class PnexKernel final : public c10::OperatorKernel {
       const char* previous = dev < kMaxDevices ? g_last_kernel[dev].exchange(spec.interned, std::memory_order_relaxed) : nullptr;
       if (r != CUDA_SUCCESS) {
         std::string hint;
-        if (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED || r == CUDA_ERROR_ASSERT ||
-            r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_MISALIGNED_ADDRESS) {
+        if (is_fault(r)) {
           hint = launch_blocking()
                      ? std::string("; launches are synchronised (PNEX_LAUNCH_BLOCKING / CUDA_LAUNCH_BLOCKING), so "
                                    "this kernel faulted, unless a kernel outside pnex did just before it")

@@ -215,14 +215,16 @@ def build_extension(
     includes: Sequence[str],
     cflags: Sequence[str] = ("-O2",),
     ldflags: Sequence[str] = (),
+    headers: Sequence[Path] = (),
     what: str,
     verbose: bool = False,
 ) -> Any:
-    """Build (first time) and import the extension ``stem`` from ``sources``; ``what``
-    names it in progress lines and errors ("C++ launcher")."""
+    """Build (first time) and import the extension ``stem`` from ``sources`` (which
+    include ``headers``: part of the build key); ``what`` names it in progress lines
+    and errors ("C++ launcher")."""
     from torch.utils import cpp_extension
 
-    key = build_key(sources, includes, [*cflags, *ldflags])
+    key = build_key([*sources, *headers], includes, [*cflags, *ldflags])
     root = cache_dir() / "launcher"
     build_dir = root / (key if stem == "pnex_launcher" else f"{stem}-{key}")
     name = f"{stem}_{key}"

@@ -43,12 +43,13 @@ __all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "for
 log = logging.getLogger(__name__)
 
 SOURCE = build.CSRC / "launcher.cpp"
+HEADER = build.CSRC / "cuda_driver.h"  # the dlopen'd driver table, shared with jax_ffi.cpp
 _module: Any = None
 _load_lock = threading.Lock()
 
 
 def _build_key(*includes: str) -> str:
-    return build.build_key([SOURCE], list(includes), _CFLAGS + _ldflags())
+    return build.build_key([SOURCE, HEADER], list(includes), _CFLAGS + _ldflags())
 
 
 _CFLAGS = ["-O2"]
@@ -85,6 +86,7 @@ def load_launcher(verbose: bool = False):
             includes=includes,
             cflags=_CFLAGS,
             ldflags=_ldflags(),
+            headers=[HEADER],
             what="C++ launcher",
             verbose=verbose,
         )
