@@ -35,6 +35,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include "cuda_driver.h"
 
@@ -326,7 +327,9 @@ int64_t bucket(int64_t n) {  // the smallest power of two >= n (pnex_magic.block
 }
 
 py::object to_python(const c10::IValue& v) {
-  if (v.isTensor()) return py::cast(v.toTensor());
+  // THPVariable_Wrap, not py::cast: torch's pybind caster for Tensor lives in a header
+  // (torch/csrc/utils/pybind.h) this file does not include.
+  if (v.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor()));
   if (v.isInt()) return py::int_(v.toInt());
   if (v.isDouble()) return py::float_(v.toDouble());
   if (v.isBool()) return py::bool_(v.toBool());
