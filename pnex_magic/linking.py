@@ -9,6 +9,7 @@ loaded artifact links its PTX for a GPU it has no cubin for.
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "link_cubin",
     "link_ptx",
     "probe_linker",
+    "link_ptx_direct",
 ]
 
 
@@ -126,3 +128,36 @@ _PROBE_PTX = """.version 7.0
 def probe_linker() -> None:
     """Link a trivial kernel with nvJitLink; raises if the linker is unusable here."""
     link_cubin(_PROBE_PTX, "sm_75", None, "pnex_probe")
+
+
+def link_ptx_direct(ptx: str, arch: str, max_registers: int | None, kernel: str) -> bytes:
+    """A cubin of self-contained PTX for ``arch`` through ``cuda.bindings.nvjitlink``
+    alone.  What a loaded artifact uses for a GPU it has no cubin for: unlike
+    ``cuda.core`` (whose import brings the NVVM and NVRTC bindings), it loads nothing
+    but nvJitLink."""
+    nvjitlink = importlib.import_module("cuda.bindings.nvjitlink")  # ImportError where the wheel is absent
+    options = [f"-arch={arch}"] + ([f"-maxrregcount={int(max_registers)}"] if max_registers else [])
+    handle = nvjitlink.create(len(options), options)
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), f"{kernel}.ptx")
+            nvjitlink.complete(handle)
+        except Exception as exc:
+            log = ""
+            try:
+                size = nvjitlink.get_error_log_size(handle)
+                buf = bytearray(size)
+                nvjitlink.get_error_log(handle, buf)
+                log = bytes(buf).rstrip(b"\0").decode(errors="replace")
+            except Exception:
+                pass
+            raise KernelCompileError(
+                f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
+                compiler_log=log or str(exc),
+            ) from None
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        return bytes(cubin)
+    finally:
+        nvjitlink.destroy(handle)

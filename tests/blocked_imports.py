@@ -58,7 +58,8 @@ def run_blocked(
     names = COMPILER_STACK + (NVJITLINK if block_nvjitlink else ())
     code = _PRELUDE.replace("__BLOCKED__", json.dumps(list(names))) + textwrap.dedent(script)
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        # faulthandler and unbuffered output: a crash still says where it happened
+        [sys.executable, "-X", "faulthandler", "-u", "-c", code],
         env=env,
         capture_output=True,
         text=True,

@@ -165,10 +165,14 @@ def test_aot_inductor_package_runs_in_a_fresh_process_after_load(tmp_path, pnex_
         import torch
         import pnex_magic as pnex
         pnex.load({str(artifact)!r})
+        print("loaded the artifact")
         runner = torch._inductor.aoti_load_package({str(package)!r})
+        print("loaded the package")
         io = torch.load({str(tmp_path / "io.pt")!r})
         acc = io["acc"].cuda()
         outputs = runner(io["a"].cuda(), acc)
+        torch.cuda.synchronize()
+        print("ran the package")
         for got, want in zip(outputs, io["expected"]):
             torch.testing.assert_close(got.cpu(), want)
         torch.testing.assert_close(acc.cpu(), io["acc_after"])  # the InMut argument, updated in place

@@ -104,7 +104,7 @@ def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, byt
         raise ArtifactError(f"{path}: no such artifact file" + (" (it is a folder)" if path.is_dir() else ""))
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
         raise _corrupt(path, f"it is not a zip file, or a truncated one ({exc})") from None
     with zf:
         raw = _member(zf, path, MANIFEST, _MAX_MANIFEST_BYTES)

@@ -12,14 +12,13 @@ is ``None``; the simulator then raises a clear error).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 
 from ..arch import parse_arch
 from ..definition import JitOptions
 from ..errors import KernelLaunchError
-from ..linking import link_cubin
+from ..linking import link_ptx_direct
 from ..spec import KernelSpec
 from .manifest import OpEntry
 
@@ -75,8 +74,7 @@ class SavedKernel:
                 f"{images.ptx_arch} and newer, but this GPU is {arch}: save it again with {arch} in archs"
             )
         try:
-            importlib.import_module("cuda.bindings.nvjitlink")
-            image, _ = link_cubin(images.ptx, arch, self.options.max_registers, name)
+            image = link_ptx_direct(images.ptx, arch, self.options.max_registers, name)
             how = "linked into a cubin by nvJitLink"
         except (ImportError, OSError, RuntimeError) as exc:  # KernelCompileError is a RuntimeError
             image = images.ptx.encode() + b"\0"

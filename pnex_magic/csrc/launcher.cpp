@@ -79,6 +79,18 @@ const char* intern(const std::string& name) {
 }
 std::array<std::atomic<const char*>, kMaxDevices> g_last_kernel{};  // device -> last pnex kernel there
 
+// What to add to a sticky fault (an earlier kernel's illegal access, found by this call).
+std::string fault_hint(const char* previous) {
+  if (launch_blocking())
+    return "; launches are synchronised (PNEX_LAUNCH_BLOCKING / CUDA_LAUNCH_BLOCKING), so this kernel faulted, "
+           "unless a kernel outside pnex did just before it";
+  return "; this error is left by an earlier kernel on this device" +
+         (previous == nullptr || !*previous
+              ? std::string()
+              : " (the last pnex kernel launched there was '" + std::string(previous) + "')") +
+         ". Set PNEX_LAUNCH_BLOCKING=1 (or CUDA_LAUNCH_BLOCKING=1) to name the kernel that faulted";
+}
+
 // ---------------------------------------------------------------- expressions
 enum Op : int64_t { CONST = 0, SIZE = 1, NUMEL = 2, SCALAR = 3, ADD = 4, SUB = 5, MUL = 6, FLOORDIV = 7,
                     MOD = 8, NEG = 9, MIN = 10, MAX = 11 };
@@ -299,6 +311,8 @@ CUfunction function_for(Spec& spec, int device, bool contiguous) {
     hint = ". There is no cubin for this GPU's architecture, so the driver compiled the kernel's PTX and could not "
            "(PTX from a newer CUDA than the driver's): install nvJitLink (pip install nvidia-nvjitlink) so that pnex "
            "links a cubin itself, or update the NVIDIA driver";
+  } else if (is_fault(r)) {
+    hint = fault_hint(device < kMaxDevices ? g_last_kernel[device].load(std::memory_order_relaxed) : nullptr);
   }
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': loading its code on cuda:", std::to_string(device),
               " failed: ", cu_error(r), hint);
@@ -429,6 +443,8 @@ class PnexKernel final : public c10::OperatorKernel {
     Spec& spec = *spec_;
     const size_t nargs = spec.arguments.size();
     const size_t nparams = spec.params.size();
+    TORCH_CHECK(stack->size() >= nargs, "pnex: ", spec.kernel, "() was called with ", std::to_string(stack->size()),
+                " argument(s) on the dispatcher's stack; it takes ", std::to_string(nargs));
     auto args = torch::jit::last(*stack, nargs);
 
     Values v;
@@ -583,16 +599,7 @@ class PnexKernel final : public c10::OperatorKernel {
       const char* previous = dev < kMaxDevices ? g_last_kernel[dev].exchange(spec.interned, std::memory_order_relaxed) : nullptr;
       if (r != CUDA_SUCCESS) {
         std::string hint;
-        if (is_fault(r)) {
-          hint = launch_blocking()
-                     ? std::string("; launches are synchronised (PNEX_LAUNCH_BLOCKING / CUDA_LAUNCH_BLOCKING), so "
-                                   "this kernel faulted, unless a kernel outside pnex did just before it")
-                     : "; this error is left by an earlier kernel on this device" +
-                           (previous == nullptr || !*previous ? std::string()
-                                                              : " (the last pnex kernel launched there was '" +
-                                                                    std::string(previous) + "')") +
-                           ". Set PNEX_LAUNCH_BLOCKING=1 (or CUDA_LAUNCH_BLOCKING=1) to name the kernel that faulted";
-        }
+        if (is_fault(r)) hint = fault_hint(previous);
         TORCH_CHECK(false, "pnex: kernel '", spec.kernel, "' could not be launched on cuda:", std::to_string(dev),
                     " (grid ", std::to_string(grid[0]), "x", std::to_string(grid[1]), "x", std::to_string(grid[2]),
                     ", block ", std::to_string(block[0]), "x", std::to_string(block[1]), "x",
