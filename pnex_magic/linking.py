@@ -95,10 +95,7 @@ def link_cubin(
             log = linker.get_error_log()
         except Exception:
             pass
-        raise KernelCompileError(
-            f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
-            compiler_log=log or str(exc),
-        ) from None
+        raise _link_error(kernel, arch, log, exc) from None
     return bytes(cubin.code), linker.get_info_log()
 
 
@@ -152,12 +149,16 @@ def link_ptx_direct(ptx: str, arch: str, max_registers: int | None, kernel: str)
                 log = bytes(buf).rstrip(b"\0").decode(errors="replace")
             except Exception:
                 pass
-            raise KernelCompileError(
-                f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
-                compiler_log=log or str(exc),
-            ) from None
+            raise _link_error(kernel, arch, log, exc) from None
         cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
         nvjitlink.get_linked_cubin(handle, cubin)
         return bytes(cubin)
     finally:
         nvjitlink.destroy(handle)
+
+
+def _link_error(kernel: str, arch: str, log: str, exc: BaseException) -> KernelCompileError:
+    return KernelCompileError(
+        f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
+        compiler_log=log or str(exc),
+    )
