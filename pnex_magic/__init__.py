@@ -42,6 +42,7 @@ __all__ = [
     "Scalar",
     "Unused",
     "inspect",
+    "build_report",
     "save",
     "load",
     "attach_backward",

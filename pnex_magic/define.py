@@ -39,7 +39,7 @@ from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
 from .spec import build_spec
 
-__all__ = ["define", "definition", "registered", "live_ops"]
+__all__ = ["define", "definition", "registered"]
 
 
 def definition(
@@ -98,22 +98,23 @@ def _adopt(op: PnexOp) -> None:
         return
     new_spec = op._pnex.spec
     for old in list(entry.objects):
-        if old is op:
+        if old is op or old._superseded is not None:
             continue
-        old_spec = old.__dict__.get("_pnex").spec if "_pnex" in old.__dict__ else None
-        if old_spec is not None and old.__dict__.get("_superseded") is None and old_spec.schema != new_spec.schema:
+        old_spec = old._pnex.spec
+        if old_spec.schema != new_spec.schema:
             # Keep the old object's own attributes (its definition, for messages and
             # reports) but make every call raise: its signature no longer exists.
-            old.__dict__["_superseded"] = Superseded(
-                old_spec.python_signature(), new_spec.python_signature(), _where(op._pnex)
-            )
+            old._superseded = Superseded(old_spec.python_signature(), new_spec.python_signature(), _where(op._pnex))
             continue
-        if old.__dict__.get("_superseded") is not None:
-            continue
-        old.__dict__.clear()
-        old.__dict__.update(op.__dict__)
+        _point_at(old, op)
     entry.current = op
     entry.objects.add(op)
+
+
+def _point_at(obj: PnexOp, op: PnexOp) -> None:
+    """Make the op object ``obj`` call ``op``'s registration (it takes its attributes)."""
+    obj.__dict__.clear()
+    obj.__dict__.update(op.__dict__)
 
 
 def _restore(snapshot: _Snapshot | None, op_name: str, failed: PnexOp | None) -> None:
@@ -127,10 +128,9 @@ def _restore(snapshot: _Snapshot | None, op_name: str, failed: PnexOp | None) ->
     entry = _NAMES[op_name]
     schema = snapshot.definition.spec.schema
     for obj in [*entry.objects, *([failed] if failed is not None else [])]:
-        if obj.__dict__.get("_superseded") is not None and obj.__dict__["_pnex"].spec.schema != schema:
+        if obj._superseded is not None and obj._pnex.spec.schema != schema:
             continue  # superseded earlier, by a definition of another signature
-        obj.__dict__.clear()
-        obj.__dict__.update(restored.__dict__)
+        _point_at(obj, restored)
     entry.current = restored
     entry.objects.add(restored)
 
@@ -177,14 +177,6 @@ def define(
     with registered(d) as op:
         pass
     return op
-
-
-def live_ops(op_name: str) -> list[PnexOp]:
-    """Every op object alive for ``op_name`` (the current one first)."""
-    entry = _NAMES.get(op_name)
-    if entry is None:
-        return []
-    return [entry.current, *(o for o in entry.objects if o is not entry.current)]
 
 
 def _print_summary(d: KernelDefinition, start: float) -> None:

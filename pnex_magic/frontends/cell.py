@@ -316,7 +316,7 @@ class CellRun:
                         exc = PnexError(f"{type(exc).__name__}: {exc}")
                     raise CellFailure(_prefixed(exc, f"--backward-of {opts.backward_of}: "), 1) from None
             bound = op
-            if getattr(opts, "jax", False):
+            if opts.jax:
                 from .jax import jax_op  # imports JAX (an optional dependency); without it, nothing is bound
 
                 bound = jax_op(op)
@@ -349,8 +349,6 @@ class CellRun:
         the reference or the backward: they point at the %%pnex line."""
         try:
             yield
-        except (CellFailure, UsageError):
-            raise
         except PnexError as exc:
             raise CellFailure(exc, 1) from None
 
