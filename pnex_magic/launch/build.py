@@ -96,6 +96,26 @@ def cuda_include_dirs() -> list[str]:
 _CRT = "crt/host_config.h"
 
 
+def cuda_headers(what: str, *, crt: bool = False) -> list[str]:
+    """The CUDA header folders an extension named ``what`` builds against: cuda.h's
+    and, with ``crt``, the ``crt/`` folder ``cuda_runtime.h`` needs; a clear
+    ``KernelCompileError`` saying what to install when they are missing."""
+    install = "install the toolkit or pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]'"
+    if not crt:
+        base = cuda_include_dir()
+        includes = [] if base is None else [base]
+    else:
+        includes = cuda_include_dirs()
+    if not includes:
+        raise KernelCompileError(f"pnex's {what} needs the CUDA headers (cuda.h): {install}")
+    if crt and not any((Path(d) / _CRT).exists() for d in includes):
+        raise KernelCompileError(
+            f"pnex's {what} needs the CUDA headers' crt/ folder, which {includes[0]} lacks: {install} "
+            f"(nvidia-cuda-nvcc-cu12 / nvidia-cuda-crt)"
+        )
+    return includes
+
+
 def build_key(sources: Sequence[Path], includes: Sequence[str], flags: Sequence[str] = ()) -> str:
     h = hashlib.sha256()
     for source in sources:

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from ..calls import launch_info
-from ..errors import KernelCompileError
 from . import autotune, build
 from .description import describe_launch
 from .driver import DriverLauncher
@@ -68,18 +67,7 @@ def load_launcher(verbose: bool = False):
     with _load_lock:
         if _module is not None:
             return _module
-        includes = build.cuda_include_dirs()
-        if not includes:
-            raise KernelCompileError(
-                "pnex's C++ launcher needs the CUDA headers (cuda.h): install the toolkit or "
-                "pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]'"
-            )
-        if not any((Path(d) / "crt" / "host_config.h").exists() for d in includes):
-            raise KernelCompileError(
-                f"pnex's C++ launcher needs the CUDA headers' crt/ folder, which {includes[0]} lacks: install the "
-                f"toolkit or pip install 'pnex_magic[cu12]' / 'pnex_magic[cu13]' (nvidia-cuda-nvcc-cu12 / "
-                f"nvidia-cuda-crt)"
-            )
+        includes = build.cuda_headers("C++ launcher", crt=True)
         _module = build.build_extension(
             "pnex_launcher",
             [SOURCE],

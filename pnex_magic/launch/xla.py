@@ -31,7 +31,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..arch import arch_name, parse_arch
-from ..errors import KernelCompileError
 from ..spec import KernelSpec, ScalarParam, TensorParam
 from . import build
 from .description import KINDS, describe_launch
@@ -97,13 +96,7 @@ def scalar_slots(spec: KernelSpec, env: Mapping[str, Any]) -> list[int]:
 def _include_dirs() -> list[str]:
     import jax.ffi
 
-    cuda = build.cuda_include_dir()
-    if cuda is None:
-        raise KernelCompileError(
-            "pnex's XLA FFI handler needs the CUDA headers (cuda.h): install the toolkit or "
-            "pip install 'numba-cuda[cu12]' / 'numba-cuda[cu13]'"
-        )
-    return [jax.ffi.include_dir(), cuda]
+    return [jax.ffi.include_dir(), *build.cuda_headers("XLA FFI handler")]
 
 
 def build_library(verbose: bool = False):
