@@ -120,40 +120,45 @@ class KernelDefinition:
     def target_arch(self, arch: str | None = None) -> str:
         return arch_name(parse_arch(arch or self.options.arch or default_arch()))
 
-    def cache_key(self, arch: str, layout: str = "C") -> str:
-        text = "\n".join(
-            [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions()]
-        )
-        return hashlib.sha256(text.encode()).hexdigest()
+    def cache_key(self, arch: str, layout: str = "C", variant: int = 0) -> str:
+        parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions()]
+        if self.spec.tune_params:
+            parts.append(f"tune={self.spec.tune_values(variant)!r}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def compiled(self, arch: str | None = None, *, layout: str = "C", force: bool = False) -> CompiledKernel:
+    def compiled(
+        self, arch: str | None = None, *, layout: str = "C", variant: int = 0, force: bool = False
+    ) -> CompiledKernel:
         """The kernel compiled for ``arch`` (memoised, and cached on disk).  ``layout``
         ``"C"`` is the variant for C-contiguous inputs (what launches use whenever every
-        input is contiguous, and what reports show); ``"A"`` accepts any strides."""
+        input is contiguous, and what reports show); ``"A"`` accepts any strides.
+        ``variant`` picks the values of the ``Tune`` parameters
+        (:attr:`~pnex_magic.spec.KernelSpec.tune_variants`; 0: the first choices)."""
         arch = self.target_arch(arch)
         with self._lock:
-            found = self._compiled.get((arch, layout))
+            found = self._compiled.get((arch, layout, variant))
             if found is not None and not force:
                 return found
             result = compile_kernel(
                 self.fn,
                 self.spec,
                 arch=arch,
-                key=self.cache_key(arch, layout),
+                key=self.cache_key(arch, layout, variant),
                 max_registers=self.options.max_registers,
                 cache_id=self.options.cache_id,
                 use_cache=self.options.use_cache,
                 refresh=force or self.options.force,
                 layout=layout,
+                variant=variant,
             )
-            self._compiled[(arch, layout)] = result
+            self._compiled[(arch, layout, variant)] = result
             return result
 
-    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0) -> tuple[bytes, str]:
         """What a GPU launcher loads for ``arch``: the cubin and the entry name.  Never
         PTX: loading it would depend on the driver's JIT compiler, which rejects PTX
         from a newer NVVM (see :mod:`pnex_magic.cubin`)."""
-        compiled = self.compiled(arch, layout=layout)
+        compiled = self.compiled(arch, layout=layout, variant=variant)
         if compiled.cubin is None:
             raise KernelCompileError(
                 f"kernel {self.spec.name!r}: no cubin for {compiled.arch} "

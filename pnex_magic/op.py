@@ -84,10 +84,15 @@ def make_impl(definition: Kernel):
         outs = _allocate(spec, env, device, fake=False)
         values = [env.get(p.name) for p in spec.params]
         launcher = launch.launcher_for(device)
-        shape = launcher.block(definition, values, device) if spec.autotuned else None
+        shape, variant = None, 0
+        if spec.autotuned:
+            shape, variant = spec.launch_candidates[launcher.candidate(definition, values, device)]
+            if variant:
+                env.update(spec.tune_values(variant))
+                values = [env.get(p.name) for p in spec.params]
         grid, block = launch_grid(spec, env, shape)
         if grid[0] and grid[1] and grid[2]:
-            launcher.launch(definition, values, grid, block, device)
+            launcher.launch(definition, values, grid, block, device, variant)
         return _result(outs)
 
     return impl
@@ -189,7 +194,10 @@ class PnexOp(CustomOpDef):
         arguments = spec.arguments
         names = [p.name for p in arguments]
         outputs = {p.name for p in spec.outputs}
+        tuned = [p.name for p in spec.tune_params]
         for key in kwargs:
+            if key in tuned:
+                raise ArgumentTypeError(_tune_passed(spec.name, key))
             if key in outputs:
                 raise ArgumentTypeError(
                     f"{spec.name}(): {key!r} is an Out parameter: the op creates and returns it, so do not pass it"
@@ -200,6 +208,8 @@ class PnexOp(CustomOpDef):
                 )
         if len(args) > len(arguments):
             extra = ""
+            if tuned and len(args) <= len(arguments) + len(tuned):
+                raise ArgumentTypeError(_tune_passed(spec.name, tuned[len(args) - len(arguments) - 1]))
             if len(args) <= len(arguments) + len(spec.outputs):
                 extra = (
                     f"; Out parameters ({', '.join(p.name for p in spec.outputs)}) are returned by the op, not passed"
@@ -237,6 +247,14 @@ class PnexOp(CustomOpDef):
 
     def __repr__(self) -> str:
         return f"<pnex op {NAMESPACE}::{self._pnex.op_name}: {self._pnex.spec.python_signature()}>"
+
+
+def _tune_passed(name: str, param: str) -> str:
+    return (
+        f"{name}(): {param!r} is a Tune parameter: the autotuner chooses it among its choices (the simulator and "
+        f"calls that do not tune take the first), so callers do not pass it. To fix it, give it one choice "
+        f"(Tune(4)), or in a notebook override the choices with %%pnex --tune {param}=..."
+    )
 
 
 def _scalar_ok(p: ScalarParam, value: Any) -> bool:

@@ -71,6 +71,8 @@ class KernelReport:
     sass: Disassembly = Disassembly(None, None, "not requested")
     not_compiled: str = ""  #: why there is no PTX (no CUDA compiler installed), when there is none
     candidates: tuple[tuple[int, ...], ...] = ()  #: autotune candidates (empty: the block is fixed)
+    #: the Tune parameters and their choices, e.g. (("ITEMS", (1, 2, 4, 8)),)
+    tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
 
@@ -85,6 +87,14 @@ class KernelReport:
         tpb = f"threads_per_block={self.threads_per_block}"
         if self.candidates:
             tpb = f"autotuned over {len(self.candidates)} candidates, first {self.threads_per_block}"
+        tuned = [(n, c) for n, c in self.tune if len(c) > 1]
+        if tuned:
+            blocks = f"{len(self.candidates)} blocks" if self.candidates else f"block {self.threads_per_block}"
+            choices = "; ".join(f"{n}: {', '.join(map(repr, c))}" for n, c in tuned)
+            tpb = f"autotuned over {blocks} x Tune ({choices})"
+        constants = [f"{n}={c[0]!r}" for n, c in self.tune if len(c) == 1]
+        if constants:
+            tpb += f"; Tune constants {', '.join(constants)}"
         out = [
             f"pnex kernel {self.name!r} ({self.op_name})",
             f"  signature : {self.signature}",
@@ -251,7 +261,7 @@ def build_report(
         ran = op_run[1]
         tuned = autotune.result_for(definition, ran)
         if tuned is not None:
-            launch = launch_info(spec, ran, tuned.block)
+            launch = launch_info(spec, ran, tuned.block, tuned.variant)
         if timing_result.timed and device_arch is not None:
             step("measuring the device's bandwidth ceiling")
             efficiency = _efficiency(definition, ran, launch, timing_result, device_arch)
@@ -276,7 +286,10 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
     report = _static_report(definition, arch)
     if args is not None:
         tuned = autotune.result_for(definition, tuple(args))
-        launch = launch_info(definition.spec, tuple(args), tuned.block if tuned is not None else None)
+        launch = launch_info(
+            definition.spec, tuple(args), tuned.block if tuned is not None else None,
+            tuned.variant if tuned is not None else 0,
+        )
         report = _with_launch(report, launch, tuned)
     return report
 
@@ -356,4 +369,5 @@ def _static_report(definition: Any, arch: str | None) -> KernelReport:
         max_registers=definition.options.max_registers,
         not_compiled=not_compiled,
         candidates=spec.candidates,
+        tune=tuple((p.name, p.choices) for p in spec.tune_params),
     )

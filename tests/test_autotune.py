@@ -136,11 +136,11 @@ def test_key_values_default_buckets_and_named_expressions():
 def test_launch_description_carries_candidates_and_key():
     spec = tuned(autotune_key="a.size(0) // 2").spec
     d = describe_launch(spec)
-    assert d["block"] == [16, 16, 1] and d["candidates"][0] == [16, 16, 1]
-    assert d["candidates"] == [list(c) + [1] for c in AUTO_CANDIDATES[2]]
+    assert d["block"] == [16, 16, 1] and d["candidates"][0] == [16, 16, 1, 0]  # block, Tune variant
+    assert d["candidates"] == [list(c) + [1, 0] for c in AUTO_CANDIDATES[2]]
     assert d["key_text"] == ["a.size(0) // 2"] and d["key_bucket"] is False and len(d["key"]) == 1
     fixed = describe_launch(tuned(threads_per_block=(8, 4)).spec)
-    assert fixed["candidates"] == [[8, 4, 1]] and fixed["key"] == [] and fixed["key_bucket"] is True
+    assert fixed["candidates"] == [[8, 4, 1, 0]] and fixed["key"] == [] and fixed["key_bucket"] is True
 
 
 def test_candidates_change_the_kernel_fingerprint_not_a_fixed_kernels():
@@ -189,10 +189,10 @@ class FakeRunner:
         self.resets = 0
 
     def runner(self):
-        return autotune.Runner(self.run, self.reset, (4, 4096), torch.device("cpu"))
+        return autotune.Runner(self.run, self.reset, lambda variant: (4, 4096), torch.device("cpu"))
 
     def run(self, index):
-        block = self.spec.block_candidates[index]
+        block = self.spec.launch_candidates[index][0]
         self.runs.append(block)
         if block in self.failing:
             raise RuntimeError("pnex: kernel 'scale_kernel' could not be launched: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
@@ -211,7 +211,7 @@ def fake_gpu(monkeypatch, fresh_cache):
     """The tuner on a pretend "Fake GPU" (sm_90) whose kernel uses 80 registers per thread."""
     monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
     resources = ResourceUsage(80, 0, 0, 0, 0, 0, 0, 0)
-    monkeypatch.setattr(autotune, "_resources", lambda definition, arch, layout: resources)
+    monkeypatch.setattr(autotune, "_resources", lambda definition, arch, layout, variant=0: resources)
     monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
     autotune.stats.reset()
     yield fresh_cache
@@ -445,12 +445,12 @@ def test_driver_launcher_tunes_on_copies_and_leaves_the_arguments_alone(fake_gpu
     monkeypatch.setattr(autotune, "_device_seconds", lambda call, device: (call(), next(clock))[1])
     x = torch.arange(10, dtype=torch.float32)
     total = torch.zeros(1)
-    block = launcher.block(op.definition, [x, total], torch.device("cpu", 0))
-    assert block == (8,) and autotune.stats.benchmarks == 1
+    index = launcher.candidate(op.definition, [x, total], torch.device("cpu", 0))
+    assert op.spec.launch_candidates[index] == ((8,), 0) and autotune.stats.benchmarks == 1
     assert torch.equal(x, torch.arange(10, dtype=torch.float32)) and total.item() == 0  # untouched
     result = autotune._RESULTS[op.definition][(0, "C", (16,))]
     assert [c.seconds for c in result.candidates] == [3e-6, 1e-6, 2e-6]
-    assert launcher.block(op.definition, [x, total], torch.device("cpu", 0)) == (8,)  # remembered
+    assert launcher.candidate(op.definition, [x, total], torch.device("cpu", 0)) == index  # remembered
 
 
 def test_saved_artifacts_keep_the_candidates_and_the_key(tmp_path):

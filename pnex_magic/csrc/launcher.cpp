@@ -99,7 +99,7 @@ struct Instr {
 };
 using Program = std::vector<Instr>;
 
-enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4 };
+enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4, TUNE = 5 };
 
 struct Param {
   std::string name;
@@ -153,6 +153,9 @@ struct Spec {
   std::vector<Program> n_threads;
   std::vector<std::string> n_threads_text;
   std::vector<std::array<unsigned, 3>> candidates;  // block shapes; [0] is the default
+  std::vector<int> candidate_variant;  // the Tune variant each candidate runs (index into variants)
+  std::vector<int> tune_params;        // parameter index of each Tune parameter
+  std::vector<std::vector<int64_t>> variants;  // per variant, the value of each Tune parameter
   std::vector<Program> key;  // autotune key (empty unless several candidates)
   std::vector<std::string> key_text;
   bool key_bucket = false;  // round key values up to powers of two
@@ -165,9 +168,17 @@ struct Spec {
   std::shared_mutex table_mutex;
   std::vector<Choice> table;  // autotune decisions made so far
 
-  Spec() {
-    for (auto& variant : functions)
-      for (auto& fn : variant) fn.store(nullptr, std::memory_order_relaxed);
+  // Per (variant, layout), the loaded kernel per device index; loaded once, then read
+  // without a lock.  Allocated by register_op once the number of variants is known.
+  using Functions = std::array<std::atomic<CUfunction>, kMaxDevices>;
+  std::vector<std::unique_ptr<Functions>> functions;
+  void allocate_functions(size_t variants) {
+    functions.clear();
+    for (size_t i = 0; i < 2 * std::max<size_t>(variants, 1); ++i) {
+      auto table = std::make_unique<Functions>();
+      for (auto& fn : *table) fn.store(nullptr, std::memory_order_relaxed);
+      functions.push_back(std::move(table));
+    }
   }
   ~Spec() {
     // The dispatcher may destroy kernels at process exit, after Python has finalised:
@@ -181,8 +192,6 @@ struct Spec {
       choose.release();
     }
   }
-  // [strided, contiguous] variant, per device index; loaded once, then read without a lock.
-  std::array<std::atomic<CUfunction>, kMaxDevices> functions[2];
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
 };
 
@@ -282,12 +291,14 @@ void ensure_context(int device, const std::string& kernel) {
               "'s context current: ", cu_error(r));
 }
 
-// The kernel for a device, loaded on first use: the variant for C-contiguous inputs
-// (whose loads compile to ld.global) or the one for any strides.
-CUfunction function_for(Spec& spec, int device, bool contiguous) {
+// The kernel for a device, loaded on first use: the code for C-contiguous inputs (whose
+// loads compile to ld.global) or the one for any strides, of one Tune variant.
+CUfunction function_for(Spec& spec, int device, bool contiguous, int variant) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "pnex: kernel '", spec.kernel, "': device index ",
               std::to_string(device), " is beyond the ", std::to_string(kMaxDevices), " devices pnex supports");
-  std::atomic<CUfunction>& slot = spec.functions[contiguous ? 1 : 0][device];
+  const size_t table = 2 * static_cast<size_t>(variant) + (contiguous ? 1 : 0);
+  TORCH_CHECK(table < spec.functions.size(), "pnex: kernel '", spec.kernel, "': no variant ", std::to_string(variant));
+  std::atomic<CUfunction>& slot = (*spec.functions[table])[device];
   CUfunction loaded = slot.load(std::memory_order_acquire);
   if (loaded) return loaded;
   std::lock_guard<std::mutex> lock(spec.mutex);
@@ -299,7 +310,8 @@ CUfunction function_for(Spec& spec, int device, bool contiguous) {
   std::string entry;
   {
     py::gil_scoped_acquire gil;
-    auto result = spec.get_image(device, contiguous).cast<std::tuple<py::bytes, std::string>>();
+    auto result = (variant == 0 ? spec.get_image(device, contiguous) : spec.get_image(device, contiguous, variant))
+                      .cast<std::tuple<py::bytes, std::string>>();
     *image = std::string(std::get<0>(result));  // cubin, or NUL-terminated PTX
     entry = std::get<1>(result);
   }
@@ -535,14 +547,23 @@ class PnexKernel final : public c10::OperatorKernel {
       v.tensors[pi] = &outs.back();
     }
 
+    // n_threads for a Tune variant (its values are those of the Tune parameters).
     int64_t n[3] = {1, 1, 1};
-    bool empty = false;
-    for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
-      n[axis] = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
-      TORCH_CHECK_VALUE(n[axis] >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
-                        spec.n_threads_text[axis], " evaluates to ", std::to_string(n[axis]), ", which is negative");
-      if (n[axis] == 0) empty = true;
-    }
+    auto threads_for = [&](int variant) {
+      bool empty = false;
+      if (!spec.tune_params.empty()) {
+        const std::vector<int64_t>& values = spec.variants[variant];
+        for (size_t t = 0; t < spec.tune_params.size(); ++t) v.ints[spec.tune_params[t]] = values[t];
+      }
+      for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
+        n[axis] = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
+        TORCH_CHECK_VALUE(n[axis] >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
+                          spec.n_threads_text[axis], " evaluates to ", std::to_string(n[axis]), ", which is negative");
+        if (n[axis] == 0) empty = true;
+      }
+      return empty;
+    };
+    const bool empty = threads_for(0);
 
     if (!empty) {
       const int dev = device->index();
@@ -556,9 +577,11 @@ class PnexKernel final : public c10::OperatorKernel {
       std::array<unsigned, 3> grid{1, 1, 1};
       int64_t blocks_over = 0;
       int chosen = select_block(spec, v, args, dev, contiguous, stream);
+      if (spec.candidate_variant[chosen] != 0) threads_for(spec.candidate_variant[chosen]);
       int over = grid_for(spec, n, spec.candidates[chosen], grid, blocks_over);
       for (int c = 0; over >= 0 && c < static_cast<int>(spec.candidates.size()); ++c) {
         if (c == chosen) continue;
+        threads_for(spec.candidate_variant[c]);
         int64_t ignored = 0;
         if (grid_for(spec, n, spec.candidates[c], grid, ignored) < 0) {
           chosen = c;
@@ -568,6 +591,7 @@ class PnexKernel final : public c10::OperatorKernel {
       TORCH_CHECK_VALUE(over < 0, "pnex: ", spec.kernel, "(): the launch needs ", std::to_string(blocks_over),
                         " blocks on axis ", std::to_string(over), ", more than CUDA allows");
       const std::array<unsigned, 3>& block = spec.candidates[chosen];
+      const int variant = spec.candidate_variant[chosen];
 
       // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
       c10::SmallVector<uint64_t, 64> slots;
@@ -577,6 +601,8 @@ class PnexKernel final : public c10::OperatorKernel {
           slots.push_back(pack_scalar(args[spec.arg_of_param[pi]], p.dtype));
         } else if (p.kind == UNUSED) {
           slots.push_back(0);
+        } else if (p.kind == TUNE) {
+          continue;  // a constant of the variant's code: no slot
         } else {
           const at::Tensor& t = *v.tensors[pi];
           const int64_t item = t.element_size();
@@ -592,7 +618,7 @@ class PnexKernel final : public c10::OperatorKernel {
       c10::SmallVector<void*, 64> params(slots.size());
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
-      CUfunction fn = function_for(spec, dev, contiguous);
+      CUfunction fn = function_for(spec, dev, contiguous, variant);
       const Driver& d = driver();
       CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
                                   params.data(), nullptr);
@@ -735,16 +761,40 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   for (auto prog : d["n_threads"]) spec->n_threads.push_back(to_program(prog));
   spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
   // Block candidates (the first is the default block); an older description has "block" only.
-  auto as_block = [](const py::handle& obj) {
+  // A candidate is [x, y, z] or [x, y, z, variant] (the Tune variant it runs).
+  auto as_block = [](const py::handle& obj, int* variant) {
     auto sizes = obj.cast<std::vector<unsigned>>();
     std::array<unsigned, 3> block{1, 1, 1};
     for (size_t i = 0; i < 3 && i < sizes.size(); ++i) block[i] = sizes[i];
+    *variant = sizes.size() > 3 ? static_cast<int>(sizes[3]) : 0;
     return block;
   };
+  int variant = 0;
   if (d.contains("candidates")) {
-    for (auto c : d["candidates"]) spec->candidates.push_back(as_block(c));
+    for (auto c : d["candidates"]) {
+      spec->candidates.push_back(as_block(c, &variant));
+      spec->candidate_variant.push_back(variant);
+    }
   }
-  if (spec->candidates.empty()) spec->candidates.push_back(as_block(d["block"]));
+  if (spec->candidates.empty()) {
+    spec->candidates.push_back(as_block(d["block"], &variant));
+    spec->candidate_variant.push_back(0);
+  }
+  if (d.contains("tune")) {
+    spec->tune_params = d["tune"].cast<std::vector<int>>();
+    spec->variants = d["variants"].cast<std::vector<std::vector<int64_t>>>();
+  }
+  size_t variants = std::max<size_t>(spec->variants.size(), 1);
+  for (int cv : spec->candidate_variant) {
+    TORCH_CHECK(cv >= 0 && static_cast<size_t>(cv) < variants, "pnex: kernel '", spec->kernel,
+                "': a candidate names variant ", std::to_string(cv), " of ", std::to_string(variants));
+  }
+  for (const auto& values : spec->variants) {
+    TORCH_CHECK(values.size() == spec->tune_params.size(), "pnex: kernel '", spec->kernel,
+                "': a variant has ", std::to_string(values.size()), " Tune values for ",
+                std::to_string(spec->tune_params.size()), " Tune parameters");
+  }
+  spec->allocate_functions(variants);
   if (spec->candidates.size() > 1) {
     for (auto prog : d["key"]) spec->key.push_back(to_program(prog));
     spec->key_text = d["key_text"].cast<std::vector<std::string>>();

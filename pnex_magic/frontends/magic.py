@@ -91,6 +91,27 @@ def _threads_per_block(text: str) -> int | tuple[int, ...] | str | list | None:
     return sizes[0] if len(sizes) == 1 else sizes
 
 
+def _tune(groups: list[list[str]] | None) -> dict[str, tuple]:
+    """``--tune NAME=1,2,4`` (repeatable): new choices for ``Tune`` parameters."""
+    found: dict[str, tuple] = {}
+    for group in groups or ():
+        text = _join(group) or ""
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--tune expects NAME=CHOICE[,CHOICE...] such as ITEMS=1,2,4; got {text!r}")
+        choices = []
+        for token in values.split(","):
+            try:
+                choices.append(ast.literal_eval(token.strip()))
+            except (ValueError, SyntaxError):
+                raise UsageError(f"--tune {name}: {token.strip()!r} is not a number or a bool (in {text!r})") from None
+        if name in found:
+            raise UsageError(f"--tune {name} is given twice")
+        found[name] = tuple(choices)
+    return found
+
+
 def _expressions(flag: str, groups: list[list[str]] | None) -> tuple[str, ...]:
     """A repeatable option of expressions, each one or comma-separated."""
     exprs: list[str] = []
@@ -119,6 +140,7 @@ class _Options:
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
     jax: bool = False  # bind the JAX function (jax_op) instead of the op
+    tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
 
 
 @magics_class
@@ -144,6 +166,11 @@ class PnexMagics(Magics):
         help="With autotuning: expressions over the op's arguments (e.g. a.size(0)) whose values pick the "
              "tuned block (default: every input size, rounded up to a power of two). Repeatable or "
              "comma-separated.",
+    )
+    @magic_arguments.argument(
+        "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
+        help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
+             "autotuner tries them (the first is the default); one choice makes it a plain constant.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -276,6 +303,7 @@ class PnexMagics(Magics):
             output=ns.output,
             backward_of=ns.backward_of,
             jax=ns.jax,
+            tune=_tune(ns.tune),
         )
 
     @magic_arguments.magic_arguments()

@@ -23,7 +23,7 @@ import torch
 
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
-from ..spec import KernelSpec, ScalarParam, TensorParam
+from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 from . import autotune
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
@@ -116,8 +116,10 @@ class DriverLauncher:
 
     def __init__(self) -> None:
         # Loaded functions per definition (weakly held: a redefined kernel's entry goes
-        # with it), keyed by (device index, layout).
-        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = weakref.WeakKeyDictionary()
+        # with it), keyed by (device index, layout, Tune variant).
+        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, int], Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._modules: list[Any] = []
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}  # device index -> the kernel launched last there
@@ -126,17 +128,17 @@ class DriverLauncher:
         """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
         return self._last.get(device, "")
 
-    def _function(self, definition: Kernel, device: torch.device, layout: str):
+    def _function(self, definition: Kernel, device: torch.device, layout: str, variant: int = 0):
         from cuda.bindings import driver
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (index, layout)
+        key = (index, layout, variant)
         fn = self._functions.get(definition, {}).get(key)
         if fn is not None:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            image, entry = definition.kernel_image(arch, layout)
+            image, entry = definition.kernel_image(arch, layout, variant)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
@@ -149,11 +151,12 @@ class DriverLauncher:
             self._functions.setdefault(definition, {})[key] = fn
             return fn
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The block shape of a call: the autotuner's choice for its key."""
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The launch candidate of a call (block and ``Tune`` variant): the autotuner's
+        choice for its key."""
         spec = definition.spec
         if not spec.autotuned:
-            return spec.threads_per_block
+            return 0
         env = {p.name: v for p, v in zip(spec.params, values)}
         choice, _ = autotune.choose(
             definition,
@@ -163,7 +166,7 @@ class DriverLauncher:
             capturing=torch.cuda.is_current_stream_capturing(),
             runner=lambda: self._runner(definition, values, device),
         )
-        return spec.block_candidates[choice]
+        return choice
 
     def _runner(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> autotune.Runner:
         """Candidates launched on copies of the ``InMut`` arguments and outputs of their own."""
@@ -176,9 +179,12 @@ class DriverLauncher:
         written = [i for i, p in enumerate(spec.params) if p.role in ("inmut", "out")]
 
         def run(index: int) -> list[torch.Tensor]:
-            grid, block = launch_grid(spec, env, spec.block_candidates[index])
+            shape, variant = spec.launch_candidates[index]
+            env.update(spec.tune_values(variant))
+            call = [env[p.name] if isinstance(p, TuneParam) else v for p, v in zip(spec.params, bench)]
+            grid, block = launch_grid(spec, env, shape)
             if grid[0] and grid[1] and grid[2]:
-                self.launch(definition, bench, grid, block, device)
+                self.launch(definition, call, grid, block, device, variant)
             return [bench[i] for i in written]
 
         def reset() -> None:
@@ -189,7 +195,9 @@ class DriverLauncher:
                 elif p.init is not None:
                     bench[i].fill_(p.init)
 
-        n_threads = tuple(int(e.evaluate(env)) for e in spec.n_threads)
+        def n_threads(variant: int) -> tuple[int, ...]:
+            return tuple(int(e.evaluate({**env, **spec.tune_values(variant)})) for e in spec.n_threads)
+
         return autotune.Runner(run, reset, n_threads, device)
 
     def launch(
@@ -199,13 +207,16 @@ class DriverLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         from cuda.bindings import driver
 
-        fn = self._function(definition, device, "C" if _contiguous(definition.spec, values) else "A")
+        fn = self._function(definition, device, "C" if _contiguous(definition.spec, values) else "A", variant)
         args: list[Any] = []
         types: list[Any] = []
         for param, value in zip(definition.spec.params, values):
+            if isinstance(param, TuneParam):
+                continue  # a constant in the variant's code: no argument slot
             if isinstance(param, TensorParam):
                 t = value
                 args += [0, 0, t.numel(), t.element_size(), t.data_ptr()]

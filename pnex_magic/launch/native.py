@@ -99,9 +99,10 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
     """What the C++ side registers: the launch description plus ``get_image`` and,
     for an autotuned op, ``choose``."""
 
-    def get_image(device_index: int, contiguous: bool) -> tuple[bytes, str]:
+    def get_image(device_index: int, contiguous: bool, variant: int = 0) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
-        return definition.kernel_image(arch, "C" if contiguous else "A")
+        layout = "C" if contiguous else "A"
+        return definition.kernel_image(arch, layout, variant) if variant else definition.kernel_image(arch, layout)
 
     def choose(device_index: int, contiguous: bool, key: tuple[int, ...], args: tuple | None) -> tuple[int, bool]:
         # args is None while the stream is capturing: nothing may run then.
@@ -142,7 +143,10 @@ def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runn
         for i in inmut:
             call[i].copy_(args[i])
 
-    return autotune.Runner(run, reset, launch_info(spec, args).n_threads, torch.device("cuda", device_index))
+    def n_threads(variant: int) -> tuple[int, ...]:
+        return launch_info(spec, args, variant=variant).n_threads
+
+    return autotune.Runner(run, reset, n_threads, torch.device("cuda", device_index))
 
 
 def _warn_python_launcher(definition: Kernel, exc: BaseException) -> None:
@@ -190,9 +194,10 @@ class NativeLauncher:
         if _module is not None:
             _module.drop_autograd_fallback(definition.op_name)
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The block of a call the Python launcher serves (registered ops choose in C++)."""
-        return self._fallback.block(definition, values, device)
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The launch candidate of a call the Python launcher serves (registered ops
+        choose in C++)."""
+        return self._fallback.candidate(definition, values, device)
 
     def launch(
         self,
@@ -201,7 +206,8 @@ class NativeLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         """Calls of a registered op never reach Python; this serves the ops whose
         registration failed, through the Python launcher."""
-        self._fallback.launch(definition, values, grid, block, device)
+        self._fallback.launch(definition, values, grid, block, device, variant)

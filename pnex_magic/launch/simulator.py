@@ -3,7 +3,7 @@ Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
 shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  It is slow: keep problem sizes small.  An
-autotuned op runs its first candidate block here."""
+autotuned op runs its first candidate here (first block, first ``Tune`` choices)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import KernelLaunchError
-from ..spec import ScalarParam, TensorParam
+from ..spec import ScalarParam, TensorParam, TuneParam
 from .kernel import Kernel
 
 
@@ -37,10 +37,11 @@ class SimulatorLauncher:
     def autograd_registered(self, definition: Kernel) -> None:
         pass
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The first candidate: the simulator's speed says nothing about the GPU's, so
-        it does not autotune."""
-        return definition.spec.threads_per_block
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The first candidate (the first block and the first choice of every ``Tune``
+        parameter): the simulator's speed says nothing about the GPU's, so it does not
+        autotune."""
+        return 0
 
     def launch(
         self,
@@ -49,6 +50,7 @@ class SimulatorLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         simulated = definition.simulated_function()
         if simulated is None:
@@ -74,6 +76,8 @@ class SimulatorLauncher:
             elif isinstance(param, ScalarParam):
                 np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
                 args.append(np_type(value))
+            elif isinstance(param, TuneParam):
+                args.append(value)  # a Python constant, as the compiled variant sees it
             else:
                 args.append(None)
         kernel = FakeCUDAKernel(simulated, device=False)
