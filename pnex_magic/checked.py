@@ -17,8 +17,8 @@ What is rewritten (``SITE`` is the access's number in :attr:`CheckedKernel.sites
                                               __pnex_load(x, __pnex_err, SITE, __pnex_k0) + v)
     cuda.atomic.add(x, i, v) ->  if __pnex_check(x, __pnex_err, SITE, i):
                                      cuda.atomic.add(x, i, v)     # as a statement;
-                                 (cuda.atomic.add(x, i, v) if __pnex_check(...) else __pnex_zero(x))
-                                                                  # where its result is used
+                                 (cuda.atomic.add(x, i, v) if __pnex_check(x, __pnex_err, SITE, i)
+                                  else __pnex_zero(x))            # where its result is used
     x[i][j]                  ->  __pnex_load(__pnex_load(x, __pnex_err, S1, i), __pnex_err, S2, j)
 
 ``x`` is anything the kernel names: a parameter, a ``cuda.shared.array`` or
@@ -543,11 +543,13 @@ class _Rewriter(ast.NodeTransformer):
         return f"{_RESERVED}k{self.temps - 1}"
 
     def _checkable(self, node: ast.AST) -> bool:
-        """A subscript of a plain name (or of such a subscript) with integer-like indices."""
+        """A subscript of a plain name (or of a subscript of one) without slices."""
         if not isinstance(node, ast.Subscript) or _bad_index(node.slice):
             return False
         value = node.value
-        return isinstance(value, ast.Name) or (isinstance(value, ast.Subscript) and self._checkable(value))
+        while isinstance(value, ast.Subscript):  # x[i][j], x[0:2][k]: the view is checked too
+            value = value.value
+        return isinstance(value, ast.Name)
 
     def _call(self, helper: str, *args: ast.expr) -> ast.Call:
         return ast.Call(func=_name(helper), args=list(args), keywords=[])
@@ -679,21 +681,18 @@ class _Rewriter(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        # An atomic whose result is used: (atomic(x, i, v) if check(x, err, S, i) else zero(x)).
+        # Its index is evaluated twice (Numba 0.30 cannot type a walrus there): an index
+        # whose evaluation has side effects would see them twice.
         found = self._atomic(node)
         if found is None:
             return self.generic_visit(node)
         array, index = found
-        if index is not None and not _simple(index):
-            # The index once: (atomic(x, k, v) if check(x, err, S, (k := index)) else zero(x)).
-            site = self._site(node, array, "atomic")
-            args = [self.visit(a) for a in node.args]
-            name = self._temp()
-            walrus = ast.NamedExpr(target=ast.Name(id=name, ctx=ast.Store()), value=args[1])
-            args[1] = _name(name)
-            check = self._call(_CHECK, array, _name(ERR_PARAM), site, walrus)
-            atomic = ast.Call(func=node.func, args=args, keywords=[])
-        else:
-            _, atomic, check = self._guarded_atomic(node)  # type: ignore[misc]
+        site = self._site(node, array, "atomic")
+        args = [self.visit(a) for a in node.args]
+        check_index = ast.Constant(0) if index is None else self.visit(index)
+        check = self._call(_CHECK, array, _name(ERR_PARAM), site, check_index)
+        atomic = ast.Call(func=node.func, args=args, keywords=[])
         zero = self._call(_ZERO, array)
         return ast.copy_location(ast.IfExp(test=check, body=atomic, orelse=zero), node)
 
