@@ -243,7 +243,15 @@ def main(argv: list[str] | None = None) -> int:
             "stack_bytes": b.stack_bytes, "sass_instructions": b.sass_instructions, "ptx_lines": b.ptx_lines,
             "compile_seconds": b.seconds, "device_seconds": t,
         })
-    result = result_header("checked-overhead") if torch.cuda.is_available() else {"benchmark": "checked-overhead"}
+    if torch.cuda.is_available():
+        result = result_header("checked-overhead")
+    else:  # compile figures only
+        import datetime
+
+        from bench_common import versions
+
+        result = {"benchmark": "checked-overhead", "gpu": None, "versions": versions(),
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     result.update({"arch": arch, "goal_ratio": GOAL, "rows": result_rows, "checked_records": records})
     ratios = {n: timings[(n, "checked")] / timings[(n, "fast")] for n in names if (n, "fast") in timings}
     result["ratios"] = ratios

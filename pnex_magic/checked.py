@@ -439,7 +439,8 @@ def _register_cuda() -> None:
             return lambda x: _null(x)
         return None
 
-    @overload(__pnex_load, target="cuda", inline="always")  # a view cannot be returned from a call
+    @overload(__pnex_load, target="cuda", inline="always")  # a view cannot be returned from a call; and
+    # a call is inlined by NVVM only when it calls nothing external (a bfloat16 conversion does)
     def _load_impl(x, err, site, idx):
         k = checked(x, idx)
         if k is None:
@@ -460,7 +461,7 @@ def _register_cuda() -> None:
 
         return view
 
-    @overload(__pnex_store, target="cuda")
+    @overload(__pnex_store, target="cuda", inline="always")
     def _store_impl(x, err, site, idx, value):
         if checked(x, idx) is None:
 
