@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import KernelLaunchError
-from .faults import BLOCKING_ADVICE, is_fault
+from .faults import fault_sentence, is_fault
 from .kernel import Kernel
 from .native import NativeLauncher
 from .simulator import SimulatorLauncher
@@ -135,7 +135,5 @@ def fault_hint() -> str:
     except Exception:  # a broken CUDA set-up: nothing to say
         count = 0
     ran = [(i, last_kernel(i)) for i in range(count)]
-    ran = [f"'{name}' on cuda:{i}" for i, name in ran if name]
-    if not ran:
-        return ""
-    return f"The last pnex kernel launched was {', '.join(ran)}; CUDA reports a fault at a later call. {BLOCKING_ADVICE}"
+    # issue 21: the one sentence of launch/faults.py (context lost, last kernel, --check / --sanitize)
+    return fault_sentence(f"'{name}' on cuda:{i}" for i, name in ran if name)
