@@ -233,7 +233,9 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str,
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
-            ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx")
+            # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
+            # it leaves registers and SASS unchanged (measured, benchmarks/checked_overhead.py).
+            ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=True)
     except Exception as exc:  # numba raises many types; classify by what they are
         name = type(exc).__name__
         if name in ("TypingError", "UnsupportedError", "NumbaTypeError", "UnsupportedBytecodeError") or "Typing" in name:
@@ -315,7 +317,8 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
-                fn, numba_signature(spec, layout, variant), device=False, abi="numba", cc=cc, output="ltoir"
+                fn, numba_signature(spec, layout, variant), device=False, abi="numba", cc=cc, output="ltoir",
+                lineinfo=True,
             )
     except Exception as exc:
         raise KernelCompileError(

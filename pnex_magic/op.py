@@ -25,7 +25,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, launch_grid, output_shapes
-from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelLaunchError
+from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelIndexError, KernelLaunchError
 from .launch.kernel import Kernel
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -136,7 +136,7 @@ class PnexOp(CustomOpDef):
                 self._check_types(args)
         try:
             return self._opoverload(*args)
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, IndexError) as exc:
             translated = _translate(exc, self._pnex.spec.name)
             if translated is exc:
                 raise
@@ -306,6 +306,10 @@ def _translate(exc: BaseException, name: str) -> BaseException:
             return KernelLaunchError(f"{name}(): CUDA reported at this call: {first}. {launch.fault_hint()}".strip())
         return exc
     message = text[len("pnex: "):].split("\nException raised from")[0].strip()
+    if isinstance(exc, KernelIndexError):
+        return exc
+    if isinstance(exc, IndexError):  # a checked launch's record (the C++ launcher formats it)
+        return KernelIndexError(message)
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):

@@ -75,6 +75,7 @@ class KernelReport:
     tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
+    checked_run: str = ""  #: what a checked run on the example arguments found (``check_first``)
 
     @property
     def spills(self) -> bool:
@@ -127,6 +128,8 @@ class KernelReport:
         if self.sass or self.sass.reason != "not requested":
             sass = f"{len(self.sass.text.splitlines())} lines ({self.sass.tool})" if self.sass else self.sass.reason
             out.append(f"  sass      : {sass}")
+        if self.checked_run:
+            out.append(f"  checked   : {self.checked_run}")
         if self.timing is not None:
             out += ["  " + line for line in self.timing.lines()]
         if self.efficiency is not None:
@@ -175,6 +178,21 @@ def _run_op(op: PnexOp, args: Sequence[Any], args_name: str) -> tuple[Any, tuple
         raise PnexError(f"{args_name}: calling {name} on them raised {type(exc).__name__}: {exc}") from None
 
 
+def _run_checked(op: PnexOp, args: Sequence[Any], args_name: str) -> str:
+    """One checked launch of ``op`` on copies of ``args`` (:mod:`pnex_magic.checked`):
+    raises its ``KernelIndexError`` (the CUDA context survives), else says how long it took."""
+    import time
+
+    from .launch import checks
+
+    start = time.perf_counter()
+    with checks.checked_launches(op._pnex):
+        _run_op(op, args, args_name)
+    took = time.perf_counter() - start
+    return (f"a checked run on {args_name} found no access out of bounds ({took * 1e3:.1f} ms, compile of the "
+            f"checked variant included); timings and later calls use the fast variant")
+
+
 def _run_eager(eager: Callable, args: Sequence[Any], eager_name: str, args_name: str) -> tuple[Any, tuple[Any, ...]]:
     copies = _timing.clone_args(args)
     try:
@@ -203,6 +221,7 @@ def build_report(
     args_name: str = "the example arguments",
     eager_name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    check_first: bool = False,
 ) -> KernelReport:
     """Everything about ``op``: interface, launch, PTX, SASS, resources and, with
     example ``args``, the concrete grid, a run of the op checked against ``eager``
@@ -212,9 +231,11 @@ def build_report(
     the op's target).  ``time`` defaults to "the arguments are CUDA tensors".
     ``args_name`` and ``eager_name`` say how errors name the arguments and the
     reference (the magic passes its option text).  ``progress(step)`` is called
-    before each slow step.  Errors: a wrong argument raises the package's exception
-    for it; an op or reference that fails on the arguments raises
-    :class:`~pnex_magic.PnexError` naming which.
+    before each slow step.  ``check_first``: on CUDA arguments, run the op's checked
+    variant once before anything else (a bug raises ``KernelIndexError`` before the
+    fast variant ever runs, and the CUDA context survives).  Errors: a wrong argument
+    raises the package's exception for it; an op or reference that fails on the
+    arguments raises :class:`~pnex_magic.PnexError` naming which.
     """
     definition = _definition_of(op, "pnex.build_report()")
     step = progress or (lambda text: None)
@@ -223,6 +244,7 @@ def build_report(
     timing_result = None
     launch = None
     tuned = efficiency = None
+    checked_run = ""
     if args is not None:
         args = tuple(args)
         try:
@@ -240,6 +262,11 @@ def build_report(
             # The first GPU launch compiles for the device's architecture: do it before
             # running, so that a caller capturing the compilers' output sees it.
             definition.compiled(device_arch)
+        if check_first and device_arch is not None and definition.compiles and not definition.options.check:
+            step(f"running {name}'s checked variant on {args_name}")
+            checked_run = _run_checked(op, args, args_name)
+        elif definition.options.check and device_arch is not None:
+            checked_run = "every launch is checked (check=True): timings are the checked variant's"
         step(f"running {name} on {args_name}")
         op_run = _run_op(op, args, args_name)
         if eager is not None or device_arch is not None:
@@ -268,7 +295,8 @@ def build_report(
     step("inspecting the build")
     report = _static_report(definition, arch)
     if launch is not None:
-        report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency)
+        report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency,
+                                     checked_run=checked_run)
     if sass:
         compiled = definition.compiled(arch) if definition.compiles else None
         found = disassemble(compiled.cubin) if compiled else Disassembly(None, None, report.not_compiled or "no cubin")

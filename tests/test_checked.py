@@ -573,3 +573,50 @@ def test_a_write_to_an_in_array_fails_to_type_as_in_the_fast_variant():
     with pytest.raises(Exception, match="(?s)readonly.*|.*setitem"):
         with _target_device((9, 0)):
             cuda.compile(ck.function, sig, device=False, abi="numba", cc=(9, 0), output="ptx")
+
+
+# --------------------------------------------------------------------------- checked launches through the op
+
+
+def test_check_option_runs_the_checked_variant_in_the_simulator(monkeypatch):
+    @pnex.jit(n_threads="a.numel()", threads_per_block=8, check=True)
+    def shifted(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i + 1] = a[i]
+
+    assert shifted.definition.options.check
+    with pytest.raises(pnex.KernelIndexError, match=r"shifted\(\): index 13 is out of bounds for axis 0 of parameter "
+                       r"'r' \(shape \(13,\)\), at line \d+: `r\[i \+ 1\] = a\[i\]`, thread \(4, 0, 0\) of block \(1, 0, 0\)"):
+        shifted(torch.randn(13))
+    monkeypatch.setenv("PNEX_CHECK", "1")
+
+    @pnex.jit(n_threads="a.numel()", threads_per_block=8)
+    def fine(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i] = a[i] * 2
+
+    assert fine.definition.options.check
+    a = torch.randn(13)
+    torch.testing.assert_close(fine(a), a * 2)
+
+
+def test_check_needs_the_source_and_says_so_at_definition():
+    namespace = {"pnex": pnex, "cuda": cuda}
+    exec(  # noqa: S102 -- a kernel without source on purpose
+        "def nosrc(a: pnex.In('f32', (None,)), r: pnex.Out('f32', 'a')):\n    r[0] = a[0]\n", namespace
+    )
+    with pytest.raises(pnex.KernelDefinitionError, match="a checked variant .* is built from the kernel's Python source"):
+        pnex.jit(n_threads="a.numel()", check=True)(namespace["nosrc"])
+
+
+def test_the_simulator_names_the_line_of_an_unchecked_fault():
+    @pnex.jit(n_threads="a.numel()", threads_per_block=8)
+    def over(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i + 1] = a[i]
+
+    with pytest.raises(pnex.KernelLaunchError, match=r"failed in the CUDA simulator at line \d+: `r\[i \+ 1\] = a\[i\]`"):
+        over(torch.randn(13))

@@ -942,3 +942,23 @@ def test_magic_tune_annotation_and_overrides(ip):
         ip.run_cell_magic("pnex", line + " --tune a=1,2", TUNE_CELL)
     with pytest.raises(KernelDefinitionError, match=r"Tune choices must be ints, floats or bools"):
         ip.run_cell_magic("pnex", line + " --tune ITEMS=1,2.5", TUNE_CELL)
+
+
+OVERRUN_CELL = """
+def overrun(a: In("f32", (None,)), r: Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        r[i + 1] = a[i]
+"""
+
+
+def test_magic_check_names_the_access_and_keeps_the_binding(ip):
+    from pnex_magic import KernelIndexError
+
+    ip.run_cell("ox = torch.randn(20)")
+    with pytest.raises(KernelIndexError, match=r"cell line 1 .*--args ox: overrun\(\): index 20 is out of bounds for "
+                       r"axis 0 of parameter 'r' \(shape \(20,\)\), at line 6: `r\[i \+ 1\] = a\[i\]`"):
+        ip.run_cell_magic("pnex", "--n-threads a.numel() --check --args ox", OVERRUN_CELL)
+    assert "overrun" not in ip.user_ns  # nothing bound
+    with pytest.raises(UsageError, match="--sanitize needs --args"):
+        ip.run_cell_magic("pnex", "--n-threads a.numel() --sanitize", OVERRUN_CELL)

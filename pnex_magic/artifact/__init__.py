@@ -217,6 +217,13 @@ def load(path: str | os.PathLike) -> PnexOp:
     for e in entries:
         if e.backward is not None and e.backward not in names:
             raise ArtifactError(f"{where}: op {e.op_name!r} names a backward op {e.backward!r} the artifact does not hold")
+    if os.environ.get("PNEX_CHECK", "0") == "1":
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "pnex: PNEX_CHECK=1, but %s holds the fast code of its kernels only (a checked variant is built from "
+            "the kernel's Python source): its launches are not checked", where,
+        )
     with contextlib.ExitStack() as stack:
         ops = {e.op_name: stack.enter_context(registered(SavedKernel(e, where))) for e in entries}
         for e in entries:

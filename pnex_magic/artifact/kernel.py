@@ -53,8 +53,15 @@ class SavedKernel:
         """The architectures the artifact has cubins for."""
         return tuple(sorted(self._images[0]["C"].cubins, key=parse_arch))
 
-    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0) -> tuple[bytes, str]:
-        """The saved cubin for ``arch``, else its PTX (see the module docstring)."""
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
+        """The saved cubin for ``arch``, else its PTX (see the module docstring).  An
+        artifact holds the fast code only: ``checked=True`` raises a clear error."""
+        if checked:
+            raise KernelLaunchError(
+                f"kernel {self.spec.name!r} was loaded from {self.origin}, which holds its fast code only, not the "
+                f"checked variant (that is built from the kernel's Python source): check it where it is defined, "
+                f"with jit(check=True), %%pnex --check or PNEX_CHECK=1"
+            )
         images = self._images[variant][layout]
         cubin = images.cubins.get(arch)
         if cubin is not None:

@@ -162,19 +162,21 @@ struct Spec {
   // Memory checks of InMut arguments (messages from Python, see description.py).
   std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
-  py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
+  py::object get_image;  // callable(device_index, contiguous[, variant[, checked]]) -> (cubin or PTX bytes, entry)
   py::object choose;     // callable(device_index, contiguous, key, args or None) -> (candidate, final)
+  py::object describe;   // callable(error record as a list) -> message ("" for none)
+  bool check_always = false;  // every launch runs the checked variant (check=True)
   std::mutex mutex;      // loading code
   std::shared_mutex table_mutex;
   std::vector<Choice> table;  // autotune decisions made so far
 
-  // Per (variant, layout), the loaded kernel per device index; loaded once, then read
-  // without a lock.  Allocated by register_op once the number of variants is known.
+  // Per (Tune variant, checked, layout), the loaded kernel per device index; loaded once,
+  // then read without a lock.  Allocated by register_op once the number of variants is known.
   using Functions = std::array<std::atomic<CUfunction>, kMaxDevices>;
   std::vector<std::unique_ptr<Functions>> functions;
   void allocate_functions(size_t variants) {
     functions.clear();
-    for (size_t i = 0; i < 2 * std::max<size_t>(variants, 1); ++i) {
+    for (size_t i = 0; i < 4 * std::max<size_t>(variants, 1); ++i) {
       auto table = std::make_unique<Functions>();
       for (auto& fn : *table) fn.store(nullptr, std::memory_order_relaxed);
       functions.push_back(std::move(table));
@@ -187,9 +189,11 @@ struct Spec {
       py::gil_scoped_acquire gil;
       get_image = py::object();
       choose = py::object();
+      describe = py::object();
     } else {
       get_image.release();
       choose.release();
+      describe.release();
     }
   }
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
@@ -293,10 +297,10 @@ void ensure_context(int device, const std::string& kernel) {
 
 // The kernel for a device, loaded on first use: the code for C-contiguous inputs (whose
 // loads compile to ld.global) or the one for any strides, of one Tune variant.
-CUfunction function_for(Spec& spec, int device, bool contiguous, int variant) {
+CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bool checked) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "pnex: kernel '", spec.kernel, "': device index ",
               std::to_string(device), " is beyond the ", std::to_string(kMaxDevices), " devices pnex supports");
-  const size_t table = 2 * static_cast<size_t>(variant) + (contiguous ? 1 : 0);
+  const size_t table = (2 * static_cast<size_t>(variant) + (checked ? 1 : 0)) * 2 + (contiguous ? 1 : 0);
   TORCH_CHECK(table < spec.functions.size(), "pnex: kernel '", spec.kernel, "': no variant ", std::to_string(variant));
   std::atomic<CUfunction>& slot = (*spec.functions[table])[device];
   CUfunction loaded = slot.load(std::memory_order_acquire);
@@ -310,7 +314,9 @@ CUfunction function_for(Spec& spec, int device, bool contiguous, int variant) {
   std::string entry;
   {
     py::gil_scoped_acquire gil;
-    auto result = (variant == 0 ? spec.get_image(device, contiguous) : spec.get_image(device, contiguous, variant))
+    auto result = (checked ? spec.get_image(device, contiguous, variant, true)
+                   : variant == 0 ? spec.get_image(device, contiguous)
+                                  : spec.get_image(device, contiguous, variant))
                       .cast<std::tuple<py::bytes, std::string>>();
     *image = std::string(std::get<0>(result));  // cubin, or NUL-terminated PTX
     entry = std::get<1>(result);
@@ -344,6 +350,13 @@ void force_candidate(const std::string& op_name, int candidate) {
   t_forced_op = op_name;
   t_forced_candidate = candidate;
 }
+
+// Launches of one op on this thread run its checked variant (the %%pnex magic's first run).
+thread_local std::string t_forced_check;
+
+void force_checked(const std::string& op_name) { t_forced_check = op_name; }
+
+constexpr int64_t kRecordSlots = 16;  // pnex_magic.checked.RECORD_SIZE
 
 int64_t bucket(int64_t n) {  // the smallest power of two >= n (pnex_magic.blocks.bucket)
   if (n <= 0) return 0;
@@ -592,6 +605,19 @@ class PnexKernel final : public c10::OperatorKernel {
                         " blocks on axis ", std::to_string(over), ", more than CUDA allows");
       const std::array<unsigned, 3>& block = spec.candidates[chosen];
       const int variant = spec.candidate_variant[chosen];
+      // A checked launch (pnex_magic.checked): the checked variant, with a zeroed error
+      // record as its last argument, read back after the launch.
+      const bool checked = spec.check_always || (!t_forced_check.empty() && t_forced_check == spec.op_name);
+      at::Tensor record;
+      if (checked) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        driver().streamIsCapturing(stream, &status);
+        TORCH_CHECK(status == CU_STREAM_CAPTURE_STATUS_NONE, "pnex: kernel '", spec.kernel,
+                    "' runs checked launches (check=True, %%pnex --check or PNEX_CHECK=1), which read their error "
+                    "record after every launch, so they cannot be captured in a CUDA graph; capture the op defined "
+                    "without checks");
+        record = at::zeros({kRecordSlots}, at::TensorOptions().dtype(at::kLong).device(*device));
+      }
 
       // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
       c10::SmallVector<uint64_t, 64> slots;
@@ -615,10 +641,15 @@ class PnexKernel final : public c10::OperatorKernel {
           for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
         }
       }
+      if (checked) {  // Numba's ABI for a 1-D int64 array
+        for (uint64_t slot : {uint64_t(0), uint64_t(0), uint64_t(kRecordSlots), uint64_t(8),
+                              reinterpret_cast<uint64_t>(record.data_ptr()), uint64_t(kRecordSlots), uint64_t(8)})
+          slots.push_back(slot);
+      }
       c10::SmallVector<void*, 64> params(slots.size());
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
-      CUfunction fn = function_for(spec, dev, contiguous, variant);
+      CUfunction fn = function_for(spec, dev, contiguous, variant, checked);
       const Driver& d = driver();
       CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
                                   params.data(), nullptr);
@@ -638,6 +669,21 @@ class PnexKernel final : public c10::OperatorKernel {
           r = d.streamSynchronize(stream);
           TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "' faulted on cuda:", std::to_string(dev), ": ",
                       cu_error(r));
+        }
+      }
+      if (checked) {
+        const at::Tensor host = record.to(at::kCPU);  // waits for the kernel
+        const int64_t* values = host.const_data_ptr<int64_t>();
+        if (values[0] != 0) {
+          std::string message;
+          {
+            py::gil_scoped_acquire gil;
+            py::list items;
+            for (int64_t i = 0; i < kRecordSlots; ++i) items.append(py::int_(values[i]));
+            message = (!spec.describe || spec.describe.is_none()) ? std::string("an access out of bounds")
+                                               : spec.describe(items).cast<std::string>();
+          }
+          TORCH_CHECK_INDEX(false, "pnex: ", message);
         }
       }
     }
@@ -804,6 +850,8 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
   for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
   spec->get_image = d["get_image"];
+  if (d.contains("describe")) spec->describe = d["describe"];
+  if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
 
   registry().erase(name);
   Registration reg;
@@ -838,4 +886,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("force_candidate", &force_candidate, py::arg("op_name"), py::arg("candidate"),
         "Calls of op_name on this thread launch candidate `candidate` (-1: choose as usual)");
   m.def("last_kernel", &last_kernel, py::arg("device"));
+  m.def("force_checked", &force_checked, py::arg("op_name"),
+        "Launches of op_name on this thread run its checked variant (\"\": none)");
 }

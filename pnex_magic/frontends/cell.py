@@ -199,6 +199,7 @@ class CellRun:
         self.fn: types.FunctionType | None = None
         self.compile_log = ""
         self.code_names: set[str] = set()
+        self.sanitizer = None  # the --sanitize report
 
     # ------------------------------------------------------------------ driver
 
@@ -235,6 +236,11 @@ class CellRun:
             from IPython.display import display
 
             display(report)
+        if self.sanitizer is not None:
+            from IPython.display import display
+
+            report.sanitizer = self.sanitizer
+            display(self.sanitizer)
         return None
 
     def _finalise_error(self, failure: CellFailure) -> BaseException:
@@ -305,7 +311,13 @@ class CellRun:
                     kernel_report = build_report(
                         op, arch=opts.arch, args=args, eager=eager, progress=step,
                         args_name=f"--args {opts.args}", eager_name=f"--eager {opts.eager}" if opts.eager else None,
+                        check_first=True,
                     )
+                    if getattr(opts, "sanitize", False):
+                        from ..sanitize import run_sanitizer
+
+                        step("running --args under compute-sanitizer in a child process")
+                        self.sanitizer = run_sanitizer(op, args)
                 finally:
                     self._add_log(captured.text)
             if forward is not None:

@@ -24,7 +24,7 @@ import torch
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
-from . import autotune
+from . import autotune, checks
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
 
@@ -116,8 +116,8 @@ class DriverLauncher:
 
     def __init__(self) -> None:
         # Loaded functions per definition (weakly held: a redefined kernel's entry goes
-        # with it), keyed by (device index, layout, Tune variant).
-        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, int], Any]] = (
+        # with it), keyed by (device index, layout, Tune variant, checked).
+        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, int, bool], Any]] = (
             weakref.WeakKeyDictionary()
         )
         self._modules: list[Any] = []
@@ -128,17 +128,21 @@ class DriverLauncher:
         """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
         return self._last.get(device, "")
 
-    def _function(self, definition: Kernel, device: torch.device, layout: str, variant: int = 0):
+    def _function(self, definition: Kernel, device: torch.device, layout: str, variant: int = 0,
+                  checked: bool = False):
         from cuda.bindings import driver
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (index, layout, variant)
+        key = (index, layout, variant, checked)
         fn = self._functions.get(definition, {}).get(key)
         if fn is not None:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            image, entry = definition.kernel_image(arch, layout, variant)
+            if checked:
+                image, entry = definition.kernel_image(arch, layout, variant, checked=True)
+            else:
+                image, entry = definition.kernel_image(arch, layout, variant)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
@@ -211,7 +215,11 @@ class DriverLauncher:
     ) -> None:
         from cuda.bindings import driver
 
-        fn = self._function(definition, device, "C" if _contiguous(definition.spec, values) else "A", variant)
+        checked = checks.wanted(definition)
+        if checked and torch.cuda.is_current_stream_capturing():
+            raise checks.capture_error(definition.spec.name)
+        layout = "C" if _contiguous(definition.spec, values) else "A"
+        fn = self._function(definition, device, layout, variant, checked)
         args: list[Any] = []
         types: list[Any] = []
         for param, value in zip(definition.spec.params, values):
@@ -230,6 +238,12 @@ class DriverLauncher:
             else:
                 args.append(0)
                 types.append(ctypes.c_void_p)
+        record = None
+        if checked:  # the error record, a 1-D int64 array, last
+            record = torch.zeros(checks.RECORD_SLOTS, dtype=torch.int64, device=device)
+            args += [0, 0, checks.RECORD_SLOTS, 8, record.data_ptr(), checks.RECORD_SLOTS, 8]
+            types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            types += [ctypes.c_int64] * 2
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)
@@ -251,4 +265,8 @@ class DriverLauncher:
                 ) from None
             if launch_blocking():
                 _check(driver.cuStreamSynchronize(stream), "running (synchronised after launch)", definition.spec.name)
+        if record is not None:
+            error = definition.violation_error(record.cpu().tolist())  # .cpu() waits for the kernel
+            if error is not None:
+                raise error
 

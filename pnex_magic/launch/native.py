@@ -81,6 +81,12 @@ def load_launcher(verbose: bool = False):
         return _module
 
 
+def force_checked(op_name: str) -> None:
+    """Launches of ``op_name`` on this thread run its checked variant ("": none)."""
+    if _module is not None:
+        _module.force_checked(op_name)
+
+
 def last_kernel(device: int) -> str:
     """The kernel the C++ launcher launched last on cuda:``device`` ("" if none)."""
     return _module.last_kernel(device) if _module is not None else ""
@@ -99,10 +105,16 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
     """What the C++ side registers: the launch description plus ``get_image`` and,
     for an autotuned op, ``choose``."""
 
-    def get_image(device_index: int, contiguous: bool, variant: int = 0) -> tuple[bytes, str]:
+    def get_image(device_index: int, contiguous: bool, variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
         layout = "C" if contiguous else "A"
+        if checked:
+            return definition.kernel_image(arch, layout, variant, checked=True)
         return definition.kernel_image(arch, layout, variant) if variant else definition.kernel_image(arch, layout)
+
+    def describe(record: list[int]) -> str:
+        error = definition.violation_error(record)
+        return "" if error is None else str(error)
 
     def choose(device_index: int, contiguous: bool, key: tuple[int, ...], args: tuple | None) -> tuple[int, bool]:
         # args is None while the stream is capturing: nothing may run then.
@@ -111,7 +123,10 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
             capturing=args is None, runner=lambda: _runner(definition, device_index, args),
         )
 
-    return {**describe_launch(definition.spec), "get_image": get_image, "choose": choose}
+    return {
+        **describe_launch(definition.spec), "get_image": get_image, "choose": choose, "describe": describe,
+        "check": bool(getattr(definition.options, "check", False)),
+    }
 
 
 @contextlib.contextmanager

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import KernelLaunchError
+from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, TensorParam, TuneParam
+from . import checks
 from .kernel import Kernel
 
 
@@ -52,7 +53,8 @@ class SimulatorLauncher:
         device: torch.device,
         variant: int = 0,
     ) -> None:
-        simulated = definition.simulated_function()
+        checked = checks.wanted(definition)
+        simulated = definition.simulated_function(checked=True) if checked else definition.simulated_function()
         if simulated is None:
             raise KernelLaunchError(
                 f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
@@ -80,13 +82,40 @@ class SimulatorLauncher:
                 args.append(value)  # a Python constant, as the compiled variant sees it
             else:
                 args.append(None)
+        record = np.zeros(checks.RECORD_SLOTS, dtype=np.int64)
+        if checked:
+            args.append(FakeCUDAArray(record))
         kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:
                 kernel[grid, block](*args)
+            except PnexError:
+                raise
             except Exception as exc:
                 raise KernelLaunchError(
-                    f"kernel {definition.spec.name!r} failed in the CUDA simulator: {type(exc).__name__}: {exc}"
+                    f"kernel {definition.spec.name!r} failed in the CUDA simulator{_where(exc, simulated)}: "
+                    f"{type(exc).__name__}: {exc}"
                 ) from exc
+        if checked:
+            error = definition.violation_error(record)
+            if error is not None:
+                raise error
         for tensor, shadow in write_back:
             tensor.copy_(shadow)
+
+
+def _where(exc: BaseException, simulated: Any) -> str:
+    """``" at line N: `text`"`` for the kernel's line an exception was raised at."""
+    import linecache
+
+    code = getattr(simulated, "__code__", None)
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if line is None:
+        return ""
+    text = linecache.getline(code.co_filename, line).strip()
+    return f" at line {line}" + (f": `{text}`" if text else "")

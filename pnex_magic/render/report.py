@@ -78,6 +78,7 @@ class PnexReport:
     args_text: str | None = None
     not_compiled: str = ""
     jax: bool = False  #: the name holds the op's JAX function (``%%pnex --jax``)
+    sanitizer: Any = None  #: ``%%pnex --sanitize``: the SanitizerReport (pnex_magic.sanitize)
 
     def __getattr__(self, name: str) -> Any:
         # Convenience: report.registers, report.ptx, ... read the KernelReport.
