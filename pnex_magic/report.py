@@ -27,7 +27,7 @@ from . import timing as _timing
 from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, strided_along_x
+from .efficiency import Efficiency, LaunchFacts, assess, input_bytes, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault
@@ -291,7 +291,7 @@ def build_report(
             launch = launch_info(spec, ran, tuned.block, tuned.variant)
         if timing_result.timed and device_arch is not None:
             step("measuring the device's bandwidth ceiling")
-            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch)
+            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
     step("inspecting the build")
     report = _static_report(definition, arch)
     if launch is not None:
@@ -334,7 +334,8 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
 
 
 def _efficiency(
-    definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str
+    definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str,
+    tuned: TuneResult | None = None,
 ) -> Efficiency:
     """The op's bandwidth against the GPU's ceilings, with the facts for the reasons."""
     device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda")
@@ -342,6 +343,7 @@ def _efficiency(
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     layout = "C" if all(t.is_contiguous() for t in tensors) else "A"
     res = definition.compiled(device_arch, layout=layout).resources if definition.compiles else None
+    copy = hardware.copy_bandwidth(device)
     facts = LaunchFacts(
         arch=device_arch,
         registers=res.registers if res else None,
@@ -355,8 +357,11 @@ def _efficiency(
         bytes_moved=timing.bytes_moved,
         strided=strided_along_x(definition.spec, args),
         x_extent=launch.n_threads[0],
+        input_bytes=input_bytes(definition.spec, args),
+        ceiling_bandwidth=copy or info.peak_bandwidth,
+        tune=tuned.candidates[tuned.choice].tune if tuned is not None else (),
     )
-    return assess(timing, info, hardware.copy_bandwidth(device), facts)
+    return assess(timing, info, copy, facts)
 
 
 def _static_report(definition: Any, arch: str | None) -> KernelReport:
