@@ -50,6 +50,12 @@ FAR = 0.85
 LAUNCH_BOUND_SECONDS = 8e-6
 #: A partial last wave is named when it leaves at least this share of the SMs' time idle.
 IDLE_WAVE_SHARE = 0.15
+#: A kernel counts as memory-bound when it reaches at least this share of what its bytes in
+#: flight allow (below it, something else binds first and more bytes in flight would not help).
+MEMORY_BOUND_SHARE = 0.5
+#: The bytes-in-flight reason is given only while the op stays under what its bytes in flight
+#: allow, with this slack for the estimate's roughness (above it, the estimate does not fit).
+IN_FLIGHT_SLACK = 1.1
 
 #: The shape of a kernel that gives each thread ``ITEMS`` independent elements: block-strided
 #: (a warp's 32 threads read 32 neighbours at each step, as with one element per thread), every
@@ -183,13 +189,20 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         ))
     flight = _in_flight(f)
     ratio = None
+    memory_bound = False
     if flight is not None:
         have, need, per_thread, resident, grid_capped = flight
         ratio = have / need
+        # The op's share of the ceiling against what its bytes in flight allow: well below it,
+        # something else binds first (compute, say); above it, the estimate does not fit this
+        # kernel (the latency is a minimum, the read pattern a guess) and says nothing.
+        share = f.bytes_moved / f.op_seconds / f.ceiling_bandwidth if f.op_seconds > 0 else 0.0
+        memory_bound = share >= MEMORY_BOUND_SHARE * min(ratio, 1.0)
+        explains = memory_bound and share <= IN_FLIGHT_SLACK * ratio
         latency_ns = f.latency * 1e9
         law = (f"{_rate(f.ceiling_bandwidth)} × {latency_ns:.0f} ns DRAM latency / {f.sm_count} SMs needs "
                f"about {format_bytes(need)} (Little's law)")
-        if ratio < 1 and not grid_capped:
+        if ratio < 1 and explains and not grid_capped:
             tuned = _tuned(f)
             advice = ("give each thread several independent elements with pnex.Tune, block-strided "
                       "(j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load them all "
@@ -205,7 +218,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 advice,
                 TUNE_SHAPE,
             ))
-        elif ratio < 1 and not (tiny or few_blocks):
+        elif ratio < 1 and share <= IN_FLIGHT_SLACK * ratio and not (tiny or few_blocks):
             out.append(Reason(
                 "in flight",
                 f"too few bytes in flight: the whole call reads about {format_bytes(have)} per SM while {law}: the "
@@ -219,8 +232,9 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         full = math.ceil(waves)
         idle = (full - waves) / full
         tail = waves - math.floor(waves)
-        # The last wave starves only if its blocks alone keep too few bytes in flight.
-        starved = ratio is None or tail * ratio < 1
+        # A memory-bound kernel's last wave starves only if its blocks alone keep too few
+        # bytes in flight; any other kernel's last wave leaves the idle SMs' time unused.
+        starved = not memory_bound or tail * ratio < 1
         if waves >= 1 and idle >= IDLE_WAVE_SHARE and starved:
             out.append(Reason(
                 "wave",
