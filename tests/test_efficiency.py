@@ -4,14 +4,17 @@ Every reason is a pure function of recorded figures (:class:`LaunchFacts`), so e
 tested here with the figures of real devices written into the tests: an H200 (sm_90,
 132 SMs, a device-to-device copy measured at 4.0 to 4.3 TB/s, DRAM peak 4.8 TB/s, 60 MB
 of L2) and a T4 (sm_75, 40 SMs, 320 GB/s).  The renderers are checked on reports built
-from the same figures.  The same reasons on a GPU, with kernels built to show each, are in
+from the same figures, and the quickstart's cells are checked for the code shape the
+advice teaches.  The same reasons on a GPU, with kernels built to show each, are in
 ``tests/test_gpu_efficiency.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +27,8 @@ from pnex_magic.efficiency import (
 )
 from pnex_magic.launch import autotune
 from pnex_magic.render.tuning import autotune_html, efficiency_html, format_choice, tune_names
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- recorded figures
 
@@ -368,3 +373,90 @@ def test_widget_view_shows_the_reason(monkeypatch):
     widget = report.widget()
     timing_tab = widget.children[1].children[-1].value
     assert "why below 85% of the ceiling" in timing_tab and "too few bytes in flight" in timing_tab
+
+
+# --------------------------------------------------------------------------- the quickstart
+
+
+def _quickstart_cells() -> list[str]:
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(ROOT / "notebooks" / "01_quickstart.ipynb", as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_quickstart_leads_with_a_fused_kernel_then_the_copy_from_naive_to_tune():
+    cells = _quickstart_cells()
+    magics = [c for c in cells if c.startswith("%%pnex")]
+    assert "--eager lambda a, b, c: a * torch.sigmoid(b) + c" in magics[0].splitlines()[0]
+    assert "FULL" not in cells[0] and "N = 1 << 24 if device == \"cuda\" else 32" in cells[0]  # the size switch
+    naive = next(i for i, c in enumerate(magics) if c.startswith("%%pnex --n-threads a.numel() --args (A,)"))
+    tuned = next(i for i, c in enumerate(magics) if "Tune(" in c)
+    assert 0 < naive < tuned
+    line, body = magics[tuned].split("\n", 1)
+    assert '--n-threads "(a.numel() + ITEMS - 1) // ITEMS"' in line and "--threads-per-block auto" in line
+    assert "ITEMS: Tune(1, 2, 4, 8)" in body
+    assert "base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x" in body
+    assert "j = base + k * cuda.blockDim.x" in body and not re.search(r"\* ITEMS \+ k", body)
+    # every load before the first store
+    assert body.index("v[k] = a[j]") < body.index("result[j] = v[k]")
+
+
+def _tuned_cell_without_tune(items: int) -> tuple[str, str]:
+    """The quickstart's Tune cell with ``ITEMS`` a notebook constant (until ``Tune`` is in the
+    magic, the same kernel body compiled for one choice)."""
+    cell = next(c for c in _quickstart_cells() if "Tune(" in c)
+    line, body = cell.split("\n", 1)
+    body = re.sub(r",\s*ITEMS: Tune\([^)]*\)", "", body)
+    return line.removeprefix("%%pnex ").replace("ITEMS", str(items)), body
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.testing import globalipapp
+
+    shell = globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "pnex_magic")
+    shell.run_cell("import math, torch\nfrom numba import float32")
+    return shell
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("items", [1, 2, 4, 8])
+def test_quickstart_tuned_copy_is_right_for_every_choice(ip, items):
+    line, body = _tuned_cell_without_tune(items)
+    ip.run_cell(f"ITEMS = {items}\nA = torch.arange(37, dtype=torch.float32)")  # 37: a partial last block
+    ip.run_cell_magic("pnex", line + " -o rep_tuned", body)
+    rep = ip.user_ns["rep_tuned"]
+    assert rep.timing.correctness.ok and rep.kernel.n_threads_values == (math.ceil(37 / items),)
+
+
+def test_quickstart_tuned_copy_issues_every_load_before_a_store(ip):
+    """The compiled kernel (PTX for sm_90, no GPU needed) has ITEMS loads in flight per thread:
+    the loop is unrolled, the items stay in registers, and no store comes between the loads."""
+    line, body = _tuned_cell_without_tune(4)
+    ip.run_cell("ITEMS = 4\nA = torch.arange(37, dtype=torch.float32)")
+    ip.run_cell_magic("pnex", line, body)
+    op = ip.user_ns["copy_tuned"]
+    if not op.definition.compiles:
+        pytest.skip("no CUDA compiler wheels (pip install -e '.[cu13]')")
+    k = pnex.inspect(op, arch="sm_90")
+    memory = [m.group(1) for m in re.finditer(r"\b(ld|st)\.global\.f32", k.ptx)]
+    assert memory == ["ld"] * 4 + ["st"] * 4
+    assert k.local_bytes == 0 and not k.spills
+
+
+def test_quickstart_fused_kernel_matches_eager_in_single_precision(ip):
+    cells = _quickstart_cells()
+    fused = next(c for c in cells if c.startswith("%%pnex"))
+    line, body = fused.split("\n", 1)
+    ip.run_cell("a1, b1, c1 = (torch.randn(40) for _ in range(3))")
+    ip.run_cell_magic("pnex", line.removeprefix("%%pnex ") + " -o rep_fused", body)
+    rep = ip.user_ns["rep_fused"]
+    assert rep.timing.correctness.ok, rep.timing.correctness
+    op = ip.user_ns["gated"]
+    if op.definition.compiles:
+        assert ".f64" not in pnex.inspect(op, arch="sm_90").ptx  # float32(1.0): no double-precision arithmetic
