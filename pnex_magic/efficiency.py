@@ -203,13 +203,11 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         law = (f"{_rate(f.ceiling_bandwidth)} × {latency_ns:.0f} ns DRAM latency / {f.sm_count} SMs needs "
                f"about {format_bytes(need)} (Little's law)")
         if ratio < 1 and explains and not grid_capped:
+            how = ("block-strided (j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load "
+                   "them all before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
             tuned = _tuned(f)
-            advice = ("give each thread several independent elements with pnex.Tune, block-strided "
-                      "(j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load them all "
-                      "before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
-            if tuned:
-                advice = f"it ran with {tuned}: offer more elements per thread among the Tune choices, " + advice[
-                    len("give each thread several independent elements with pnex.Tune, "):]
+            advice = (f"it ran with {tuned}: offer more elements per thread among the Tune choices, {how}" if tuned
+                      else f"give each thread several independent elements with pnex.Tune, {how}")
             out.append(Reason(
                 "in flight",
                 f"too few bytes in flight: each SM keeps about {format_bytes(have)} of loads in flight "
@@ -219,6 +217,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 TUNE_SHAPE,
             ))
         elif ratio < 1 and share <= IN_FLIGHT_SLACK * ratio and not (tiny or few_blocks):
+            # The whole input is in flight at once: a bound on any kernel, memory-bound or not.
             out.append(Reason(
                 "in flight",
                 f"too few bytes in flight: the whole call reads about {format_bytes(have)} per SM while {law}: the "
@@ -244,15 +243,6 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 "make the grid end near a whole wave, or span many: change the elements per thread (a pnex.Tune "
                 "parameter) or the block size (threads_per_block='auto')",
             ))
-    if f.spill_store_bytes or f.spill_load_bytes:
-        spills = Reason(
-            "spills",
-            f"register spills: {f.spill_store_bytes or 0} B stored and {f.spill_load_bytes or 0} B loaded per thread "
-            f"through local memory",
-            "raise max_registers or keep fewer values live",
-        )
-    else:
-        spills = None
     found = occupancy_limiter(f.arch, f.registers or 0, f.shared_bytes or 0, threads) if f.registers else None
     if found is not None and found[0] < 0.5:
         occ, limiter = found
@@ -274,8 +264,13 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 f"occupancy {occ:.0%} limited by the SM's block slots: blocks of {threads} threads are too small",
                 "use at least 128 threads per block",
             ))
-    if spills is not None:
-        out.append(spills)
+    if f.spill_store_bytes or f.spill_load_bytes:
+        out.append(Reason(
+            "spills",
+            f"register spills: {f.spill_store_bytes or 0} B stored and {f.spill_load_bytes or 0} B loaded per thread "
+            f"through local memory",
+            "raise max_registers or keep fewer values live",
+        ))
     if f.block[0] < 32 and (f.x_extent or 0) >= 32:
         out.append(Reason(
             "narrow",
