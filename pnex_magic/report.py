@@ -342,7 +342,8 @@ def _efficiency(
     info = hardware.device_info(device)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     layout = "C" if all(t.is_contiguous() for t in tensors) else "A"
-    res = definition.compiled(device_arch, layout=layout).resources if definition.compiles else None
+    variant = tuned.variant if tuned is not None else 0  # the Tune values the call ran with
+    res = definition.compiled(device_arch, layout=layout, variant=variant).resources if definition.compiles else None
     copy = hardware.copy_bandwidth(device)
     facts = LaunchFacts(
         arch=device_arch,
@@ -359,7 +360,7 @@ def _efficiency(
         x_extent=launch.n_threads[0],
         input_bytes=input_bytes(definition.spec, args),
         ceiling_bandwidth=copy or info.peak_bandwidth,
-        tune=tuned.candidates[tuned.choice].tune if tuned is not None else (),
+        tune=tuned.tune if tuned is not None else (),
     )
     return assess(timing, info, copy, facts)
 

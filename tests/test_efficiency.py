@@ -26,7 +26,7 @@ from pnex_magic.efficiency import (
     FAR, TUNE_SHAPE, UNEXPLAINED, Efficiency, LaunchFacts, Reason, input_bytes, reasons, strided_along_x,
 )
 from pnex_magic.launch import autotune
-from pnex_magic.render.tuning import autotune_html, efficiency_html, format_choice, tune_names
+from pnex_magic.render.tuning import autotune_html, efficiency_html, tune_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -288,7 +288,7 @@ def _tune_result(seconds_total=1.42) -> autotune.TuneResult:
 def test_candidate_table_lists_blocks_by_tune_values_and_the_tuning_time():
     result = _tune_result()
     assert tune_names(result.candidates) == ("ITEMS",)
-    assert format_choice(result.candidates[6]) == "128, ITEMS=4"
+    assert result.candidates[6].label() == "128, ITEMS=4"
 
     def copy_tuned(a: pnex.In("f32", (None,)), result: pnex.Out("f32", "a")):
         i = cuda.grid(1)
@@ -401,13 +401,12 @@ def test_quickstart_leads_with_a_fused_kernel_then_the_copy_from_naive_to_tune()
     assert body.index("v[k] = a[j]") < body.index("result[j] = v[k]")
 
 
-def _tuned_cell_without_tune(items: int) -> tuple[str, str]:
-    """The quickstart's Tune cell with ``ITEMS`` a notebook constant (until ``Tune`` is in the
-    magic, the same kernel body compiled for one choice)."""
+def _tuned_cell(items: int) -> tuple[str, str]:
+    """The quickstart's Tune cell with one choice of ``ITEMS`` (``--tune``), which the
+    simulator then runs."""
     cell = next(c for c in _quickstart_cells() if "Tune(" in c)
     line, body = cell.split("\n", 1)
-    body = re.sub(r",\s*ITEMS: Tune\([^)]*\)", "", body)
-    return line.removeprefix("%%pnex ").replace("ITEMS", str(items)), body
+    return line.removeprefix("%%pnex ") + f" --tune ITEMS={items}", body
 
 
 @pytest.fixture(scope="module")
@@ -427,8 +426,8 @@ def private_cache(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("items", [1, 2, 4, 8])
 def test_quickstart_tuned_copy_is_right_for_every_choice(ip, items):
-    line, body = _tuned_cell_without_tune(items)
-    ip.run_cell(f"ITEMS = {items}\nA = torch.arange(37, dtype=torch.float32)")  # 37: a partial last block
+    line, body = _tuned_cell(items)
+    ip.run_cell("A = torch.arange(37, dtype=torch.float32)")  # 37: a partial last block
     ip.run_cell_magic("pnex", line + " -o rep_tuned", body)
     rep = ip.user_ns["rep_tuned"]
     assert rep.timing.correctness.ok and rep.kernel.n_threads_values == (math.ceil(37 / items),)
@@ -437,8 +436,8 @@ def test_quickstart_tuned_copy_is_right_for_every_choice(ip, items):
 def test_quickstart_tuned_copy_issues_every_load_before_a_store(ip):
     """The compiled kernel (PTX for sm_90, no GPU needed) has ITEMS loads in flight per thread:
     the loop is unrolled, the items stay in registers, and no store comes between the loads."""
-    line, body = _tuned_cell_without_tune(4)
-    ip.run_cell("ITEMS = 4\nA = torch.arange(37, dtype=torch.float32)")
+    line, body = _tuned_cell(4)
+    ip.run_cell("A = torch.arange(37, dtype=torch.float32)")
     ip.run_cell_magic("pnex", line, body)
     op = ip.user_ns["copy_tuned"]
     if not op.definition.compiles:

@@ -26,7 +26,7 @@ from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
 from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table, tabs
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
-from .tuning import autotune_html, efficiency_html, format_choice, has_tune
+from .tuning import autotune_html, efficiency_html, shows_autotune
 
 __all__ = ["PnexReport", "TAB_TITLES"]
 
@@ -165,8 +165,7 @@ class PnexReport:
         if self.timing is not None and self.timing.speedup is not None:
             badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
         if k.autotune is not None and k.autotune.timed:
-            chosen = k.autotune.candidates[k.autotune.choice]
-            badges.append(badge(f"autotuned: {format_choice(chosen)}", ACCENT))
+            badges.append(badge(f"autotuned: {k.autotune.candidates[k.autotune.choice].label()}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
         lines = [
             f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
@@ -252,7 +251,7 @@ class PnexReport:
             parts.append(note("give --args EXPR to see the grid for concrete arguments"))
         parts.append(note("Axes are in CUDA's X, Y, Z order: cuda.grid(2) returns (x, y); blocks per "
                            "axis = ceil(n_threads / threads per block)."))
-        if k.candidates or has_tune(k.autotune):
+        if shows_autotune(k):
             parts.append(autotune_html(k))
         return "".join(parts)
 

@@ -14,7 +14,7 @@ from ..timing import format_bytes, format_time
 from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, pre, table
 from .listings import highlight, python_lexer
 
-__all__ = ["autotune_html", "efficiency_html", "tune_names", "format_choice", "has_tune"]
+__all__ = ["autotune_html", "efficiency_html", "tune_names", "has_tune", "shows_autotune"]
 
 
 def tune_names(candidates: Sequence[CandidateResult]) -> tuple[str, ...]:
@@ -32,9 +32,10 @@ def has_tune(tuned: TuneResult | None) -> bool:
     return tuned is not None and any(c.tune for c in tuned.candidates)
 
 
-def format_choice(c: CandidateResult) -> str:
-    """``256`` or ``256, ITEMS=4``: a candidate's block and ``Tune`` values."""
-    return ", ".join([format_block(c.block)] + [f"{name}={value!r}" for name, value in c.tune])
+def shows_autotune(k: KernelReport) -> bool:
+    """Whether the op picks anything at run time: several blocks, or a ``Tune``
+    parameter with several choices."""
+    return bool(k.candidates) or any(len(choices) > 1 for _name, choices in k.tune) or has_tune(k.autotune)
 
 
 def _space(tuned: TuneResult) -> str:
@@ -53,9 +54,13 @@ def autotune_html(k: KernelReport) -> str:
     total tuning time."""
     tuned = k.autotune
     if tuned is None:
-        head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {len(k.candidates)} candidate block shapes"
-        shapes = ", ".join(code(format_block(c)) for c in k.candidates)
-        return head + "</div>" + note(f"{shapes}; give --args EXPR to tune on a GPU and see the choice")
+        blocks = k.candidates or (k.threads_per_block,)
+        space = [f"{len(blocks)} candidate block shape{'s' if len(blocks) != 1 else ''}"]
+        space += [f"{escape(name)} in ({escape(', '.join(map(repr, choices)))})" for name, choices in k.tune
+                  if len(choices) > 1]
+        shapes = ", ".join(code(format_block(c)) for c in blocks)
+        return (f"<div style=\"margin-top:6px\"><b>autotune</b>: {' × '.join(space)}</div>"
+                + note(f"{shapes}; give --args EXPR to tune on a GPU and see the choice"))
     names = tune_names(tuned.candidates)
     if names:
         head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {escape(_space(tuned))}"
@@ -78,7 +83,7 @@ def autotune_html(k: KernelReport) -> str:
             f'<span style="{style}">{status}</span>',
         ))
     chosen = tuned.candidates[tuned.choice]
-    summary = (f"chose {code(format_choice(chosen))} ({escape(tuned.source)}"
+    summary = (f"chose {code(chosen.label())} ({escape(tuned.source)}"
                + (f"; {tuned.speedup:.2f}× the first candidate's speed" if tuned.speedup is not None else "")
                + f") for {escape(tuned.key_text)}")
     header = ("block", "threads", *(code(n) for n in names), "device time per call", "speed vs first", "")
