@@ -431,6 +431,9 @@ def test_quickstart_tuned_copy_is_right_for_every_choice(ip, items):
     ip.run_cell_magic("pnex", line + " -o rep_tuned", body)
     rep = ip.user_ns["rep_tuned"]
     assert rep.timing.correctness.ok and rep.kernel.n_threads_values == (math.ceil(37 / items),)
+    html = rep.to_html()  # what the notebook shows
+    assert "a compile-time constant the autotuner chooses" in html and f"ITEMS={items}" in html
+    assert "ITEMS" in rep.to_text()
 
 
 def test_quickstart_tuned_copy_issues_every_load_before_a_store(ip):

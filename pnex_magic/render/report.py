@@ -196,7 +196,8 @@ class PnexReport:
         rows = []
         for p in spec.params:
             role = {"in": "argument", "inmut": "argument, written in place", "out": "returned",
-                    "scalar": "argument", "unused": "dropped (passed None)"}[p.role]
+                    "scalar": "argument", "unused": "dropped (passed None)",
+                    "tune": "a compile-time constant the autotuner chooses (not an argument)"}[p.role]
             rows.append((code(p.name), code(p.describe()), escape(role)))
         args = ", ".join(p.name for p in spec.arguments)
         torch_call = "torch.ops." + k.op_name.replace("::", ".") + f"({args})"
