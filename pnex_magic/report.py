@@ -293,12 +293,13 @@ def build_report(
             step("measuring the device's bandwidth ceiling")
             efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
     step("inspecting the build")
-    report = _static_report(definition, arch)
+    variant = tuned.variant if tuned is not None else 0  # the code that ran: its PTX, SASS and resources
+    report = _static_report(definition, arch, variant)
     if launch is not None:
         report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency,
                                      checked_run=checked_run)
     if sass:
-        compiled = definition.compiled(arch) if definition.compiles else None
+        compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
         found = disassemble(compiled.cubin) if compiled else Disassembly(None, None, report.not_compiled or "no cubin")
         report = dataclasses.replace(report, sass=found)
     return report
@@ -365,8 +366,9 @@ def _efficiency(
     return assess(timing, info, copy, facts)
 
 
-def _static_report(definition: Any, arch: str | None) -> KernelReport:
-    compiled: CompiledKernel | None = definition.compiled(arch) if definition.compiles else None
+def _static_report(definition: Any, arch: str | None, variant: int = 0) -> KernelReport:
+    """The report of the build (``variant``: which ``Tune`` values' code)."""
+    compiled: CompiledKernel | None = definition.compiled(arch, variant=variant) if definition.compiles else None
     spec = definition.spec
     res = compiled.resources if compiled else None
     tpb = math.prod(spec.threads_per_block)
