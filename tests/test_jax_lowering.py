@@ -189,6 +189,48 @@ def test_a_trace_launches_the_stored_autotune_choice(monkeypatch, caplog):
     assert "no block was chosen yet" in caplog.text and "Call the JAX function once on concrete arrays" in caplog.text
 
 
+@pnex.jit(n_threads="x.numel()", threads_per_block=[64, 128])
+def tuned_axpy(x: pnex.In("f32", (None,)), y: pnex.InMut("f32", "x"), s: float):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = y[i] + s * x[i]
+
+
+def test_an_eager_call_lets_the_pytorch_op_tune_on_views_and_copies_of_inmut_arrays(monkeypatch):
+    """The wiring of the eager tuning, run on the CPU: the PyTorch op gets zero-copy
+    views of the In arrays and copies of the InMut ones (it writes them; JAX arrays are
+    immutable), and the trace launches the block it chose."""
+    f = pnex.jax_op(tuned_axpy)
+    x, y = randn(300), randn(300)
+    y_before = np.array(y)
+    calls, stored = [], {}
+    op_call = type(tuned_axpy).__call__
+
+    def spy(self, *args, **kwargs):
+        calls.append(args)
+        result = op_call(self, *args, **kwargs)
+        stored["choice"] = autotune.TuneResult("tuned_axpy", (), "", tuple(
+            autotune.CandidateResult(b) for b in tuned_axpy.spec.block_candidates), 1, "benchmarked")
+        return result
+
+    monkeypatch.setattr(type(tuned_axpy), "__call__", spy)
+    monkeypatch.setattr(jax_frontend, "_concrete_gpu_arrays", lambda arrays: type("Gpu", (), {"id": 0})())
+    monkeypatch.setattr(jax_frontend, "_cuda_devices", lambda: (type("Gpu", (), {"id": 0})(),))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: None)
+    monkeypatch.setattr(autotune, "stored_choice", lambda *a, **k: stored.get("choice"))
+    out = f(x, y, 2.0)
+    ((tx, ty, s),) = calls
+    assert s == 2.0 and tx.data_ptr() == torch.from_dlpack(x).data_ptr()  # a view of x, no copy
+    assert ty.data_ptr() != torch.from_dlpack(y).data_ptr()  # a copy of y, which the op wrote
+    np.testing.assert_array_equal(np.asarray(y), y_before)  # the JAX array is as it was
+    np.testing.assert_allclose(out, y_before + 2 * np.asarray(x), rtol=1e-6)
+    assert [key[2] for key in f._traced] == [(128,)]  # traced with the chosen block
+    f(x, y, 2.0)
+    assert len(calls) == 1  # chosen once
+
+
 def test_without_a_gpu_the_simulator_runs_the_first_candidate():
     f = pnex.jax_op(tuned_scale)
     x = randn(300)
