@@ -289,7 +289,8 @@ def _cuda_archs() -> tuple[str, ...]:
 
 def _torch_index(device: Any) -> int:
     """The CUDA ordinal PyTorch gives a JAX GPU (both number the visible devices)."""
-    return int(getattr(device, "local_hardware_id", None) or device.id)
+    index = getattr(device, "local_hardware_id", None)
+    return int(device.id if index is None else index)
 
 
 def _to_torch(array: np.ndarray) -> torch.Tensor:

@@ -248,6 +248,10 @@ def load_library(verbose: bool = False) -> ctypes.CDLL:
         lib = ctypes.CDLL(str(build_library(verbose)))
         _declare(lib)
         state, stages = handler_bundle(lib)
+        # The CUDA backend first: a backend that starts later registers the targets queued
+        # for it, and may do so before the queued types, which XLA refuses.
+        with contextlib.suppress(RuntimeError):
+            jax.devices("cuda")
         jax.ffi.register_ffi_type(STATE_TYPE, state, platform="CUDA")
         jax.ffi.register_ffi_target(TARGET, stages, platform="CUDA")
         _library = lib
