@@ -314,6 +314,9 @@ ffi::ErrorOr<const Ready*> prepare(LaunchState& state, int32_t device, CUstream 
 
 ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::RemainingArgs args,
                   ffi::RemainingRets rets) {
+  if (state == nullptr || state->kernel == nullptr) {
+    return ffi::Error::Internal("pnex: the launch has no state (XLA did not run the handler's instantiate stage)");
+  }
   Kernel& kernel = *state->kernel;
   const Ready* ready = device >= 0 && device < kMaxDevices ? state->ready[device].load(std::memory_order_acquire) : nullptr;
   if (ready == nullptr) {
