@@ -264,6 +264,7 @@ _CPU_XLA = textwrap.dedent(
 
 def _run_cpu_xla(code: str, env) -> str:
     script = _CPU_XLA.format(benchmarks=str(ROOT / "benchmarks")) + textwrap.dedent(code)
+    env = {**env, "JAX_PLATFORMS": "cpu"}  # on a GPU machine too: XLA's CPU compiler, the handler's CPU registration
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
