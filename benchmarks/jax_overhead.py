@@ -203,6 +203,12 @@ KERNELS = textwrap.dedent(
         if i < a.shape[0]:
             result[i] = a[i] * b[i] + c[i]
 
+    @pnex.jit(n_threads="a.numel()")
+    def muladd_into(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), c: pnex.InMut("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            c[i] = a[i] * b[i] + c[i]
+
     @pnex.jit(n_threads="x.numel()")
     def axpy_into(x: pnex.In("f32", (None,)), y: pnex.InMut("f32", "x"), s: float):
         i = cuda.grid(1)
@@ -382,7 +388,23 @@ def muladd_1gib(result: dict, ns: dict, args) -> None:
     section["jax_pnex_ms"], section["jax_pnex_samples"] = back_to_back(jax_pnex, (a, b, c), block)
     section["jax_xla_fused_ms"], section["jax_xla_samples"] = back_to_back(jax_xla, (a, b, c), block)
     section["jax_pnex_hlo"] = hlo_counts(jax_pnex.lower(a, b, c).compile().as_text())
-    del a, b, c
+    # For the record: the same work written into a donated buffer (InMut), so that JAX
+    # allocates no 1 GiB result per call; against the row above it shows what a fresh
+    # output costs in JAX.
+    into = jax.jit(pnex.jax_op(ns["muladd_into"]), donate_argnums=2)
+    state = {"c": jnp.array(c)}
+    check("pnex into a donated buffer", into(a, b, jnp.array(c)), a, b, c)
+
+    def run_into():
+        out = state["c"]
+        for _ in range(10):
+            out = into(a, b, out)
+        out.block_until_ready()
+        state["c"] = out
+
+    seconds, samples = median_seconds(run_into, repeats)
+    section["jax_pnex_donated_inmut_ms"], section["jax_pnex_donated_inmut_samples"] = seconds / 10 * 1e3, samples
+    del a, b, c, state
     ta, tb, tc = (torch.randn(N_LARGE, device="cuda") for _ in range(3))
     op = ns["muladd"]
     check("the PyTorch op", op(ta, tb, tc), ta, tb, tc)
@@ -395,7 +417,8 @@ def muladd_1gib(result: dict, ns: dict, args) -> None:
     section["goal_met"] = section["jax_vs_torch"] <= 1.03 and section["jax_vs_xla"] <= 1.0
     section["TBps_jax_pnex"] = 4 * N_LARGE * 4 / (section["jax_pnex_ms"] * 1e-3) / 1e12
     log(f"1 GiB a*b+c, ms/call: JAX {section['jax_pnex_ms']:.3f}, PyTorch op {section['torch_op_ms']:.3f} "
-        f"(events {section['torch_op_event_ms']:.3f}), XLA fused {section['jax_xla_fused_ms']:.3f}; "
+        f"(events {section['torch_op_event_ms']:.3f}), XLA fused {section['jax_xla_fused_ms']:.3f}, "
+        f"in place into a donated buffer {section['jax_pnex_donated_inmut_ms']:.3f}; "
         f"JAX/PyTorch {section['jax_vs_torch']:.3f}, JAX/XLA {section['jax_vs_xla']:.3f}")
 
 
@@ -610,6 +633,8 @@ def format_table(result: dict) -> str:
                   f"  pnex kernel through JAX      {m['jax_pnex_ms']:.3f}  ({m['TBps_jax_pnex']:.2f} TB/s)",
                   f"  same kernel, PyTorch op      {m['torch_op_ms']:.3f}  (CUDA events {m['torch_op_event_ms']:.3f})",
                   f"  XLA's fused a*b+c            {m['jax_xla_fused_ms']:.3f}",
+                  f"  pnex, c += a*b in place (JAX, c donated: no result allocated) "
+                  f"{m.get('jax_pnex_donated_inmut_ms', float('nan')):.3f}",
                   f"  JAX / PyTorch op {m['jax_vs_torch']:.3f}x, JAX / XLA {m['jax_vs_xla']:.3f}x"]
     dn = result.get("donation")
     if dn:
