@@ -67,6 +67,7 @@ __all__ = [
     "key_values",
     "key_text",
     "choose",
+    "stored_choice",
     "result_for",
     "results",
     "format_block",
@@ -318,6 +319,30 @@ def choose(
             "seconds_total": result.seconds_total,
         })
         return _remember(definition, where, result).choice, True
+
+
+def stored_choice(definition: Kernel, *, device_index: int, layout: str, key: tuple[int, ...]) -> TuneResult | None:
+    """The choice already made for this key: in this process, or on disk for the same
+    GPU model and kernel build; ``None`` if it was never tuned.  Times nothing: what
+    launchers that cannot benchmark (a JAX trace, whose launch is fixed when traced)
+    ask before they fall back to the first candidate."""
+    where = (device_index, layout, key)
+    found = _RESULTS.get(definition, {}).get(where)
+    if found is not None:
+        return found
+    with _LOCK:
+        found = _RESULTS.get(definition, {}).get(where)
+        if found is not None:
+            return found
+        if getattr(definition.options, "force", False):  # %%pnex --force: choices are made again
+            return None
+        gpu, arch = _device_facts(device_index)
+        stored = cache.load_record(RECORD_KIND, _slot(definition, gpu, arch, layout, key))
+        result = _from_record(definition.spec, stored, key, key_text(definition.spec, key, layout)) if stored else None
+        if result is None:
+            return None
+        stats.disk_hits += 1
+        return _remember(definition, where, result)
 
 
 def _warn_once(spec: KernelSpec, why: str, text: str) -> None:
