@@ -620,3 +620,17 @@ def test_the_simulator_names_the_line_of_an_unchecked_fault():
 
     with pytest.raises(pnex.KernelLaunchError, match=r"failed in the CUDA simulator at line \d+: `r\[i \+ 1\] = a\[i\]`"):
         over(torch.randn(13))
+
+
+def test_checked_kernel_in_jax_names_the_access():
+    jax = pytest.importorskip("jax")
+
+    @pnex.jit(n_threads="a.numel()", threads_per_block=8, check=True)
+    def jshift(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i + 1] = a[i]
+
+    f = pnex.jax_op(jshift)
+    with pytest.raises(Exception, match=r"jshift\(\): index 9 is out of bounds for axis 0 of parameter 'r'"):
+        jax.block_until_ready(f(np.ones(9, dtype=np.float32)))

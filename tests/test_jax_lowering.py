@@ -176,7 +176,7 @@ def test_a_trace_launches_the_stored_autotune_choice(monkeypatch, caplog):
 
     monkeypatch.setattr(jax_frontend, "_cuda_devices", lambda: (Gpu(),))
     monkeypatch.setattr(autotune, "stored_choice", stored_choice)
-    monkeypatch.setattr(jax_frontend, "_kernel_id", lambda definition: 1)
+    monkeypatch.setattr(jax_frontend, "_kernel_id", lambda definition, variant=0: 1)
     text = cuda_module_text(lambda x: f(x, 2.0), x)
     assert asked == [(0, "C", autotune.key_values(tuned_scale.spec, {"x": torch.empty(1000, device="meta"), "s": 2.0}))]
     assert "block = dense<[128, 1, 1]>" in text and "grid = dense<[8, 1, 1]>" in text  # the stored choice, 128
@@ -226,7 +226,7 @@ def test_an_eager_call_lets_the_pytorch_op_tune_on_views_and_copies_of_inmut_arr
     assert ty.data_ptr() != torch.from_dlpack(y).data_ptr()  # a copy of y, which the op wrote
     np.testing.assert_array_equal(np.asarray(y), y_before)  # the JAX array is as it was
     np.testing.assert_allclose(out, y_before + 2 * np.asarray(x), rtol=1e-6)
-    assert [key[2] for key in f._traced] == [(128,)]  # traced with the chosen block
+    assert [key[2] for key in f._traced] == [((128,), 0)]  # traced with the chosen block (and Tune variant)
     f(x, y, 2.0)
     assert len(calls) == 1  # chosen once
 
@@ -282,7 +282,7 @@ def test_the_stateful_handler_instantiates_when_xla_builds_the_executable(pnex_e
             compiled(u, u)
         except Exception as exc:  # the execute stage needs a CUDA stream
             print("execute:", str(exc).splitlines()[0])
-        fj._kernel_id = lambda definition: 12345  # an id nothing registered
+        fj._kernel_id = lambda definition, variant=0: 12345  # an id nothing registered
         try:
             jax.jit(lambda u, s: step(u, s, 0.5)).lower(u, u).compile()
         except Exception as exc:

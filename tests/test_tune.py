@@ -226,3 +226,13 @@ def test_artifacts_keep_every_variant_or_only_the_chosen_ones(tmp_path, monkeypa
     small = pnex.load(tuned)
     assert small.spec.tune_variants == ((8,),) and not small.spec.tune_params[0].tuned
     assert small.definition.kernel_image("sm_80", "C", 0)[0] == items8
+
+
+def test_jax_runs_a_tuned_kernel_with_its_first_choice_on_cpu():
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    op = pnex.jit(n_threads=N_THREADS, threads_per_block=[8, 16])(copy_items)
+    f = pnex.jax_op(op)
+    x = np.random.default_rng().standard_normal(37).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), x)

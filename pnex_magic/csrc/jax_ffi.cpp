@@ -54,7 +54,7 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-enum Kind : int64_t { IN = 0, INMUT = 1, OUT = 2, SCALAR = 3, UNUSED = 4 };
+enum Kind : int64_t { IN = 0, INMUT = 1, OUT = 2, SCALAR = 3, UNUSED = 4, TUNE = 5 };
 
 struct Param {
   int64_t kind, index, ndim, itemsize;
@@ -339,6 +339,7 @@ ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::Rema
       slots.push_back(0);
       continue;
     }
+    if (p.kind == TUNE) continue;  // a constant of the variant's code (one kernel id per variant): no slot
     void* data = nullptr;
     ffi::Span<const int64_t> dims;
     if (p.kind == IN) {

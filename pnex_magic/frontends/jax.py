@@ -161,18 +161,18 @@ class JaxOp:
         placeholder = torch.empty(0, device="meta")
         given = iter(scalars)
         op._check_types(tuple(placeholder if isinstance(p, TensorParam) else next(given) for p in spec.arguments))
-        block = None
+        choice = None
         if spec.autotuned and _concrete_gpu_arrays(arrays) is not None:
             values = dict(zip((p.name for p in spec.arguments if isinstance(p, ScalarParam)), scalars))
             check_call(spec, arrays, values)  # wrong arguments raise before anything runs
-            block = _tune_eagerly(op, arrays, values)
-        fn = self._function(definition, tuple(scalars), block)
+            choice = _tune_eagerly(op, arrays, values)
+        fn = self._function(definition, tuple(scalars), choice)
         results = fn(*arrays)
         if not results:
             return None
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _function(self, definition: KernelDefinition, scalars: tuple, block: tuple[int, ...] | None = None) -> Any:
+    def _function(self, definition: KernelDefinition, scalars: tuple, choice: _Choice | None = None) -> Any:
         """The jitted function of the arrays for this definition, these scalars and
         this block shape (``None``: the choice stored for each traced key, else the
         first candidate)."""
@@ -180,12 +180,12 @@ class JaxOp:
         scalar_params = [p for p in spec.arguments if isinstance(p, ScalarParam)]
         values = dict(zip((p.name for p in scalar_params), scalars))
         slots = tuple(xla.scalar_slots(spec, values))
-        key = (definition, slots, block)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
+        key = (definition, slots, choice)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
         fn = self._traced.get(key)
         if fn is not None:
             self._traced.move_to_end(key)
         else:
-            fn = jax.jit(_differentiable(self, definition, values, slots, block))
+            fn = jax.jit(_differentiable(self, definition, values, slots, choice))
             self._traced[key] = fn
             while len(self._traced) > _CACHE_SIZE:
                 self._traced.popitem(last=False)
@@ -231,7 +231,7 @@ def _x64_hint(p: TensorParam) -> str:
 
 
 def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any],
-               block: Sequence[int] | None = None) -> LaunchInfo:
+               block: Sequence[int] | None = None, variant: int = 0) -> LaunchInfo:
     """The PyTorch op's checks, output shapes and grid (for ``block``, default the
     first candidate) for arrays (or abstract values) of these shapes and dtypes,
     through meta-tensor stand-ins."""
@@ -249,7 +249,7 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any],
             )
         args.append(torch.empty(tuple(array.shape), dtype=dtype, device="meta"))
     try:
-        info = launch_info(spec, args, block)
+        info = launch_info(spec, args, block, variant)
     except ArgumentTypeError as exc:
         p = next((q for q in spec.arguments if f"argument {q.name!r} must be a" in str(exc)), None)
         hint = _x64_hint(p) if isinstance(p, TensorParam) else ""
@@ -306,6 +306,10 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+#: A launch candidate: (block shape, Tune variant).
+_Choice = tuple[tuple[int, ...], int]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity, as a jaxpr parameter
 class _Launch:
     """One traced launch: what the ``pnex_launch`` primitive's lowerings need."""
@@ -316,6 +320,7 @@ class _Launch:
     scalars: tuple[tuple[str, Any], ...]
     slots: tuple[int, ...]
     results: tuple[Any, ...]  #: one core.ShapedArray per result
+    variant: int = 0  #: the Tune variant launched (KernelSpec.tune_variants)
 
     def __repr__(self) -> str:
         return f"{self.definition.spec.name}(grid={self.info.grid}, block={self.info.block})"
@@ -348,11 +353,13 @@ def _launch_impl(*operands: Any, launch: _Launch) -> Any:
 
 
 def _lower_cuda(ctx: Any, *operands: Any, launch: _Launch) -> Any:
+    if launch.definition.options.check:  # checked launches: through the PyTorch op's launcher
+        return mlir.lower_fun(functools.partial(_checked_on_gpu, launch), multiple_results=True)(ctx, *operands)
     rule = jax.ffi.ffi_lowering(xla.TARGET, operand_output_aliases=dict(launch.layout.aliases))
     return rule(
         ctx,
         *operands,
-        kernel=np.int64(_kernel_id(launch.definition)),
+        kernel=np.int64(_kernel_id(launch.definition, launch.variant)),
         grid=np.array(launch.info.grid, dtype=np.int64),
         block=np.array(launch.info.block, dtype=np.int64),
         scalars=np.array(launch.slots, dtype=np.int64),
@@ -363,6 +370,20 @@ def _lower_cuda(ctx: Any, *operands: Any, launch: _Launch) -> Any:
 def _simulated(launch: _Launch, *operands: Any) -> Any:
     def callback(*host: np.ndarray) -> tuple[np.ndarray, ...]:
         return _simulate(launch, *host)
+
+    types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
+    return jax.pure_callback(callback, types, *operands)
+
+
+def _checked_on_gpu(launch: _Launch, *operands: Any) -> Any:
+    """A kernel defined with ``check=True`` (``PNEX_CHECK=1``) in JAX on a GPU: a host
+    callback runs its checked variant through pnex's PyTorch launcher on the same GPU,
+    on copies of the arrays, so an access out of bounds raises ``KernelIndexError``
+    (as JAX's runtime error) and is never made.  A debugging path: slow by design."""
+
+    def callback(*host: np.ndarray) -> tuple[np.ndarray, ...]:
+        index = torch.cuda.current_device()
+        return _simulate(launch, *host, device=torch.device("cuda", index))
 
     types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
     return jax.pure_callback(callback, types, *operands)
@@ -390,33 +411,36 @@ mlir.register_lowering(_launch_p, _lower_cuda, platform="cuda")
 batching.primitive_batchers[_launch_p] = _launch_batched
 
 
-def _simulate(launch: _Launch, *operands: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The CPU path (a ``pure_callback``): the kernel in the CUDA simulator."""
+def _simulate(launch: _Launch, *operands: np.ndarray, device: torch.device | None = None) -> tuple[np.ndarray, ...]:
+    """The CPU path (a ``pure_callback``): the kernel in the CUDA simulator; with a CUDA
+    ``device``, the checked path: pnex's PyTorch launcher there."""
     definition, layout, info = launch.definition, launch.layout, launch.info
     spec = definition.spec
-    env: dict[str, Any] = {name: _to_torch(a) for name, a in zip(layout.operands, operands)}
+    device = device or torch.device("cpu")
+    env: dict[str, Any] = {name: _to_torch(a).to(device) for name, a in zip(layout.operands, operands)}
     env.update(launch.scalars)
+    env.update(spec.tune_values(launch.variant))
     for p, shape in zip(spec.outputs, info.output_shapes):
         if p.name not in env:
-            env[p.name] = (torch.empty(shape, dtype=p.dtype.torch) if p.init is None
-                           else torch.full(shape, p.init, dtype=p.dtype.torch))
-    cpu = torch.device("cpu")
-    launcher_for(cpu).launch(definition, [env.get(p.name) for p in spec.params], info.grid, info.block, cpu)
-    return tuple(_to_numpy(env[name]) for name in layout.results)
+            env[p.name] = (torch.empty(shape, dtype=p.dtype.torch, device=device) if p.init is None
+                           else torch.full(shape, p.init, dtype=p.dtype.torch, device=device))
+    values = [env.get(p.name) for p in spec.params]
+    launcher_for(device).launch(definition, values, info.grid, info.block, device, launch.variant)
+    return tuple(_to_numpy(env[name].cpu()) for name in layout.results)
 
 
-def _kernel_id(definition: KernelDefinition) -> int:
+def _kernel_id(definition: KernelDefinition, variant: int = 0) -> int:
     """The kernel's id in the XLA handler's registry, registered with its code for
     the GPUs JAX sees (none: an export for CUDA elsewhere, which names it only)."""
     archs = _cuda_archs()
     if not archs:
-        return xla.kernel_id(definition)
+        return xla.kernel_id(definition, variant)
     if not definition.compiles:
         raise KernelCompileError(
             f"kernel {definition.spec.name!r} was not compiled ({definition.toolchain_error}), so it cannot run "
             f"on a GPU from JAX; install numba-cuda[cu12] or numba-cuda[cu13]"
         )
-    return xla.register_kernel(definition, archs, verbose=definition.options.verbose)
+    return xla.register_kernel(definition, archs, verbose=definition.options.verbose, variant=variant)
 
 
 # ---------------------------------------------------------------------------- block shapes
@@ -432,10 +456,10 @@ def _tuning_key(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any]
 
 
 def _stored_block(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any],
-                  device_index: int | None = None, *, warn: bool = True) -> tuple[int, ...] | None:
-    """The block the PyTorch op's tuner chose for this call's key (in this process or
-    on disk for this GPU model), or ``None``: then the first candidate launches (and,
-    with ``warn``, a warning says so once per kernel)."""
+                  device_index: int | None = None, *, warn: bool = True) -> _Choice | None:
+    """The block and ``Tune`` variant the PyTorch op's tuner chose for this call's key
+    (in this process or on disk for this GPU model), or ``None``: then the first
+    candidate launches (and, with ``warn``, a warning says so once per kernel)."""
     spec = definition.spec
     if not spec.autotuned:
         return None
@@ -450,7 +474,7 @@ def _stored_block(definition: KernelDefinition, arrays: Sequence[Any], scalars: 
         log.debug("pnex: no stored autotune choice for %r: %s", spec.name, exc)
         found = None
     if found is not None:
-        return found.block
+        return found.block, found.variant
     if warn and spec.name not in _WARNED:
         _WARNED.add(spec.name)
         log.warning(
@@ -478,7 +502,7 @@ def _concrete_gpu_arrays(arrays: Sequence[Any]) -> Any:
     return device
 
 
-def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> tuple[int, ...] | None:
+def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> _Choice | None:
     """Before an eager call traces an autotuned kernel: let the PyTorch op choose the
     block for this key, on zero-copy DLPack views of the arrays (copies of the InMut
     ones: the op writes its InMut arguments, JAX arrays are immutable); returns the
@@ -508,22 +532,23 @@ def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) ->
         log.warning("pnex: could not autotune %r through the PyTorch op before tracing it in JAX: %s", spec.name, exc)
         return None
     found = autotune.stored_choice(definition, device_index=index, layout="C", key=_tuning_key(spec, arrays, scalars))
-    return None if found is None else found.block
+    return None if found is None else (found.block, found.variant)
 
 
 # ---------------------------------------------------------------------------- tracing
 
 
 def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any], slots: Sequence[int],
-        block: tuple[int, ...] | None = None) -> tuple:
+        choice: _Choice | None = None) -> tuple:
     """Trace one launch of ``definition``: every result (Out arrays, then InMut arrays).
-    ``block``: the block shape to launch (default: the autotuned choice stored for
-    this call's key, else the first candidate)."""
+    ``choice``: the block shape and ``Tune`` variant to launch (default: the autotuned
+    choice stored for this call's key, else the first candidate)."""
     spec = definition.spec
-    if block is None:
+    if choice is None:
         check_call(spec, arrays, scalars)  # the argument checks come first
-        block = _stored_block(definition, arrays, scalars)
-    info = check_call(spec, arrays, scalars, block)
+        choice = _stored_block(definition, arrays, scalars)
+    block, variant = choice if choice is not None else (None, 0)
+    info = check_call(spec, arrays, scalars, block, variant)
     layout = xla.call_layout(spec)
     env = dict(zip((p.name for p in spec.arguments if isinstance(p, TensorParam)), arrays))
     dtypes = {p.name: jnp.dtype(p.dtype.name) for p in spec.params if isinstance(p, TensorParam)}
@@ -540,7 +565,7 @@ def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, 
     for name in layout.operands:  # an Out(init=...) no memset pattern expresses: XLA fills it
         if name not in env:
             env[name] = jnp.full(shapes[name], spec.param(name).init, dtype=dtypes[name])
-    launch = _Launch(definition, layout, info, tuple(scalars.items()), tuple(slots), results)
+    launch = _Launch(definition, layout, info, tuple(scalars.items()), tuple(slots), results, variant)
     return tuple(_launch_p.bind(*(env[n] for n in layout.operands), launch=launch))
 
 
@@ -557,7 +582,7 @@ class _Static:
 
 
 def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[str, Any], slots: tuple,
-                    block: tuple[int, ...] | None = None) -> Any:
+                    choice: _Choice | None = None) -> Any:
     """``run`` for these scalars as a ``jax.custom_vjp`` of the tensor arguments, whose
     VJP is the backward pnex op attached to ``owner.op``."""
     spec = definition.spec
@@ -565,11 +590,11 @@ def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[st
 
     @jax.custom_vjp
     def forward(*arrays):
-        return run(definition, arrays, scalars, slots, block)
+        return run(definition, arrays, scalars, slots, choice)
 
     def forward_with_residuals(*arrays):
         attached = _attached(owner.op)
-        results = run(definition, arrays, scalars, slots, block)
+        results = run(definition, arrays, scalars, slots, choice)
         env = dict(zip(names, arrays))
         env.update(zip((p.name for p in spec.outputs), results))
         saved = tuple(env[n] for n in attached.plan.saved_tensors)

@@ -73,7 +73,7 @@ HEADER = build.CSRC / "cuda_driver.h"
 
 _library: ctypes.CDLL | None = None
 _lock = threading.Lock()
-_ids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_ids: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()  # per Tune variant
 # The C++ registry keeps every kernel (a few kB of code each): an executable XLA compiled
 # earlier may still launch a kernel whose definition is gone.
 _archs: dict[int, set[str]] = {}  # kernel id -> architectures whose code the registry holds
@@ -263,34 +263,38 @@ def library_available() -> bool:
     return _library is not None
 
 
-def _new_id(definition: Kernel) -> int:
-    """A kernel's id: a hash of its source, interface and options where it has them
-    (the same kernel gets the same id in every process, so an executable XLA
-    compiled from the same program calls the same kernel), else a counter."""
+def _new_id(definition: Kernel, variant: int = 0) -> int:
+    """A kernel's id: a hash of its source, interface, options and ``Tune`` variant where
+    it has them (the same kernel gets the same id in every process, so an executable
+    XLA compiled from the same program calls the same kernel), else a counter."""
     source_key = getattr(definition, "source_key", None)
     if source_key is None:
         return next(_next_id)
     text = f"{source_key}|max_registers={definition.options.max_registers}"
+    if variant:
+        text += f"|variant={variant}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & (2**62 - 1) | 2**62
 
 
-def kernel_id(definition: Kernel) -> int:
-    """The id the handler knows ``definition`` by (registered or not: an export for
-    the CUDA platform on a machine without one names the kernel by it too)."""
+def kernel_id(definition: Kernel, variant: int = 0) -> int:
+    """The id the handler knows ``definition`` (its ``Tune`` variant ``variant``) by,
+    registered or not: an export for the CUDA platform on a machine without one names
+    the kernel by it too."""
     with _lock:
-        found = _ids.get(definition)
+        ids = _ids.setdefault(definition, {})
+        found = ids.get(variant)
         if found is None:
-            found = _ids[definition] = _new_id(definition)
+            found = ids[variant] = _new_id(definition, variant)
         return found
 
 
-def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = False) -> int:
+def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = False, variant: int = 0) -> int:
     """The id of ``definition`` in the handler's registry, registering it (first time)
     with its parameter table and adding its code for every architecture of ``archs``
     (``"sm_90"``, ``"9.0"``) it does not have yet.  Compiles what the cache lacks
     (a kernel the PyTorch op already launched is compiled: its code is reused)."""
     lib = load_library(verbose)
-    found = kernel_id(definition)
+    found = kernel_id(definition, variant)
     with _lock:
         if found not in _archs:
             table = call_layout(definition.spec).table
@@ -298,7 +302,7 @@ def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = Fa
             lib.pnex_jax_register(found, definition.spec.name.encode(), len(table) // 4, array)
             _archs[found] = set()
         for arch in sorted({arch_name(parse_arch(a)) for a in archs} - _archs[found]):
-            image, entry = definition.kernel_image(arch, "C")
+            image, entry = definition.kernel_image(arch, "C", variant) if variant else definition.kernel_image(arch, "C")
             major, minor = parse_arch(arch)
             lib.pnex_jax_add_image(found, 10 * major + minor, image, len(image), entry.encode())
             _archs[found].add(arch)
