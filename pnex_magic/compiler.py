@@ -313,12 +313,13 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
     from numba import cuda
 
     _, _, ObjectCode = linker_classes()
+    # No line info here: NVRTC's LTO-IR of the float16/bfloat16 helpers has no debug module
+    # flags, and nvJitLink refuses to link modules whose flags conflict.
     try:
-        with warnings.catch_warnings(), _target_device(cc):
+        with warnings.catch_warnings(), _target_device(cc), _without_debug_subroutines():
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
                 fn, numba_signature(spec, layout, variant), device=False, abi="numba", cc=cc, output="ltoir",
-                lineinfo=True,
             )
     except Exception as exc:
         raise KernelCompileError(
@@ -328,6 +329,27 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
         ) from None
     kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
     return [kernel, *(object_code(code, spec.name) for code in codes[1:])]
+
+
+@contextlib.contextmanager
+def _without_debug_subroutines():
+    """Numba keeps the subroutines it compiled (operators' implementations) per target
+    context, keyed without the debug options: after a compile with line info, a compile
+    without would reuse them, with their debug module flags.  While this is active, a
+    compile starts from none (pnex's compiles are serialised by ``_target_device``)."""
+    try:
+        from numba.cuda.descriptor import cuda_target
+
+        context = cuda_target.target_context
+    except Exception:  # another numba-cuda layout: nothing to isolate
+        yield
+        return
+    saved = context.cached_internal_func
+    context.cached_internal_func = {}
+    try:
+        yield
+    finally:
+        context.cached_internal_func = saved
 
 
 def _link_dependencies(
