@@ -7,6 +7,8 @@ That is about 1.5 s on two cores, against well under 0.1 s for each later kernel
 ``%load_ext pnex_magic`` calls :func:`start`, which does all of it in a daemon
 thread by compiling and linking a trivial kernel, so that the notebook's first
 ``%%pnex`` cell, typed a few seconds later, compiles at the later kernels' speed.
+It then makes the report's syntax highlighters (their regular expressions compile
+on first use).
 
 It is invisible: the thread prints nothing, lets no exception out (a broken
 compiler set-up is reported by the real compile, with its usual message) and does
@@ -85,6 +87,13 @@ def _kernel_source():
 
 
 def _warm() -> None:
+    try:
+        _warm_numba()
+    finally:
+        _warm_report()
+
+
+def _warm_numba() -> None:
     from numba import cuda
     from numba.cuda import types as nbtypes
 
@@ -93,3 +102,12 @@ def _warm() -> None:
     signature = (nbtypes.Array(nbtypes.float32, 1, "C", readonly=True), nbtypes.Array(nbtypes.float32, 1, "C"))
     ptx, _ = cuda.compile(_kernel_source(), signature, device=False, abi="numba", cc=(7, 5), output="ptx")
     link_cubin(ptx, "sm_75", None, "pnex_warmup", [])
+
+
+def _warm_report() -> None:
+    # A report's listings are highlighted by pygments, whose lexers compile their regular
+    # expressions when first made: 50 ms of the first cell's report otherwise.
+    from .render.listings import PtxLexer, SassLexer, highlight, python_lexer
+
+    for lexer in (python_lexer(), PtxLexer(), SassLexer()):
+        highlight("x = 1\n", lexer)
