@@ -942,10 +942,13 @@ def bench_lltm(
     loops: int = 50,
     compile_variants: bool = True,
     rounds: int | None = None,
+    compile_modes: tuple[str, ...] = ("default", "reduce-overhead"),
 ) -> Workload:
     """Forward + backward of one LLTM step, as the tutorial measures it:
     ``new_h, new_C = rnn(X, (h, C)); (new_h.sum() + new_C.sum()).backward()``; every
-    variant in each of ``rounds`` interleaved rounds."""
+    variant in each of ``rounds`` interleaved rounds.  The eager model is compiled in
+    each of ``compile_modes`` (the CUDA-graph modes on a GPU only); the pnex model in
+    the default mode and, on a GPU, ``reduce-overhead``."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
     reference = LLTM(features, state).to(device)
@@ -988,10 +991,15 @@ def bench_lltm(
 
     rows: list[Row] = []
     variants = [(EAGER, variant(EAGER, reference, check=False))]
-    if compile_variants:
+    graph_modes = ("reduce-overhead", "max-autotune")  # the modes that capture CUDA graphs
+    for mode in compile_modes if compile_variants else ():
+        if mode in graph_modes and device.type != "cuda":
+            continue
         twin = LLTM(features, state).to(device)
         twin.load_state_dict(reference.state_dict())
-        variants.append((COMPILED, variant(COMPILED, torch.compile(twin))))
+        name = {"default": COMPILED, "reduce-overhead": COMPILED_GRAPHS}.get(mode, f"torch.compile(mode='{mode}')")
+        compiled = torch.compile(twin) if mode == "default" else torch.compile(twin, mode=mode)
+        variants.append((name, variant(name, compiled, graphs=mode in graph_modes)))
     variants.append(("pnex fused kernels (eager)", variant("pnex fused kernels (eager)", make_pnex())))
     if compile_variants:
         name = "pnex fused kernels in torch.compile"
@@ -999,10 +1007,6 @@ def bench_lltm(
     if compile_variants and device.type == "cuda":
         # CUDA graphs remove the per-launch cost that dominates at the tutorial's size;
         # measured for both, so that neither side is compared with a handicapped other.
-        twin2 = LLTM(features, state).to(device)
-        twin2.load_state_dict(reference.state_dict())
-        variants.append((COMPILED_GRAPHS,
-                         variant(COMPILED_GRAPHS, torch.compile(twin2, mode="reduce-overhead"), graphs=True)))
         name = "pnex fused kernels in torch.compile(mode='reduce-overhead')"
         variants.append((name, variant(name, torch.compile(make_pnex(), mode="reduce-overhead", fullgraph=True),
                                        graphs=True)))
