@@ -244,6 +244,9 @@ def log(text: str) -> None:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("autotune.py needs an NVIDIA GPU; nothing measured.")
         return 1

@@ -178,6 +178,9 @@ def fresh_per_call(path: Path) -> dict:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("export_check.py needs an NVIDIA GPU; nothing measured.")
         return 1

@@ -27,6 +27,9 @@ def check(name: str, ok: bool, detail: str = "") -> None:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU visible to PyTorch: nothing to check")
         return 2

@@ -15,10 +15,10 @@ again in a process with torch alone (no Numba, no CUDA compiler).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from . import autograd
-from .autograd import attach_backward, backward_of
-from .artifact import load, save
+from .annotations import In, InMut, Out, Scalar, Tune, Unused
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
@@ -31,10 +31,48 @@ from .errors import (
     PnexError,
     ShapeExpressionError,
 )
-from .frontends.jit import jit
-from .op import PnexOp
-from .report import KernelReport, build_report, inspect
-from .spec import In, InMut, Out, Scalar, Tune, Unused
+
+if TYPE_CHECKING:
+    from . import autograd
+    from .artifact import load, save
+    from .autograd import attach_backward, backward_of
+    from .frontends.jit import jit
+    from .op import PnexOp
+    from .report import KernelReport, build_report, inspect
+
+# Imported on first use (PEP 562), so that ``import pnex_magic`` stays cheap: the
+# definition path (jit) does not need the report, the artifact format or autograd,
+# and a process that only loads artifacts never needs jit.
+_LAZY = {
+    "jit": ".frontends.jit",
+    "PnexOp": ".op",
+    "inspect": ".report",
+    "build_report": ".report",
+    "KernelReport": ".report",
+    "save": ".artifact",
+    "load": ".artifact",
+    "attach_backward": ".autograd",
+    "backward_of": ".autograd",
+}
+_SUBMODULES = frozenset({"autograd"})
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
 
 __all__ = [
     "jit",

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import cache
+from . import cache, warmup
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
 from .linking import has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry
@@ -227,6 +227,7 @@ def _target_device(cc: tuple[int, int]):
 
 
 def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str, variant: int = 0) -> tuple[str, str]:
+    warmup.wait()  # never beside the background warm-up (%load_ext): it does this first compile's set-up
     from numba import cuda
 
     sig = numba_signature(spec, layout, variant)
@@ -310,6 +311,7 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
     """The kernel and the code it links against (float16/bfloat16 operators,
     ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
     kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
+    warmup.wait()
     from numba import cuda
 
     _, _, ObjectCode = linker_classes()

@@ -18,12 +18,13 @@ import threading
 import types
 from typing import Any
 
-from ._version import __version__
+from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, parse_arch
 from .compiler import CompiledKernel, compile_kernel
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
 from .fingerprint import function_fingerprint, referenced_names
+from .lazycuda import resolve as resolve_lazy_cuda
 from .spec import KernelSpec
 
 __all__ = ["JitOptions", "KernelDefinition", "toolchain_versions"]
@@ -80,26 +81,46 @@ class JitOptions:
         )
 
 
+# Distributions whose versions change compiled code: Numba's typing and lowering, the
+# NVVM that emits PTX (the cu13 and cu12 wheels), nvJitLink that links the cubin and
+# NVRTC that compiles the float16/bfloat16 helpers linked in, and their bindings.
+_TOOLCHAIN_DISTS = (
+    "numba-cuda", "numba", "llvmlite",
+    "nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc",
+    "nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12",
+    "cuda-bindings",
+)
+_NVVM_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
+
+
 @functools.lru_cache(maxsize=1)
 def toolchain_versions() -> str:
-    """Versions that change compiled code: part of every cache key."""
-    from importlib import metadata
+    """Versions that change compiled code: part of every cache key.
 
+    Read from the installed distributions' metadata, without importing Numba or
+    loading NVVM, so that a cache hit runs no part of the compiler.  Where no NVVM
+    wheel is installed, numba-cuda finds a CUDA toolkit through $CUDA_HOME,
+    $CUDA_PATH or $CONDA_PREFIX: those folders (and the toolkit's version.json)
+    join the key instead."""
     import torch
 
+    found = installed_versions(*_TOOLCHAIN_DISTS)
     parts = [f"pnex_magic={__version__}", f"torch={torch.__version__}"]
-    for dist in ("numba-cuda", "numba", "llvmlite"):
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=none")
-    try:
-        from numba.cuda.cudadrv import nvvm
-
-        parts.append(f"nvvm={nvvm.NVVM().get_version()}")
-    except Exception:
-        parts.append("nvvm=unavailable")
+    parts += [f"{dist}={version or 'none'}" for dist, version in found.items()]
+    if not any(found[dist] for dist in _NVVM_WHEELS):
+        for var in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"):
+            folder = os.environ.get(var)
+            if folder:
+                parts.append(f"{var}={folder}:{_read_small(os.path.join(folder, 'version.json'))}")
     return ";".join(parts)
+
+
+def _read_small(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(1 << 20)).hexdigest()[:16]
+    except OSError:
+        return "-"
 
 
 class KernelDefinition:
@@ -116,8 +137,10 @@ class KernelDefinition:
         self._checked: Any = None  # pnex_magic.checked.CheckedKernel, made on first use
         self._simulated_checked: Any = None
         self.toolchain_error: str | None = None
-        # Freeze what the simulator sees now, as Numba freezes globals when it compiles.
-        self.simulated_function()
+        # Freeze what the simulator will see now, as Numba freezes the globals it reads
+        # when it compiles; the simulator itself (and Numba) is imported at the first run.
+        self._frozen: dict[int, types.FunctionType] = {}
+        _freeze(fn, self._frozen)
 
     @property
     def op_name(self) -> str:
@@ -246,42 +269,91 @@ class KernelDefinition:
             raise
 
     def simulated_function(self, checked: bool = False) -> types.FunctionType:
-        """The kernel as the CUDA simulator runs it: a copy whose globals and closure
-        have every ``@cuda.jit(device=True)`` function replaced by its simulated form
-        (``checked``: of the checked variant, which takes the error record last)."""
+        """The kernel as the CUDA simulator runs it: the copy frozen at definition, whose
+        ``@cuda.jit(device=True)`` functions are replaced by their simulated forms (made
+        on the first call, which imports the simulator); ``checked``: the checked
+        variant's (:meth:`checked_kernel`), which takes the error record last."""
         if checked:
             if self._simulated_checked is None:
-                self._simulated_checked = _simulable(self.checked_kernel().function, {})
+                with _SIMULABLE_LOCK:
+                    if self._simulated_checked is None:
+                        function = self.checked_kernel().function
+                        self._simulated_checked = _simulable(function, {}, {})
             return self._simulated_checked
         if self._simulated is None:
-            self._simulated = _simulable(self.fn, {})
+            with _SIMULABLE_LOCK:
+                if self._simulated is None:
+                    self._simulated = _simulable(self.fn, self._frozen, {})
         return self._simulated
 
 
-def _simulable(fn: types.FunctionType, memo: dict[int, Any]) -> types.FunctionType:
+# Making a frozen copy simulable changes it in place: one thread at a time.
+_SIMULABLE_LOCK = threading.Lock()
+
+
+def _is_device_function(value: Any) -> bool:
+    # The type's module first: reading an attribute of pnex's lazy ``cuda`` imports Numba.
+    return type(value).__module__.startswith("numba") and getattr(value, "py_func", None) is not None
+
+
+def _freeze(fn: types.FunctionType, frozen: dict[int, types.FunctionType]) -> types.FunctionType:
+    """A copy of ``fn`` that keeps what it reads as it is now, as Numba's compiled code
+    does: its own globals dict (a shallow copy; NumPy arrays it reads are copied, since
+    Numba bakes their contents into the code), new closure cells, and the same for the
+    device functions it calls, recursively.  ``frozen`` maps ``id`` of each original
+    function to its copy.  Needs no Numba: converting the copy for the simulator waits
+    for the first simulated run (:func:`_simulable`)."""
+    import numpy as np
+
+    if id(fn) in frozen:
+        return frozen[id(fn)]
+    new_globals = dict(fn.__globals__)
+    closure = None
+    if fn.__closure__:
+        closure = tuple(types.CellType(_cell_value(c)) for c in fn.__closure__)
+    clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
+    clone.__qualname__ = fn.__qualname__
+    frozen[id(fn)] = clone
+    values = [new_globals[name] for name in referenced_names(fn) if name in new_globals]
+    for name in referenced_names(fn):
+        if isinstance(new_globals.get(name), np.ndarray):
+            new_globals[name] = new_globals[name].copy()
+    values += [cell.cell_contents for cell in closure or ()]
+    for value in values:
+        if _is_device_function(value):
+            _freeze(value.py_func, frozen)
+    return clone
+
+
+def _simulable(
+    fn: types.FunctionType, frozen: dict[int, types.FunctionType], memo: dict[int, Any]
+) -> types.FunctionType:
+    """``fn``'s frozen copy, made runnable by the simulator: every device function it
+    reads becomes a simulated device function (of its own frozen copy), and pnex's lazy
+    ``cuda`` the real module (the simulator swaps that for its fake one by identity)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    if id(fn) in memo:
-        return memo[id(fn)]
+    clone = frozen.get(id(fn))
+    if clone is None:  # a device function first reached at run time: freeze it now
+        clone = _freeze(fn, frozen)
+    if id(clone) in memo:
+        return clone
+    memo[id(clone)] = clone
 
     def convert(value: Any) -> Any:
-        py_func = getattr(value, "py_func", None)
-        if py_func is not None and type(value).__module__.startswith("numba"):
+        value = resolve_lazy_cuda(value)
+        if _is_device_function(value):
             if id(value) not in memo:
-                memo[id(value)] = FakeCUDAKernel(_simulable(py_func, memo), device=True)
+                memo[id(value)] = FakeCUDAKernel(_simulable(value.py_func, frozen, memo), device=True)
             return memo[id(value)]
         return value
 
-    new_globals = dict(fn.__globals__)
+    glb = clone.__globals__
     for name in referenced_names(fn):
-        if name in new_globals:
-            new_globals[name] = convert(new_globals[name])
-    closure = None
-    if fn.__closure__:
-        closure = tuple(types.CellType(convert(_cell_value(c))) for c in fn.__closure__)
-    clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
-    clone.__qualname__ = fn.__qualname__
-    memo[id(fn)] = clone
+        if name in glb:
+            glb[name] = convert(glb[name])
+    for cell in clone.__closure__ or ():
+        cell.cell_contents = convert(_cell_value(cell))
     return clone
 
 

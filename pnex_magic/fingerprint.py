@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from .lazycuda import MODULE_NAME as LAZY_MODULE_NAME
+from .lazycuda import is_lazy_cuda
+
 __all__ = ["function_fingerprint", "referenced_names"]
 
 
@@ -47,7 +50,8 @@ def _source(fn: types.FunctionType) -> str:
 
 
 def _is_dispatcher(value: Any) -> bool:
-    return hasattr(value, "py_func") and type(value).__module__.startswith("numba")
+    # The type's module first: ``hasattr`` on pnex's lazy ``cuda`` would import Numba.
+    return type(value).__module__.startswith("numba") and hasattr(value, "py_func")
 
 
 def _value_token(value: Any, depth: int, seen: set[int]) -> str:
@@ -66,6 +70,8 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
         return f"{type(value).__name__}:{value!r}"
     if isinstance(value, types.ModuleType):
         return f"module:{value.__name__}"
+    if is_lazy_cuda(value):  # %%pnex's ``cuda``: the same kernel as with ``from numba import cuda``
+        return f"module:{LAZY_MODULE_NAME}"
     if _is_dispatcher(value):
         return "cuda-function:" + _function_token(value.py_func, depth + 1, seen)
     if isinstance(value, types.FunctionType):

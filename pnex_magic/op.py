@@ -18,6 +18,7 @@ kernel then, and the op leaves that device to it.  This module makes one op;
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import torch
@@ -288,11 +289,60 @@ def make_op(definition: Kernel) -> PnexOp:
         i: (float, int) if p.dtype.python_type is float else (p.dtype.python_type,)
         for i, p in enumerate(arguments) if isinstance(p, ScalarParam)
     }
+    _name_pnex_files_for_inspect()
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
     op.register_kernel(None)(impl)
+    _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
     return op
+
+
+def _name_pnex_files_for_inspect() -> None:
+    """torch's fake-kernel registration names the line that registers it (a line of
+    pnex's) with ``inspect.getframeinfo``, whose ``inspect.getmodule`` scans every loaded
+    module's file for the one holding it, unless that file was seen before: 0.1-0.5 s
+    the first time in a process with Numba loaded, most of a cache hit's time.  Tell
+    ``inspect`` where pnex's own modules live (what its scan would find) so it never
+    needs to scan for them."""
+    import inspect
+    import os
+
+    known = getattr(inspect, "modulesbyfile", None)
+    if not isinstance(known, dict):
+        return
+    for name, module in list(sys.modules.items()):
+        if name.startswith("pnex_magic") and name not in _NAMED:
+            try:
+                file = inspect.getabsfile(module)
+            except TypeError:  # a namespace package: no file
+                continue
+            known.setdefault(file, name)
+            known.setdefault(os.path.realpath(file), name)
+            _NAMED.add(name)
+
+
+_NAMED: set[str] = set()
+
+
+def _skip_dynamo_until_imported(op: PnexOp) -> None:
+    """``register_kernel`` wraps the implementation in ``torch._disable_dynamo``, which
+    imports ``torch._dynamo`` at the first call (1.5 s and more on a CPU) so as to keep
+    Dynamo from tracing into it.  Until something else imports Dynamo nothing can be
+    tracing, so calls go straight to the implementation; after that, through torch's
+    wrapper as before.  (GPU calls of a C++-launched op never reach this.)"""
+    inner = op._backend_fns.get(None)
+    plain = getattr(inner, "__wrapped__", None)
+    if inner is None or plain is None:  # another torch: leave its wrapper alone
+        return
+    modules = sys.modules
+
+    def backend(*args, **kwargs):
+        if "torch._dynamo" in modules:
+            return inner(*args, **kwargs)
+        return plain(*args, **kwargs)
+
+    op._backend_fns[None] = backend
 
 
 def _translate(exc: BaseException, name: str) -> BaseException:

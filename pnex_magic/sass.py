@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import tempfile
 
+from . import cache
+
 __all__ = ["Disassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE"]
 
 
@@ -90,12 +92,28 @@ def disassemble(cubin: bytes | None, *, timeout: float = 60.0) -> Disassembly:
     return _disassemble_cached(hashlib.sha256(cubin).hexdigest(), cubin, timeout)
 
 
+_RECORD_KIND = "sass"
+
+
 @functools.lru_cache(maxsize=32)
 def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembly:
     found = find_disassembler()
     if found is None:
         return Disassembly(None, None, f"neither cuobjdump nor nvdisasm was found: {SASS_ADVICE}")
     tool, path = found
+    # The disassembler takes 0.2-0.5 s even for a tiny cubin: its listing is kept in the
+    # cache folder, keyed by the cubin and the tool, for the next process (a re-run cell).
+    key = hashlib.sha256(f"{digest}|{tool}|{os.path.realpath(path)}".encode()).hexdigest()
+    stored = cache.load_record(_RECORD_KIND, key)
+    if stored is not None and isinstance(stored.get("text"), str):
+        return Disassembly(stored["text"], tool, "")
+    result = _run_disassembler(tool, path, cubin, timeout)
+    if result.text:
+        cache.store_record(_RECORD_KIND, key, {"text": result.text, "tool": tool})
+    return result
+
+
+def _run_disassembler(tool: str, path: str, cubin: bytes, timeout: float) -> Disassembly:
     with tempfile.TemporaryDirectory(prefix="pnex-sass-") as tmp:
         file = os.path.join(tmp, "kernel.cubin")
         with open(file, "wb") as f:

@@ -95,3 +95,31 @@ def test_full_run_needs_a_gpu(capsys):
     assert wl.main([]) == 1
     assert "needs an NVIDIA GPU" in capsys.readouterr().out
     assert run_notebooks.main([]) == 1
+
+
+def test_variants_run_in_interleaved_rounds_and_keep_the_minimum_of_their_medians():
+    calls = []
+    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 4.0, 6.0])}
+
+    def timed(name):
+        def run():
+            calls.append(name)
+            return next(times[name])
+        return run
+
+    def broken():
+        calls.append("broken")
+        raise RuntimeError("no GPU")
+
+    rows = []
+    wl._run_rounds(rows, [("a", timed("a")), ("b", timed("b")), ("broken", broken)], rounds=3)
+    assert calls == ["a", "b", "broken", "b", "a", "a", "b"]  # each round starts one further on; broken runs once
+    by = {r.variant: r for r in rows}
+    assert [r.variant for r in rows] == ["a", "b", "broken"]
+    assert (by["a"].seconds, by["a"].rounds) == (1.0, [3.0, 1.0, 2.0])
+    assert (by["b"].seconds, by["b"].rounds) == (4.0, [5.0, 4.0, 6.0])
+    assert by["broken"].seconds is None and by["broken"].note.startswith("FAILED: RuntimeError: no GPU")
+    w = wl.Workload("w", "s", "per call", rows)
+    assert wl._each_round(w, ["a"], ["b"]) == [True, True, True]
+    assert wl._each_round(w, ["b"], ["a"]) == [False, False, False]
+    assert wl._each_round(w, ["a"], ["broken"]) == [None, None, None]

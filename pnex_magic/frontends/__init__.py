@@ -6,6 +6,7 @@
   ``%pnex_doctor``;
 * :mod:`.jax`: ``pnex_magic.jax_op``, a pnex op as a JAX function.
 
-``import pnex_magic`` imports only :mod:`.jit`; the IPython modules load with
-``%load_ext pnex_magic``, and :mod:`.jax` (and JAX) with the first ``jax_op()``.
+``import pnex_magic`` imports none of them: :mod:`.jit` loads with the first use of
+``pnex_magic.jit``, the IPython modules with ``%load_ext pnex_magic``, and :mod:`.jax`
+(and JAX) with the first ``jax_op()``.
 """

@@ -54,13 +54,13 @@ from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
-from numba import cuda
 
 from .. import autograd
 from ..calls import launch_info
 from ..define import definition as make_definition
 from ..define import registered
 from ..errors import KernelDefinitionError, PnexError
+from ..lazycuda import cuda  # numba.cuda, imported on first use: a cache hit needs no Numba
 from ..op import PnexOp
 from ..render.progress import LogDisplay, Progress
 from ..render.report import PnexReport

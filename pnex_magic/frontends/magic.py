@@ -20,7 +20,7 @@ from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from .. import cache
+from .. import cache, warmup
 from ..artifact import save
 from ..definition import JitOptions
 from ..errors import KernelDefinitionError
@@ -408,11 +408,13 @@ def _accelerator_error():
 def load_ipython_extension(ip) -> None:
     """``%load_ext pnex_magic``: register ``%%pnex``, ``%pnex_save``, ``%pnex_cache`` and ``%pnex_doctor``,
     and :func:`show_fault` for ``torch.AcceleratorError`` (unless another handler of
-    custom exceptions is set: IPython keeps one)."""
+    custom exceptions is set: IPython keeps one); start Numba's one-time set-up in the
+    background (:mod:`pnex_magic.warmup`)."""
     ip.register_magics(PnexMagics)
     error = _accelerator_error()
     if error is not None and not ip.custom_exceptions:
         ip.set_custom_exc((error,), show_fault)
+    warmup.start()  # Numba's one-time set-up, in the background while the first cell is typed
 
 
 def unload_ipython_extension(ip) -> None:
