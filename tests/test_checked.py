@@ -40,7 +40,7 @@ def simulate(fn, grid, block, *args):
 
     err = np.zeros(RECORD, np.int64)
     wrapped = [FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    FakeCUDAKernel(_simulable(fn, {}), device=False)[grid, block](*wrapped, FakeCUDAArray(err))
+    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped, FakeCUDAArray(err))
     return err
 
 
@@ -49,7 +49,7 @@ def run_plain(fn, grid, block, *args):
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     wrapped = [FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    FakeCUDAKernel(_simulable(fn, {}), device=False)[grid, block](*wrapped)
+    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -442,7 +442,7 @@ def test_the_workloads_kernels_give_the_same_results_checked(monkeypatch):
         ck = C.checked_kernel(d.fn)
         err = C.error_buffer()
         stand_in = types.SimpleNamespace(
-            spec=C.checked_spec(d.spec), simulated_function=lambda: _simulable(ck.function, {})
+            spec=C.checked_spec(d.spec), simulated_function=lambda: _simulable(ck.function, {}, {})
         )
         SimulatorLauncher().launch(stand_in, [*values, err], grid, block, torch.device("cpu"))
         return ck.describe(err)

@@ -66,7 +66,7 @@ class _Checked:
         return compiled.cubin, compiled.entry
 
     def simulated_function(self):
-        return _simulable(self.ck.function, {})
+        return _simulable(self.ck.function, {}, {})
 
 
 def _launch(op, args, device):
