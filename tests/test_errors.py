@@ -530,7 +530,7 @@ def test_kernel_fault_in_simulator():
         if i < a.shape[0]:
             out[i + 1] = a[i]
 
-    with raises_named(KernelLaunchError, r"kernel 'overrun' failed in the CUDA simulator: IndexError"):
+    with raises_named(KernelLaunchError, r"kernel 'overrun' failed in the CUDA simulator at line \d+: `out\[i \+ 1\] = a\[i\]`: IndexError"):
         overrun(f32(4))
 
 
