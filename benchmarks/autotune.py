@@ -15,6 +15,7 @@ benchmarks/results/autotune-<date>.json (and a copy to $OUT if set).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -102,6 +103,9 @@ def log(text: str) -> None:
 
 
 def main() -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     if not torch.cuda.is_available():
         print("autotune.py needs an NVIDIA GPU; nothing measured.")
         return 1

@@ -43,7 +43,7 @@ import torch  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import device_ms, gpu_info, versions  # noqa: E402
+from bench_common import device_seconds, gpu_info, versions  # noqa: E402
 
 N_SMALL = 1024
 N_LARGE = (1 << 30) // 4  # 1 GiB of float32 per array
@@ -224,7 +224,7 @@ def device_time(result: dict, ns: dict) -> None:
     device["torch_op_ms"], device["torch_op_samples"] = back_to_back_ms(
         op, (ta, tb, tc), lambda out=None: torch.cuda.synchronize()
     )
-    device["torch_op_event_ms"] = device_ms(op, (ta, tb, tc))
+    device["torch_op_event_ms"] = device_seconds(op, (ta, tb, tc)) * 1e3
     device["speed_jax_vs_torch"] = device["torch_op_ms"] / device["jax_pnex_ms"]
     device["goal_met"] = device["speed_jax_vs_torch"] >= 0.98
     device["TBps_jax_pnex"] = 4 * N_LARGE * 4 / (device["jax_pnex_ms"] * 1e-3) / 1e12
@@ -247,6 +247,9 @@ def first_uses(result: dict, ns: dict) -> None:
 
 
 def main() -> int:
+    import argparse  # parse before looking for a GPU: --help works anywhere
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("jax_overhead.py needs an NVIDIA GPU; nothing measured.")
         return 1
