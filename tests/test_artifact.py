@@ -516,3 +516,36 @@ def test_a_recorded_build_is_imported_without_cpp_extension(tmp_path, pnex_env):
         """,
         pnex_env,
     )
+
+
+# --------------------------------------------------------------------------- AOTInductor
+
+
+@pytest.mark.slow
+def test_aot_inductor_package_of_a_model_calling_a_pnex_op_runs_on_cpu(tmp_path):
+    # The op defined in this process (the simulator runs it); the GPU test runs a package
+    # after pnex.load in a fresh process.
+    rich = make_rich()
+
+    class Model(torch.nn.Module):
+        def forward(self, a, acc):
+            out, counts, rowmax = rich(a, acc, 0.5, 2, True)
+            return torch.relu(out) + 1, counts.float().sum(), rowmax * 2
+
+    a = torch.randn(29, 41)
+    acc = torch.randn(29, dtype=torch.float64)
+    package = torch._inductor.aoti_compile_and_package(
+        torch.export.export(Model(), (a, acc.clone())), package_path=str(tmp_path / "model.pt2")
+    )
+    runner = torch._inductor.aoti_load_package(package)
+    a = torch.randn(29, 41)  # fresh inputs of the same shape
+    acc = torch.randn(29, dtype=torch.float64)
+    got_acc = acc.clone()
+    got = runner(a, got_acc)
+    v = a * 0.5  # the kernel's effect, written with torch
+    expected_counts = torch.zeros(29 * 2 + 1, dtype=torch.int32)
+    expected_counts[0:58:2] = 41
+    torch.testing.assert_close(got[0], torch.relu(v) + 1)
+    torch.testing.assert_close(got[1], expected_counts.float().sum())
+    torch.testing.assert_close(got[2], torch.clamp(v.amax(1), min=-1.5) * 2)
+    torch.testing.assert_close(got_acc, acc + v.double().sum(1))  # the InMut argument, updated in place
