@@ -11,6 +11,7 @@ runs loaded ops on a GPU.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -457,6 +458,44 @@ def test_newer_format_and_missing_files_are_named(good_artifact, tmp_path):
         pnex.load(tmp_path / "nothing.pnex")
     with pytest.raises(ArtifactError, match="it is a folder"):
         pnex.load(tmp_path)
+
+
+# --------------------------------------------------------------------------- the expected digest
+
+
+def test_load_with_the_files_sha256_registers_it(good_artifact, tmp_path):
+    path = tmp_path / "trusted.pnex"
+    path.write_bytes(good_artifact)
+    digest = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout.split()[0]
+    for given in (digest, digest.upper(), f" {digest}\n"):
+        loaded = pnex.load(path, sha256=given)
+        with FakeTensorMode():
+            assert loaded(torch.empty(6)).shape == (6,)
+
+
+def test_load_refuses_a_file_whose_sha256_differs(good_artifact, tmp_path):
+    original = make_copy()
+    path = tmp_path / "swapped.pnex"
+    trusted = hashlib.sha256(good_artifact).hexdigest()
+    for changed in (  # another op's intact artifact, a damaged one, one byte flipped
+        pnex.save(make_rich(), tmp_path / "rich.pnex", archs=("sm_80",)).read_bytes(),
+        good_artifact[: len(good_artifact) // 2],
+        good_artifact[:-1] + bytes([good_artifact[-1] ^ 1]),
+    ):
+        path.write_bytes(changed)
+        actual = hashlib.sha256(changed).hexdigest()
+        with pytest.raises(ArtifactError, match=rf"swapped.pnex: its SHA-256 is {actual}, not the expected {trusted}"):
+            pnex.load(path, sha256=trusted)
+    x = torch.randn(6)  # still the op defined here (a loaded one cannot run on CPU): nothing was registered
+    torch.testing.assert_close(getattr(torch.ops.pnex, original.definition.op_name)(x), x)
+
+
+@pytest.mark.parametrize("given", ["abc", "g" * 64, 12345, b"0" * 64], ids=["short", "not-hex", "int", "bytes"])
+def test_load_names_a_malformed_sha256(good_artifact, tmp_path, given):
+    path = tmp_path / "copy.pnex"
+    path.write_bytes(good_artifact)
+    with pytest.raises(ArtifactError, match=r"pnex.load\(sha256=...\) takes the file's SHA-256 as 64 hexadecimal digits"):
+        pnex.load(path, sha256=given)
 
 
 # --------------------------------------------------------------------------- %pnex_save and the launcher's build record
