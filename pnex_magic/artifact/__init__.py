@@ -172,7 +172,7 @@ def load(path: str | os.PathLike, *, sha256: str | None = None) -> PnexOp:
         The SHA-256 of the whole file you expect (64 hexadecimal digits, as
         ``sha256sum`` prints or ``hashlib.sha256(data).hexdigest()`` gives), taken
         where the file was made or from a source you trust.  A file whose digest
-        differs is refused before anything in it is read or registered.
+        differs is refused before anything in it is parsed or registered.
 
     Raises
     ------
