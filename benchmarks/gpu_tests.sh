@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # Run the GPU-marked tests file by file on the GPU machine (a crash in one file does not
 # hide the others), logs under $OUT (or ./gpu-logs), and print one summary line per file.
+# Files run ${JOBS:-4} at a time, except those that time kernels against each other
+# (autotuning), which run alone afterwards.  PNEX_EXPECT_GPU=1: a broken CUDA set-up fails
+# the tests instead of skipping them as "no GPU".
 #   . benchmarks/device_setup.sh && bash benchmarks/gpu_tests.sh [test files...]
 OUT=${OUT:-./gpu-logs}; mkdir -p "$OUT"
-# A GPU is expected here: a CUDA set-up that fails fails every gpu test (tests/conftest.py), never skips it.
-export PNEX_EXPECT_GPU=1
+export PNEX_EXPECT_GPU=1 OUT
 files=("$@")
 [ ${#files[@]} -eq 0 ] && files=($(python3 -m pytest -m gpu tests --collect-only -q 2>/dev/null | grep '::' | cut -d: -f1 | sort -u))
-summary=()
-for f in "${files[@]}"; do
-  name=$(basename "$f" .py)
+run_file() {
+  f=$1; name=$(basename "$f" .py)
   timeout "${PER_FILE_TIMEOUT:-400}" python3 -m pytest -m gpu "$f" -q -p no:cacheprovider -rfEs --tb=short \
     > "$OUT/$name.log" 2>&1
-  rc=$?
-  last=$(grep -E "passed|failed|error|no tests ran" "$OUT/$name.log" | tail -1)
-  [ -z "$last" ] && last="(no summary; rc=$rc: $(tail -1 "$OUT/$name.log" | cut -c1-100))"
-  summary+=("$(printf '%-26s rc=%-3s %s' "$name" "$rc" "$last")")
+  echo "$?" > "$OUT/$name.rc"
+}
+export -f run_file
+alone=(); together=()
+for f in "${files[@]}"; do
+  case $f in *autotune*|*_tune*) alone+=("$f") ;; *) together+=("$f") ;; esac
 done
+[ ${#together[@]} -gt 0 ] && printf '%s\n' "${together[@]}" | xargs -P "${JOBS:-4}" -I{} bash -c 'run_file {}'
+for f in "${alone[@]}"; do run_file "$f"; done
 echo "== GPU tests by file"
-printf '%s\n' "${summary[@]}"
+for f in "${files[@]}"; do
+  name=$(basename "$f" .py)
+  last=$(grep -E "passed|failed|error|no tests ran" "$OUT/$name.log" | tail -1)
+  [ -z "$last" ] && last="(no summary: $(tail -1 "$OUT/$name.log" | cut -c1-100))"
+  printf '%-30s rc=%-3s %s\n' "$name" "$(cat "$OUT/$name.rc" 2>/dev/null)" "$last"
+done

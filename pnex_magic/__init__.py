@@ -1,7 +1,8 @@
 """pnex_magic: write a custom GPU kernel for PyTorch from a notebook.
 
 A Python function written as a Numba-CUDA kernel, its parameters annotated
-``In``, ``InMut``, ``Out``, ``Scalar`` or ``Unused``, becomes a PyTorch custom
+``In``, ``InMut``, ``Out``, ``Scalar`` or ``Unused`` (and compile-time constants
+``Tune``, chosen by the autotuner), becomes a PyTorch custom
 operator with :func:`jit` (or the ``%%pnex`` cell magic: ``%load_ext pnex_magic``).
 The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
 graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
@@ -24,6 +25,7 @@ from .errors import (
     ArtifactError,
     KernelCompileError,
     KernelDefinitionError,
+    KernelIndexError,
     KernelLaunchError,
     KernelTypingError,
     PnexError,
@@ -32,7 +34,7 @@ from .errors import (
 from .frontends.jit import jit
 from .op import PnexOp
 from .report import KernelReport, build_report, inspect
-from .spec import In, InMut, Out, Scalar, Unused
+from .spec import In, InMut, Out, Scalar, Tune, Unused
 
 __all__ = [
     "jit",
@@ -41,6 +43,7 @@ __all__ = [
     "Out",
     "Scalar",
     "Unused",
+    "Tune",
     "inspect",
     "build_report",
     "save",
@@ -57,6 +60,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "KernelIndexError",
     "ArtifactError",
     "jax_op",
     "load_ipython_extension",

@@ -1,12 +1,12 @@
-"""The parameter annotations a user writes: ``In``, ``InMut``, ``Out``, ``Scalar``
-and ``Unused``.  They only record what was written; :func:`pnex_magic.spec.build_spec`
+"""The parameter annotations a user writes: ``In``, ``InMut``, ``Out``, ``Scalar``,
+``Unused`` and ``Tune``.  They only record what was written; :func:`pnex_magic.spec.build_spec`
 checks them into a :class:`~pnex_magic.spec.KernelSpec`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["In", "InMut", "Out", "Scalar", "Unused", "TensorAnnotation"]
+__all__ = ["In", "InMut", "Out", "Scalar", "Unused", "Tune", "TensorAnnotation"]
 
 ShapeSpec = "tuple[int | str | None, ...] | str"
 
@@ -106,3 +106,28 @@ class Unused:
 
     def __repr__(self) -> str:
         return "Unused"
+
+
+class Tune:
+    """A compile-time constant the autotuner chooses: ``ITEMS: Tune(1, 2, 4, 8)``.
+
+    The parameter is not an argument of the op (callers never pass it): each choice
+    is compiled into its own variant of the kernel, where the parameter is a constant
+    (``for k in range(ITEMS)`` is unrolled).  On the first GPU call of each autotune
+    key the op times every block candidate with every choice (the product, when
+    there are several ``Tune`` parameters) and keeps the fastest, as for the block
+    alone; the choice is stored on disk.  The first choice is the default: what the
+    CUDA simulator and calls that may not benchmark use.  ``Tune(4)``, one choice, is a
+    plain constant.
+
+    Choices are ints, floats or bools (all of one kind).  An int ``Tune`` parameter may
+    appear in ``n_threads`` like a scalar argument; one with a single choice may appear
+    in shape expressions and ``autotune_key`` too (a tuned one may not: the tuner
+    compares candidates on the same shapes and keys).
+    """
+
+    def __init__(self, *choices: int | float | bool):
+        self.choices = choices
+
+    def __repr__(self) -> str:
+        return f"Tune({', '.join(map(repr, self.choices))})"

@@ -41,13 +41,17 @@ def format_shape(shape: Sequence[Any]) -> str:
 
 
 def bind_arguments(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
-    """``{parameter name: value}`` for the op's arguments, in declaration order.
-    Trailing scalars left out take their defaults: torch's dispatcher drops arguments
-    equal to their schema default before it calls a Python implementation."""
+    """``{parameter name: value}`` for the op's arguments, in declaration order, and the
+    ``Tune`` parameters' first choices (a launch sets its variant's with
+    :func:`tune_values`).  Trailing scalars left out take their defaults: torch's
+    dispatcher drops arguments equal to their schema default before it calls a Python
+    implementation."""
     env = {p.name: v for p, v in zip(spec.arguments, args)}
     for p in spec.arguments[len(args):]:
         if isinstance(p, ScalarParam) and p.has_default:
             env[p.name] = p.default
+    if spec.tune_params:
+        env.update(spec.tune_values(0))
     return env
 
 
@@ -195,14 +199,20 @@ def launch_grid(
     spec: KernelSpec, env: Mapping[str, Any], block: Sequence[int] | None = None
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(blocks per grid, threads per block), both padded to three axes.  ``env``
-    holds the arguments and the outputs; ``block`` is the block shape to launch with
-    (default: the spec's first candidate)."""
+    holds the arguments, the outputs and the ``Tune`` values of the variant launched;
+    ``block`` is the block shape to launch with (default: the spec's first candidate)."""
     shape = tuple(block) if block is not None else spec.threads_per_block
     grid = []
     for axis, (expr, tpb) in enumerate(zip(spec.n_threads, shape, strict=True)):
         n = int(expr.evaluate(env))
         if n < 0:
-            raise ArgumentShapeError(f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}, which is negative")
+            tuned = sorted(expr.names() & {p.name for p in spec.tune_params})
+            with_tune = (
+                f" with the Tune choice {', '.join(f'{t}={env[t]!r}' for t in tuned)}" if tuned else ""
+            )
+            raise ArgumentShapeError(
+                f"{spec.name}(): n_threads[{axis}] = {expr} evaluates to {n}{with_tune}, which is negative"
+            )
         grid.append(-(-n // tpb))
     block = list(shape)
     while len(grid) < 3:
@@ -227,10 +237,12 @@ class LaunchInfo:
         return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
 
 
-def launch_info(spec: KernelSpec, args: Sequence[Any], block: Sequence[int] | None = None) -> LaunchInfo:
+def launch_info(
+    spec: KernelSpec, args: Sequence[Any], block: Sequence[int] | None = None, variant: int = 0
+) -> LaunchInfo:
     """Check ``args`` (the op's arguments, positionally) against the spec without
     running anything, and say what a call on them launches (with ``block``, default
-    the spec's first candidate)."""
+    the spec's first candidate, and the ``Tune`` values of ``variant``)."""
     missing = spec.arguments[len(args):]
     if missing and all(isinstance(p, ScalarParam) and p.has_default for p in missing):
         args = (*args, *(p.default for p in missing))  # the defaults of trailing scalars
@@ -253,6 +265,7 @@ def launch_info(spec: KernelSpec, args: Sequence[Any], block: Sequence[int] | No
     shapes = output_shapes(spec, env)
     for p, shape in zip(spec.outputs, shapes, strict=True):
         env[p.name] = torch.empty(shape, device="meta")
+    env.update(spec.tune_values(variant))
     values = tuple(int(e.evaluate(env)) for e in spec.n_threads)
     grid, block3 = launch_grid(spec, env, block)
     return LaunchInfo(values, grid, block3, tuple(tuple(int(s) for s in shape) for shape in shapes))

@@ -23,7 +23,7 @@ from . import cache
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
 from .linking import has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry
-from .spec import KernelSpec, ScalarParam, TensorParam
+from .spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 
 __all__ = [
     "ResourceUsage",
@@ -70,22 +70,30 @@ class CompiledKernel:
     compile_seconds: float
     max_registers: int | None
     layout: str = "C"  # of the input arrays: "C" contiguous, "A" any strides
+    variant: int = 0  # the values of the Tune parameters: KernelSpec.tune_variants[variant]
 
     @property
     def ptx_params(self) -> list[int]:
         return _ptx_param_sizes(self.ptx, self.entry)
 
 
-def numba_signature(spec: KernelSpec, layout: str = "C") -> tuple[Any, ...]:
+def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tuple[Any, ...]:
     """Numba types of the kernel's parameters: input tensors as arrays of ``layout``
     (``"C"``: C-contiguous, the fast variant whose loads are ``ld.global``; ``"A"``: any
     strides, for views and transposes, whose loads are generic), ``In`` tensors
     read-only (a write to one fails to compile), outputs as C-contiguous arrays (they
-    are allocated contiguous), scalars as their type, unused parameters as ``none``."""
+    are allocated contiguous), scalars as their type, unused parameters as ``none``,
+    and ``Tune`` parameters as the value of ``variant`` (:attr:`KernelSpec.tune_variants`),
+    ``Omitted``: Numba's type for an argument left to its default, which it lowers as a
+    compile-time constant and passes no slot for."""
     from numba.cuda import types as nbtypes
 
+    values = spec.tune_values(variant)
     sig = []
     for p in spec.params:
+        if isinstance(p, TuneParam):
+            sig.append(nbtypes.Omitted(values[p.name]))
+            continue
         if isinstance(p, TensorParam):
             sig.append(
                 nbtypes.Array(
@@ -102,10 +110,13 @@ def numba_signature(spec: KernelSpec, layout: str = "C") -> tuple[Any, ...]:
 def abi_layout(spec: KernelSpec) -> list[list[int]]:
     """Byte sizes of the flattened kernel parameters Numba's ABI expects, one list
     per parameter: an array is (meminfo, parent, nitems, itemsize, data, shape...,
-    strides...), a scalar its own size, an unused parameter one 8-byte slot."""
+    strides...), a scalar its own size, an unused parameter one 8-byte slot, a ``Tune``
+    parameter none (it is a constant in the code)."""
     layout = []
     for p in spec.params:
-        if isinstance(p, TensorParam):
+        if isinstance(p, TuneParam):
+            layout.append([])
+        elif isinstance(p, TensorParam):
             layout.append([8] * (5 + 2 * p.ndim))
         elif isinstance(p, ScalarParam):
             layout.append([p.dtype.itemsize])
@@ -215,14 +226,16 @@ def _target_device(cc: tuple[int, int]):
             dispatcher.get_current_device = original
 
 
-def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str) -> tuple[str, str]:
+def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str, variant: int = 0) -> tuple[str, str]:
     from numba import cuda
 
-    sig = numba_signature(spec, layout)
+    sig = numba_signature(spec, layout, variant)
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
-            ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx")
+            # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
+            # it leaves registers and SASS unchanged (measured, benchmarks/checked_overhead.py).
+            ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=True)
     except Exception as exc:  # numba raises many types; classify by what they are
         name = type(exc).__name__
         if name in ("TypingError", "UnsupportedError", "NumbaTypeError", "UnsupportedBytecodeError") or "Typing" in name:
@@ -293,7 +306,7 @@ def _parse_resources(log: str) -> ResourceUsage | None:
     )
 
 
-def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C") -> list[Any]:
+def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0) -> list[Any]:
     """The kernel and the code it links against (float16/bfloat16 operators,
     ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
     kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
@@ -304,7 +317,8 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
-                fn, numba_signature(spec, layout), device=False, abi="numba", cc=cc, output="ltoir"
+                fn, numba_signature(spec, layout, variant), device=False, abi="numba", cc=cc, output="ltoir",
+                lineinfo=True,
             )
     except Exception as exc:
         raise KernelCompileError(
@@ -317,7 +331,7 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
 
 
 def _link_dependencies(
-    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C"
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C", variant: int = 0
 ) -> list[Any]:
     """Code the kernel's PTX calls but does not contain, for nvJitLink.
 
@@ -327,7 +341,7 @@ def _link_dependencies(
     a kernel whose PTX declares external functions pays for this second pass."""
     if not has_external_calls(ptx):
         return []
-    return ltoir_objects(fn, spec, cc, layout)[1:]
+    return ltoir_objects(fn, spec, cc, layout, variant)[1:]
 
 
 def compile_kernel(
@@ -341,13 +355,17 @@ def compile_kernel(
     use_cache: bool = True,
     layout: str = "C",
     refresh: bool = False,
+    variant: int = 0,
 ) -> CompiledKernel:
-    """PTX, cubin and resources of ``fn`` for ``arch``; served from the disk cache
-    when ``key`` (which must cover everything that changes the result) matches."""
+    """PTX, cubin and resources of ``fn`` for ``arch`` (``variant``: which values of
+    the ``Tune`` parameters, see :attr:`KernelSpec.tune_variants`); served from the disk
+    cache when ``key`` (which must cover everything that changes the result) matches."""
     cc = parse_arch(arch)
     arch = arch_name(cc)
     if cache_id and layout != "C":
-        cache_id = f"{cache_id}-strided"  # both variants of one kernel share its cache_id
+        cache_id = f"{cache_id}-strided"  # both layouts of one kernel share its cache_id
+    if cache_id and variant:
+        cache_id = f"{cache_id}-v{variant}"
     if use_cache and not refresh:
         entry = cache.load(key, cache_id)
         if entry is not None:
@@ -366,9 +384,10 @@ def compile_kernel(
                     compile_seconds=0.0,
                     max_registers=max_registers,
                     layout=layout,
+                    variant=variant,
                 )
     start = time.perf_counter()
-    ptx, entry_name = _numba_ptx(fn, spec, cc, layout)
+    ptx, entry_name = _numba_ptx(fn, spec, cc, layout, variant)
     expected = [size for sizes in abi_layout(spec) for size in sizes]
     found = _ptx_param_sizes(ptx, entry_name)
     if found != expected:
@@ -379,7 +398,9 @@ def compile_kernel(
         )
     cubin: bytes | None
     try:
-        cubin, log = link_cubin(ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout))
+        cubin, log = link_cubin(
+            ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant)
+        )
     except KernelCompileError:
         raise
     except (ImportError, RuntimeError, OSError) as exc:
@@ -398,6 +419,7 @@ def compile_kernel(
         compile_seconds=seconds,
         max_registers=max_registers,
         layout=layout,
+        variant=variant,
     )
     if use_cache:
         files: dict[str, str | bytes] = {"kernel.ptx": ptx, "link.log": log}
@@ -410,6 +432,7 @@ def compile_kernel(
                 "entry": entry_name,
                 "arch": arch,
                 "layout": layout,
+                "tune": {k: v for k, v in spec.tune_values(variant).items()},
                 "resources": dataclasses.asdict(resources) if resources else None,
                 "compile_seconds": seconds,
             },

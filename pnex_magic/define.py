@@ -50,10 +50,13 @@ def definition(
     autotune_key: Any = None,
     options: JitOptions | None = None,
     name: str | None = None,
+    tune: dict[str, Any] | None = None,
 ) -> KernelDefinition:
-    """Check ``fn``'s annotations and the launch options (no compiling yet)."""
+    """Check ``fn``'s annotations and the launch options (no compiling yet).  ``tune``
+    replaces the choices of ``Tune`` parameters by name."""
     spec = build_spec(
-        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name
+        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
+        tune=tune,
     )
     return KernelDefinition(fn, spec, options or JitOptions())
 

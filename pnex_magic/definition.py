@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import os
 import threading
 import types
 from typing import Any
@@ -41,6 +42,7 @@ class JitOptions:
     arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
     use_cache: bool = True  # False: neither read nor write the disk cache
     force: bool = False  # recompile even on a cache hit (the new build is still stored)
+    check: bool = False  # every GPU launch runs the checked variant (pnex_magic.checked)
 
     @classmethod
     def checked(
@@ -52,9 +54,11 @@ class JitOptions:
         max_registers: int | None = None,
         arch: str | None = None,
         force: bool = False,
+        check: bool | None = None,
     ) -> JitOptions:
         """Options from a front end's values, validated (``KernelDefinitionError``
-        naming the option) and normalised (``arch`` as ``sm_XY``)."""
+        naming the option) and normalised (``arch`` as ``sm_XY``).  ``check=None``
+        follows ``$PNEX_CHECK`` (``1``: checked launches)."""
         if max_registers is not None and (
             isinstance(max_registers, bool) or not isinstance(max_registers, int) or max_registers <= 0
         ):
@@ -63,6 +67,8 @@ class JitOptions:
             raise KernelDefinitionError(f"cache_id must be a string, got {cache_id!r}")
         if arch is not None:
             arch = arch_name(parse_arch(arch))
+        if check is None:
+            check = os.environ.get("PNEX_CHECK", "0") == "1"
         return cls(
             to_extension=bool(to_extension),
             cache_id=cache_id,
@@ -70,6 +76,7 @@ class JitOptions:
             max_registers=max_registers,
             arch=arch,
             force=bool(force),
+            check=bool(check),
         )
 
 
@@ -106,6 +113,8 @@ class KernelDefinition:
         self._compiled: dict[str, CompiledKernel] = {}
         self._lock = threading.Lock()
         self._simulated: Any = None
+        self._checked: Any = None  # pnex_magic.checked.CheckedKernel, made on first use
+        self._simulated_checked: Any = None
         self.toolchain_error: str | None = None
         # Freeze what the simulator sees now, as Numba freezes globals when it compiles.
         self.simulated_function()
@@ -120,40 +129,74 @@ class KernelDefinition:
     def target_arch(self, arch: str | None = None) -> str:
         return arch_name(parse_arch(arch or self.options.arch or default_arch()))
 
-    def cache_key(self, arch: str, layout: str = "C") -> str:
-        text = "\n".join(
-            [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions()]
-        )
-        return hashlib.sha256(text.encode()).hexdigest()
+    def cache_key(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> str:
+        parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions(),
+                 "lineinfo"]
+        if self.spec.tune_params:
+            parts.append(f"tune={self.spec.tune_values(variant)!r}")
+        if checked:
+            parts.append("checked")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def compiled(self, arch: str | None = None, *, layout: str = "C", force: bool = False) -> CompiledKernel:
+    def checked_kernel(self) -> Any:
+        """The kernel's checked variant (:func:`pnex_magic.checked.checked_kernel`): every
+        array access tested against its array's shape, the first violation recorded.
+        Raises ``KernelDefinitionError`` when the kernel's source cannot be read."""
+        if self._checked is None:
+            from .checked import checked_kernel
+
+            self._checked = checked_kernel(self.fn)
+        return self._checked
+
+    def violation_error(self, record: Any) -> Exception | None:
+        """The ``KernelIndexError`` a checked launch whose record (:mod:`pnex_magic.checked`)
+        holds a violation raises; ``None`` when it holds none."""
+        from .checked import violation_error
+
+        return violation_error(self.spec.name, [int(v) for v in record], self.checked_kernel().sites)
+
+    def compiled(
+        self, arch: str | None = None, *, layout: str = "C", variant: int = 0, force: bool = False,
+        checked: bool = False,
+    ) -> CompiledKernel:
         """The kernel compiled for ``arch`` (memoised, and cached on disk).  ``layout``
         ``"C"`` is the variant for C-contiguous inputs (what launches use whenever every
-        input is contiguous, and what reports show); ``"A"`` accepts any strides."""
+        input is contiguous, and what reports show); ``"A"`` accepts any strides.
+        ``variant`` picks the values of the ``Tune`` parameters
+        (:attr:`~pnex_magic.spec.KernelSpec.tune_variants`; 0: the first choices).
+        ``checked``: the checked variant (:meth:`checked_kernel`), which takes the error
+        record as one more, last, argument."""
         arch = self.target_arch(arch)
         with self._lock:
-            found = self._compiled.get((arch, layout))
+            found = self._compiled.get((arch, layout, variant, checked))
             if found is not None and not force:
                 return found
+            fn, spec, cache_id = self.fn, self.spec, self.options.cache_id
+            if checked:
+                from .checked import checked_spec
+
+                fn, spec = self.checked_kernel().function, checked_spec(self.spec)
+                cache_id = None if cache_id is None else f"{cache_id}-checked"
             result = compile_kernel(
-                self.fn,
-                self.spec,
+                fn,
+                spec,
                 arch=arch,
-                key=self.cache_key(arch, layout),
+                key=self.cache_key(arch, layout, variant, checked),
                 max_registers=self.options.max_registers,
-                cache_id=self.options.cache_id,
+                cache_id=cache_id,
                 use_cache=self.options.use_cache,
                 refresh=force or self.options.force,
                 layout=layout,
+                variant=variant,
             )
-            self._compiled[(arch, layout)] = result
+            self._compiled[(arch, layout, variant, checked)] = result
             return result
 
-    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         """What a GPU launcher loads for ``arch``: the cubin and the entry name.  Never
         PTX: loading it would depend on the driver's JIT compiler, which rejects PTX
         from a newer NVVM (see :mod:`pnex_magic.cubin`)."""
-        compiled = self.compiled(arch, layout=layout)
+        compiled = self.compiled(arch, layout=layout, variant=variant, checked=checked)
         if compiled.cubin is None:
             raise KernelCompileError(
                 f"kernel {self.spec.name!r}: no cubin for {compiled.arch} "
@@ -181,6 +224,8 @@ class KernelDefinition:
         """Compile for the target architecture at definition time, so typing errors
         surface there.  A missing CUDA compiler (no NVVM wheel) is not an error: the
         op still runs on CPU tensors through the simulator (and it is said once)."""
+        if self.options.check:
+            self.checked_kernel()  # a kernel without source cannot be checked: say so now
         if self.toolchain_error is not None:
             return None
         try:
@@ -200,9 +245,14 @@ class KernelDefinition:
                 return None
             raise
 
-    def simulated_function(self) -> types.FunctionType:
+    def simulated_function(self, checked: bool = False) -> types.FunctionType:
         """The kernel as the CUDA simulator runs it: a copy whose globals and closure
-        have every ``@cuda.jit(device=True)`` function replaced by its simulated form."""
+        have every ``@cuda.jit(device=True)`` function replaced by its simulated form
+        (``checked``: of the checked variant, which takes the error record last)."""
+        if checked:
+            if self._simulated_checked is None:
+                self._simulated_checked = _simulable(self.checked_kernel().function, {})
+            return self._simulated_checked
         if self._simulated is None:
             self._simulated = _simulable(self.fn, {})
         return self._simulated

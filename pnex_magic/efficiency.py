@@ -4,15 +4,26 @@
 device's ceilings (:class:`~pnex_magic.hardware.DeviceInfo`, the measured
 device-to-device copy) into an :class:`Efficiency`: the op's and the eager
 reference's bandwidth as fractions of the copy (the practical ceiling) and of the
-DRAM peak.  When the op reaches less than :data:`FAR` of the ceiling,
-:func:`reasons` names what the report's own facts point at, most likely first:
-launch overhead (a tiny call), too few blocks for the SMs, register spills,
-occupancy limited by registers or shared memory, inputs that are not contiguous
-along the axis ``cuda.grid``'s x runs over, blocks narrower than a warp.
+DRAM peak.  When the op reaches less than :data:`FAR` of the ceiling, the report
+names what its own facts point at (:func:`reasons`, most likely first), each a
+:class:`Reason`: what the figures show, what to change, and the shape of the code
+where that helps:
 
-:func:`reasons` is a pure function of :class:`LaunchFacts` (plain numbers), so it
-is tested with synthetic resource figures; :func:`strided_along_x` gathers the
-stride facts from a call's arguments.
+* ``"launch"``: a tiny call, dominated by launch overhead;
+* ``"blocks"``: fewer blocks than SMs;
+* ``"uncoalesced"``: inputs not contiguous along the axis ``cuda.grid``'s x runs over;
+* ``"in flight"``: too few bytes in flight per SM to cover the DRAM latency at the
+  ceiling's bandwidth (Little's law), fixed by more independent elements per thread
+  with ``pnex.Tune`` in the block-strided form;
+* ``"wave"``: a partial last wave of blocks that leaves much of the GPU idle;
+* ``"occupancy"``: occupancy limited by registers, shared memory or block slots;
+* ``"spills"``: register spills to local memory;
+* ``"narrow"``: blocks narrower than a warp along x;
+* ``"unexplained"`` (:data:`UNEXPLAINED`): far from the ceiling, and none of the above shows.
+
+:func:`reasons` is a pure function of :class:`LaunchFacts` (plain numbers), so each
+reason is tested with recorded figures; :func:`strided_along_x` and
+:func:`input_bytes` gather facts from a call's arguments.
 """
 
 from __future__ import annotations
@@ -23,16 +34,46 @@ from collections.abc import Sequence
 from typing import Any
 
 from .expressions import BinOp, Expr, MinMax, Neg, Numel, Size
-from .hardware import DeviceInfo, occupancy_limiter
+from .hardware import DeviceInfo, max_threads_per_sm, occupancy_limiter, resident_blocks
+from .hardware import dram_latency as _dram_latency
 from .spec import KernelSpec, TensorParam
 from .timing import TimingResult, format_bytes, format_time
 
-__all__ = ["FAR", "LaunchFacts", "Efficiency", "reasons", "strided_along_x", "assess"]
+__all__ = [
+    "FAR", "LaunchFacts", "Reason", "Efficiency", "reasons", "strided_along_x", "input_bytes", "assess",
+    "TUNE_SHAPE", "UNEXPLAINED",
+]
 
 #: Below this fraction of the ceiling, the report says why the op may be slow.
-FAR = 0.6
+FAR = 0.85
 #: A call this short is dominated by launch overhead, whatever the kernel does.
 LAUNCH_BOUND_SECONDS = 8e-6
+#: A partial last wave is named when it leaves at least this share of the SMs' time idle.
+IDLE_WAVE_SHARE = 0.15
+#: A kernel counts as memory-bound when it reaches at least this share of what its bytes in
+#: flight allow (below it, something else binds first and more bytes in flight would not help).
+MEMORY_BOUND_SHARE = 0.5
+#: The bytes-in-flight reason is given only while the op stays under what its bytes in flight
+#: allow, with this slack for the estimate's roughness (above it, the estimate does not fit).
+IN_FLIGHT_SLACK = 1.1
+
+#: The shape of a kernel that gives each thread ``ITEMS`` independent elements: block-strided
+#: (a warp's 32 threads read 32 neighbours at each step, as with one element per thread), every
+#: load issued before the first store, so that ``ITEMS`` loads per thread are in flight at once.
+TUNE_SHAPE = """\
+@pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block="auto")
+def kernel(a: In("f32", (None,)), r: Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
+    base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+    v = cuda.local.array(ITEMS, float32)
+    for k in range(ITEMS):              # every load first: ITEMS loads in flight per thread
+        j = base + k * cuda.blockDim.x  # block-strided: a warp reads 32 neighbours
+        if j < a.shape[0]:
+            v[k] = a[j]
+    for k in range(ITEMS):              # then every store
+        j = base + k * cuda.blockDim.x
+        if j < a.shape[0]:
+            r[j] = v[k]
+# not j = i * ITEMS + k: a thread's consecutive elements make each warp load uncoalesced"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,58 +93,190 @@ class LaunchFacts:
     #: input tensors not contiguous along the axis cuda.grid's x runs over: (name, stride in elements)
     strided: tuple[tuple[str, int], ...] = ()
     x_extent: int | None = None  #: n_threads[0] for the call
+    input_bytes: int | None = None  #: bytes of the call's input tensors (In and InMut): what the threads read
+    ceiling_bandwidth: float | None = None  #: bytes per second: the measured copy, else the DRAM peak
+    dram_latency: float | None = None  #: seconds (None: :data:`~pnex_magic.hardware.DRAM_LATENCY` for arch)
+    tune: tuple[tuple[str, object], ...] = ()  #: the Tune values the call ran with, e.g. (("ITEMS", 4),)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def latency(self) -> float | None:
+        """The DRAM latency used for Little's law (seconds)."""
+        if self.dram_latency is not None:
+            return self.dram_latency
+        found = _dram_latency(self.arch)
+        return None if found is None else found[0]
 
 
-def reasons(f: LaunchFacts) -> tuple[str, ...]:
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """One likely limiter of a timed op: what the figures show and what to change."""
+
+    kind: str  #: "launch", "blocks", "uncoalesced", "in flight", "wave", "occupancy", "spills" or "narrow"
+    finding: str  #: what the report's figures show
+    advice: str  #: what to change
+    code: str = ""  #: the shape of the code the advice asks for, where that helps
+
+    def __str__(self) -> str:
+        return f"{self.finding}; {self.advice}"
+
+
+def _in_flight(f: LaunchFacts) -> tuple[float, float, float, int, bool] | None:
+    """Little's law for one SM: (bytes it keeps in flight, bytes it needs in flight,
+    bytes read per thread, resident threads, whether the grid caps the residents)."""
+    latency = f.latency
+    launched = f.blocks * f.threads_per_block
+    max_threads = max_threads_per_sm(f.arch)
+    if not (f.ceiling_bandwidth and latency and f.input_bytes and launched and max_threads and f.sm_count):
+        return None
+    found = occupancy_limiter(f.arch, f.registers or 0, f.shared_bytes or 0, f.threads_per_block)
+    occ = found[0] if found is not None else 1.0
+    resident = int(occ * max_threads)
+    from_grid = -(-launched // f.sm_count)  # the threads the grid gives each SM
+    per_thread = f.input_bytes / launched  # one element per thread: only that element's bytes wait at once
+    threads = min(resident, from_grid)
+    needed = f.ceiling_bandwidth * latency / f.sm_count
+    return threads * per_thread, needed, per_thread, threads, from_grid < resident
+
+
+def _rate(bandwidth: float) -> str:
+    """``4 TB/s``, ``320 GB/s``."""
+    return f"{bandwidth / 1e12:.3g} TB/s" if bandwidth >= 1e12 else f"{bandwidth / 1e9:.3g} GB/s"
+
+
+def _tuned(f: LaunchFacts) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in f.tune)
+
+
+def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
     """Every likely reason for a memory-bound kernel to be far from the bandwidth
-    ceiling that the facts show, most likely first (empty when none shows)."""
-    out: list[str] = []
-    threads = math.prod(f.block)
-    blocks = math.prod(f.grid)
-    if f.op_seconds < LAUNCH_BOUND_SECONDS:
-        out.append(
-            f"launch overhead dominates: a call takes {format_time(f.op_seconds)} for {format_bytes(f.bytes_moved)}, "
-            f"and a launch costs a few µs whatever it does; give each call more work, or capture calls in a "
-            f"CUDA graph"
-        )
-    if blocks < f.sm_count:
-        out.append(
-            f"too few blocks to fill the GPU: {blocks:,} block(s) of {threads} threads for {f.sm_count} SMs; use "
-            f"smaller blocks or more threads with less work each"
-        )
-    if f.spill_store_bytes or f.spill_load_bytes:
-        out.append(
-            f"register spills: {f.spill_store_bytes or 0} B stored and {f.spill_load_bytes or 0} B loaded per thread "
-            f"through local memory; raise max_registers or keep fewer values live"
-        )
+    ceiling that the facts show, most likely first (empty when none shows).
+
+    A launch-bound call and a grid with fewer blocks than SMs come first: where they
+    show, nothing inside the kernel can help.  Uncoalesced inputs come before too few
+    bytes in flight, since more elements per thread do not mend wasted transactions.
+    """
+    out: list[Reason] = []
+    threads = f.threads_per_block
+    blocks = f.blocks
+    tiny = f.op_seconds < LAUNCH_BOUND_SECONDS
+    if tiny:
+        out.append(Reason(
+            "launch",
+            f"launch overhead dominates: a call takes {format_time(f.op_seconds)} for {format_bytes(f.bytes_moved)}",
+            "a launch costs a few µs whatever it does; give each call more work, or capture calls in a CUDA graph",
+        ))
+    few_blocks = blocks < f.sm_count
+    if few_blocks:
+        out.append(Reason(
+            "blocks",
+            f"too few blocks to fill the GPU: {blocks:,} block(s) of {threads} threads for {f.sm_count} SMs",
+            "use smaller blocks, or more threads with less work each",
+        ))
+    if f.strided:
+        names = ", ".join(f"{name!r} (stride {stride})" for name, stride in f.strided)
+        out.append(Reason(
+            "uncoalesced",
+            f"uncoalesced loads: {names} not contiguous along the axis cuda.grid's x runs over",
+            "pass contiguous tensors (.contiguous()) or run x over their contiguous axis",
+        ))
+    flight = _in_flight(f)
+    ratio = None
+    memory_bound = False
+    if flight is not None:
+        have, need, per_thread, resident, grid_capped = flight
+        ratio = have / need
+        # The op's share of the ceiling against what its bytes in flight allow: well below it,
+        # something else binds first (compute, say); above it, the estimate does not fit this
+        # kernel (the latency is a minimum, the read pattern a guess) and says nothing.
+        share = f.bytes_moved / f.op_seconds / f.ceiling_bandwidth if f.op_seconds > 0 else 0.0
+        memory_bound = share >= MEMORY_BOUND_SHARE * min(ratio, 1.0)
+        explains = memory_bound and share <= IN_FLIGHT_SLACK * ratio
+        latency_ns = f.latency * 1e9
+        law = (f"{_rate(f.ceiling_bandwidth)} × {latency_ns:.0f} ns DRAM latency / {f.sm_count} SMs needs "
+               f"about {format_bytes(need)} (Little's law)")
+        if ratio < 1 and explains and not grid_capped:
+            how = ("block-strided (j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load "
+                   "them all before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
+            tuned = _tuned(f)
+            advice = (f"it ran with {tuned}: offer more elements per thread among the Tune choices, {how}" if tuned
+                      else f"give each thread several independent elements with pnex.Tune, {how}")
+            out.append(Reason(
+                "in flight",
+                f"too few bytes in flight: each SM keeps about {format_bytes(have)} of loads in flight "
+                f"({resident:,} resident threads × {per_thread:.3g} B read per thread) while {law}: enough for at "
+                f"most about {ratio:.0%} of the ceiling",
+                advice,
+                TUNE_SHAPE,
+            ))
+        elif ratio < 1 and share <= IN_FLIGHT_SLACK * ratio and not (tiny or few_blocks):
+            # The whole input is in flight at once: a bound on any kernel, memory-bound or not.
+            out.append(Reason(
+                "in flight",
+                f"too few bytes in flight: the whole call reads about {format_bytes(have)} per SM while {law}: the "
+                f"call is too small to reach the ceiling, whatever the kernel",
+                "give each call more work (batch several calls into one)",
+            ))
+    per_sm = resident_blocks(f.arch, f.registers or 0, f.shared_bytes or 0, threads)
+    if per_sm and not few_blocks:
+        wave = per_sm * f.sm_count
+        waves = blocks / wave
+        full = math.ceil(waves)
+        idle = (full - waves) / full
+        tail = waves - math.floor(waves)
+        # A memory-bound kernel's last wave starves only if its blocks alone keep too few
+        # bytes in flight; any other kernel's last wave leaves the idle SMs' time unused.
+        starved = not memory_bound or tail * ratio < 1
+        if waves >= 1 and idle >= IDLE_WAVE_SHARE and starved:
+            out.append(Reason(
+                "wave",
+                f"a partial last wave: {blocks:,} blocks are {waves:.2f} waves of {wave:,} ({per_sm} resident blocks "
+                f"of {threads} threads per SM × {f.sm_count} SMs), so the last wave runs {tail:.0%} full and about "
+                f"{idle:.0%} of the SMs' time is idle",
+                "make the grid end near a whole wave, or span many: change the elements per thread (a pnex.Tune "
+                "parameter) or the block size (threads_per_block='auto')",
+            ))
     found = occupancy_limiter(f.arch, f.registers or 0, f.shared_bytes or 0, threads) if f.registers else None
     if found is not None and found[0] < 0.5:
         occ, limiter = found
         if limiter == "registers":
-            out.append(
-                f"occupancy {occ:.0%} limited by registers ({f.registers} per thread × {threads} threads per block); "
-                f"cap them with max_registers or use smaller blocks"
-            )
+            out.append(Reason(
+                "occupancy",
+                f"occupancy {occ:.0%} limited by registers ({f.registers} per thread × {threads} threads per block)",
+                "cap them with max_registers or use smaller blocks",
+            ))
         elif limiter == "shared memory":
-            out.append(
-                f"occupancy {occ:.0%} limited by shared memory ({f.shared_bytes:,} B per block); use less per block"
-            )
+            out.append(Reason(
+                "occupancy",
+                f"occupancy {occ:.0%} limited by shared memory ({f.shared_bytes:,} B per block)",
+                "use less per block",
+            ))
         elif limiter == "blocks":
-            out.append(
-                f"occupancy {occ:.0%} limited by the SM's block slots: blocks of {threads} threads are too small; "
-                f"use at least 128 threads per block"
-            )
-    if f.strided:
-        names = ", ".join(f"{name!r} (stride {stride})" for name, stride in f.strided)
-        out.append(
-            f"uncoalesced loads: {names} not contiguous along the axis cuda.grid's x runs over; pass contiguous "
-            f"tensors (.contiguous()) or run x over their contiguous axis"
-        )
+            out.append(Reason(
+                "occupancy",
+                f"occupancy {occ:.0%} limited by the SM's block slots: blocks of {threads} threads are too small",
+                "use at least 128 threads per block",
+            ))
+    if f.spill_store_bytes or f.spill_load_bytes:
+        out.append(Reason(
+            "spills",
+            f"register spills: {f.spill_store_bytes or 0} B stored and {f.spill_load_bytes or 0} B loaded per thread "
+            f"through local memory",
+            "raise max_registers or keep fewer values live",
+        ))
     if f.block[0] < 32 and (f.x_extent or 0) >= 32:
-        out.append(
-            f"blocks narrower than a warp: X size {f.block[0]}, so each warp's loads span {32 // f.block[0]} rows; "
-            f"use a block with X ≥ 32 (or threads_per_block='auto')"
-        )
+        out.append(Reason(
+            "narrow",
+            f"blocks narrower than a warp: X size {f.block[0]}, so each warp's loads span {32 // f.block[0]} rows",
+            "use a block with X ≥ 32 (or threads_per_block='auto')",
+        ))
     return tuple(out)
 
 
@@ -143,6 +316,25 @@ def strided_along_x(spec: KernelSpec, args: Sequence[Any]) -> tuple[tuple[str, i
     return tuple(found)
 
 
+def input_bytes(spec: KernelSpec, args: Sequence[Any]) -> int:
+    """Bytes of the call's input tensors (``In`` and ``InMut`` arguments): what its
+    threads read, for the bytes-in-flight estimate."""
+    return sum(
+        int(value.numel() * value.element_size())
+        for p, value in zip(spec.arguments, args)
+        if isinstance(p, TensorParam) and p.role in ("in", "inmut")
+    )
+
+
+#: What the report says when the op is far from the ceiling and no reason shows.
+UNEXPLAINED = Reason(
+    "unexplained",
+    "no launch limit shows in the figures",
+    "the kernel may be compute-bound, or read some bytes more than once (the bandwidth counts each argument and "
+    "output byte once)",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Efficiency:
     """Achieved bandwidth against the device's ceilings (bytes per second)."""
@@ -155,7 +347,9 @@ class Efficiency:
     device: str
     bytes_moved: int
     l2_bytes: int | None = None
-    reasons: tuple[str, ...] = ()  #: why the op is far from the ceiling, most likely first
+    reasons: tuple[Reason, ...] = ()  #: why the op is far from the ceiling, most likely first
+    dram_latency: float | None = None  #: seconds: the latency the bytes-in-flight reason used
+    latency_source: str = ""  #: where that figure comes from
 
     @property
     def ceiling(self) -> float | None:
@@ -194,14 +388,24 @@ class Efficiency:
         return self.l2_bytes is not None and self.bytes_moved <= self.l2_bytes
 
     @property
-    def reason(self) -> str | None:
-        """One line: why the op is far from the ceiling (``None`` when it is not)."""
+    def explanation(self) -> Reason | None:
+        """Why the op is far from the ceiling (``None`` when it is not): the most likely
+        :class:`Reason`, or :data:`UNEXPLAINED` when the figures show none."""
         if not self.far:
             return None
-        if self.reasons:
-            return self.reasons[0]
-        return ("no launch limit shows in the figures: the kernel may be compute-bound, or read some bytes more "
-                "than once (the bandwidth counts each argument and output byte once)")
+        return self.reasons[0] if self.reasons else UNEXPLAINED
+
+    @property
+    def reason(self) -> str | None:
+        """One line: why the op is far from the ceiling and what to change (``None`` when
+        it is not far)."""
+        found = self.explanation
+        return None if found is None else str(found)
+
+    @property
+    def also(self) -> tuple[Reason, ...]:
+        """The other reasons the figures show, when the op is far from the ceiling."""
+        return self.reasons[1:] if self.far else ()
 
     def describe(self, bandwidth: float | None) -> str:
         """``2.91 TB/s = 74% of the copy, 61% of peak``."""
@@ -227,8 +431,13 @@ class Efficiency:
         if self.in_l2:
             out.append(f"note      : {format_bytes(self.bytes_moved)} per call fits in L2 "
                        f"({format_bytes(self.l2_bytes)}): timed calls hit the cache")
-        if self.reason:
-            out.append(f"why       : {self.reason}")
+        found = self.explanation
+        if found is not None:
+            out.append(f"why       : below {FAR:.0%} of the ceiling: {found.finding}")
+            out.append(f"change    : {found.advice}")
+            if found.code:
+                out += ["            " + line for line in found.code.splitlines()]
+            out += [f"also      : {r}" for r in self.also]
         return out
 
 
@@ -236,6 +445,7 @@ def assess(
     timing: TimingResult, info: DeviceInfo, copy_bandwidth: float | None, facts: LaunchFacts | None
 ) -> Efficiency:
     """The :class:`Efficiency` of a timed op on a device (``facts``: for the reasons)."""
+    latency = _dram_latency(info.arch)
     return Efficiency(
         op_bandwidth=timing.bandwidth,
         eager_bandwidth=timing.eager_bandwidth,
@@ -246,4 +456,6 @@ def assess(
         bytes_moved=timing.bytes_moved,
         l2_bytes=info.l2_bytes,
         reasons=reasons(facts) if facts is not None else (),
+        dram_latency=facts.latency if facts is not None else None,
+        latency_source=latency[1] if latency is not None else "",
     )

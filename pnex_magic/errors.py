@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentTypeError",
     "ArgumentShapeError",
     "KernelLaunchError",
+    "KernelIndexError",
     "ArtifactError",
 ]
 
@@ -70,6 +71,18 @@ class ArgumentShapeError(PnexError, ValueError):
 class KernelLaunchError(PnexError, RuntimeError):
     """A kernel could not be launched (no back end for the device) or faulted while
     running."""
+
+
+class KernelIndexError(PnexError, IndexError):
+    """A checked launch (``jit(check=True)``, ``%%pnex --check``, ``PNEX_CHECK=1``)
+    found an array access out of bounds; the access was not made, and the CUDA
+    context is intact.  ``violation`` (:class:`pnex_magic.checked.Violation`) and
+    ``site`` (:class:`pnex_magic.checked.Site`) say where."""
+
+    def __init__(self, message: str, violation: object = None, site: object = None):
+        super().__init__(message)
+        self.violation = violation
+        self.site = site
 
 
 class ArtifactError(PnexError, ValueError):

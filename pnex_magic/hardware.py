@@ -2,9 +2,10 @@
 whether a block shape fits a kernel's resources and a call's grid, and the
 memory-bandwidth ceilings of a device.
 
-The limits and :func:`occupancy`, :func:`occupancy_limiter` and
-:func:`block_problem` are pure functions of an architecture name and figures
-from ptxas (registers, shared memory), so they are tested without a GPU.  The
+The limits and :func:`occupancy`, :func:`occupancy_limiter`,
+:func:`resident_blocks`, :func:`block_problem` and :func:`dram_latency` are pure
+functions of an architecture name and figures from ptxas (registers, shared
+memory), so they are tested without a GPU.  The
 device figures (:func:`device_info`) are read from the driver once per device:
 SM count, L2 size, and the peak DRAM bandwidth from the memory clock and bus
 width (``torch.cuda.get_device_properties``, else the driver's attributes through
@@ -28,7 +29,11 @@ __all__ = [
     "MAX_GRID",
     "occupancy",
     "occupancy_limiter",
+    "resident_blocks",
+    "max_threads_per_sm",
     "block_problem",
+    "DRAM_LATENCY",
+    "dram_latency",
     "DeviceInfo",
     "device_info",
     "copy_bandwidth",
@@ -67,6 +72,17 @@ def _registers_per_block(registers: int, threads_per_block: int) -> int:
     return -(-max(registers, 1) * 32 // 256) * 256 * warps
 
 
+def _blocks_by(limits: dict[str, int], registers: int, shared_bytes: int, threads_per_block: int) -> dict[str, int]:
+    """Blocks of ``threads_per_block`` threads one SM holds, by each of its limits."""
+    unused = limits["blocks"] + 1  # a resource the kernel does not use limits nothing
+    return {
+        "blocks": limits["blocks"],
+        "threads": limits["threads"] // threads_per_block,
+        "registers": limits["regs"] // _registers_per_block(registers, threads_per_block) if registers else unused,
+        "shared memory": limits["smem"] // shared_bytes if shared_bytes else unused,
+    }
+
+
 def occupancy_limiter(
     arch: str, registers: int, shared_bytes: int, threads_per_block: int
 ) -> tuple[float, str] | None:
@@ -77,16 +93,25 @@ def occupancy_limiter(
     if limits is None or threads_per_block <= 0:
         return None
     warps_per_block = -(-threads_per_block // 32)
-    unused = limits["blocks"] + 1  # a resource the kernel does not use limits nothing
-    by = {
-        "blocks": limits["blocks"],
-        "threads": limits["threads"] // threads_per_block,
-        "registers": limits["regs"] // _registers_per_block(registers, threads_per_block) if registers else unused,
-        "shared memory": limits["smem"] // shared_bytes if shared_bytes else unused,
-    }
+    by = _blocks_by(limits, registers, shared_bytes, threads_per_block)
     # On a tie, name the kernel's own resource: that is the one the user can change.
     limiter = min(("registers", "shared memory", "threads", "blocks"), key=lambda k: by[k])
     return min(1.0, by[limiter] * warps_per_block / limits["warps"]), limiter
+
+
+def resident_blocks(arch: str, registers: int, shared_bytes: int, threads_per_block: int) -> int | None:
+    """How many blocks of ``threads_per_block`` threads one SM holds at once (0: not
+    one fits), from the same limits as :func:`occupancy_limiter`."""
+    limits = _limits(arch)
+    if limits is None or threads_per_block <= 0:
+        return None
+    return min(_blocks_by(limits, registers, shared_bytes, threads_per_block).values())
+
+
+def max_threads_per_sm(arch: str) -> int | None:
+    """The most threads one SM of ``arch`` holds at once."""
+    limits = _limits(arch)
+    return None if limits is None else limits["threads"]
 
 
 def occupancy(arch: str, registers: int, shared_bytes: int, threads_per_block: int) -> float | None:
@@ -127,6 +152,54 @@ def block_problem(
                 f"needs {blocks:,} blocks on axis {'XYZ'[axis]} for this call, above CUDA's {MAX_GRID[axis]:,}"
             )
     return None
+
+
+# --------------------------------------------------------------------------- DRAM latency
+
+# The time a load that misses every cache takes to return, per architecture, for
+# Little's law (bytes in flight = bandwidth × latency) in the report's reasons
+# (:mod:`pnex_magic.efficiency`).  These are *idle* latencies, from pointer chasing
+# (one warp, each load's address read by the previous load), in SM clock cycles at
+# the clock the benchmark ran at, converted here to seconds.  Under full load the
+# latency is higher (requests queue), so the bytes in flight computed from these
+# figures are the least a kernel needs to reach the bandwidth ceiling: a kernel
+# below them cannot reach it, one above them may still fall short.
+#
+# Sources (read 2026):
+# - RRZE-HPC/gpu-benches, gpu-latency/*.txt (the benchmark prints the measured SM
+#   clock and the cycles per load for buffers up to 2.2 GB; the last row is DRAM):
+#   V100 PCIe 434 cycles at 1380 MHz; A100 80 GB 552 at 1410 MHz; A40 557 at
+#   1740 MHz; L40 625 at 2490 MHz; GH200 689 at 1980 MHz.
+# - markdewing/AI_kernels, latency/README.md (pointer chasing, clocks not locked):
+#   V100 460 cycles, A100 SXM 550, RTX 4090 636, H100 SXM 700, GH200 690, B200 860,
+#   RTX 5090 936; seconds here at the card's boost clock (B200 1965 MHz, RTX 5090
+#   2407 MHz), the clock an unlocked benchmark runs at.
+# - Turing: no measured figure for a Turing GPU was at hand.  Jia et al.,
+#   "Dissecting the NVidia Turing T4 GPU via Microbenchmarking" (arXiv:1903.07486,
+#   2019) find that TU104 has the memory hierarchy depth of Volta's GV100, so
+#   Volta's figure stands in for sm_75.
+#: (seconds, where the figure comes from) per compute capability.
+DRAM_LATENCY: dict[tuple[int, int], tuple[float, str]] = {
+    (7, 0): (434 / 1380e6, "V100: 434 cycles at 1380 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
+    (7, 5): (434 / 1380e6, "Volta's V100 figure (434 cycles at 1380 MHz, RRZE-HPC gpu-benches): no Turing "
+                           "measurement at hand, and Turing's memory hierarchy is as deep as Volta's (Jia et al. 2019)"),
+    (8, 0): (552 / 1410e6, "A100 80 GB: 552 cycles at 1410 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
+    (8, 6): (557 / 1740e6, "A40: 557 cycles at 1740 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
+    (8, 9): (625 / 2490e6, "L40: 625 cycles at 2490 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
+    (9, 0): (689 / 1980e6, "GH200: 689 cycles at 1980 MHz (RRZE-HPC gpu-benches, pointer chasing; H100 SXM: "
+                           "700 cycles, markdewing/AI_kernels)"),
+    (10, 0): (860 / 1965e6, "B200: 860 cycles (markdewing/AI_kernels, pointer chasing) at its 1965 MHz boost clock"),
+    (12, 0): (936 / 2407e6, "RTX 5090: 936 cycles (markdewing/AI_kernels, pointer chasing) at its 2407 MHz boost "
+                            "clock"),
+}
+
+
+def dram_latency(arch: str) -> tuple[float, str] | None:
+    """The idle DRAM latency of ``arch`` in seconds and where the figure comes from
+    (:data:`DRAM_LATENCY`; another minor version of the same major stands in), or
+    ``None`` for an architecture without one."""
+    cc = parse_arch(arch)
+    return DRAM_LATENCY.get(cc) or DRAM_LATENCY.get((cc[0], 0))
 
 
 # --------------------------------------------------------------------------- devices

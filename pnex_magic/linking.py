@@ -81,7 +81,7 @@ def link_cubin(
     """Assemble PTX (and the code it links against) into a cubin with nvJitLink;
     returns (cubin, info log)."""
     Linker, LinkerOptions, ObjectCode = linker_classes()
-    options = {"arch": arch, "verbose": True}
+    options = {"arch": arch, "verbose": True, "lineinfo": True}  # keep the PTX's line table in the cubin
     if max_registers:
         options["max_register_count"] = int(max_registers)
     if any(getattr(dep, "code_type", None) == "ltoir" for dep in dependencies):
@@ -133,7 +133,7 @@ def link_ptx_direct(ptx: str, arch: str, max_registers: int | None, kernel: str)
     ``cuda.core`` (whose import brings the NVVM and NVRTC bindings), it loads nothing
     but nvJitLink."""
     nvjitlink = importlib.import_module("cuda.bindings.nvjitlink")  # ImportError where the wheel is absent
-    options = [f"-arch={arch}"] + ([f"-maxrregcount={int(max_registers)}"] if max_registers else [])
+    options = [f"-arch={arch}", "-lineinfo"] + ([f"-maxrregcount={int(max_registers)}"] if max_registers else [])
     handle = nvjitlink.create(len(options), options)
     try:
         data = ptx.encode()

@@ -62,21 +62,23 @@ def target_archs(archs: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(arch_name(cc) for cc in ccs)
 
 
-def build_images(definition: KernelDefinition, archs: str | Iterable[str], layout: str = "C") -> ArchImages:
+def build_images(
+    definition: KernelDefinition, archs: str | Iterable[str], layout: str = "C", variant: int = 0
+) -> ArchImages:
     """The kernel's PTX for the oldest of ``archs`` and a cubin for each of them, for
-    input ``layout``.  Raises the compile errors of
+    input ``layout`` and ``Tune`` variant ``variant``.  Raises the compile errors of
     :meth:`~pnex_magic.definition.KernelDefinition.compiled` and
     :class:`~pnex_magic.errors.KernelCompileError` where nvJitLink cannot link an
     architecture."""
     archs = target_archs(archs)
     ptx_arch = archs[0]
-    compiled = definition.compiled(ptx_arch, layout=layout)
+    compiled = definition.compiled(ptx_arch, layout=layout, variant=variant)
     ptx, entry = compiled.ptx, compiled.entry
     name = definition.spec.name
     max_registers = definition.options.max_registers
     cubins: dict[str, bytes] = {}
     if has_external_calls(ptx):
-        objects = ltoir_objects(definition.fn, definition.spec, parse_arch(ptx_arch), layout)
+        objects = ltoir_objects(definition.fn, definition.spec, parse_arch(ptx_arch), layout, variant)
         ptx = link_ptx(objects, ptx_arch, name)
         found = ptx_entry(ptx)
         if found is None:

@@ -26,7 +26,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
-from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelLaunchError
+from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelIndexError, KernelLaunchError
 from .launch.kernel import Kernel
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -85,10 +85,15 @@ def make_impl(definition: Kernel):
         outs = _allocate(spec, env, device, fake=False)
         values = [env.get(p.name) for p in spec.params]
         launcher = launch.launcher_for(device)
-        shape = launcher.block(definition, values, device) if spec.autotuned else None
+        shape, variant = None, 0
+        if spec.autotuned:
+            shape, variant = spec.launch_candidates[launcher.candidate(definition, values, device)]
+            if variant:
+                env.update(spec.tune_values(variant))
+                values = [env.get(p.name) for p in spec.params]
         grid, block = launch_grid(spec, env, shape)
         if grid[0] and grid[1] and grid[2]:
-            launcher.launch(definition, values, grid, block, device)
+            launcher.launch(definition, values, grid, block, device, variant)
         return _result(outs)
 
     return impl
@@ -132,7 +137,7 @@ class PnexOp(CustomOpDef):
                 self._check_types(args)
         try:
             return self._opoverload(*args)
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, IndexError) as exc:
             translated = _translate(exc, self._pnex.spec.name)
             if translated is exc:
                 raise
@@ -188,7 +193,10 @@ class PnexOp(CustomOpDef):
         arguments = spec.arguments
         names = [p.name for p in arguments]
         outputs = {p.name for p in spec.outputs}
+        tuned = [p.name for p in spec.tune_params]
         for key in kwargs:
+            if key in tuned:
+                raise ArgumentTypeError(_tune_passed(spec.name, key))
             if key in outputs:
                 raise ArgumentTypeError(
                     f"{spec.name}(): {key!r} is an Out parameter: the op creates and returns it, so do not pass it"
@@ -199,6 +207,8 @@ class PnexOp(CustomOpDef):
                 )
         if len(args) > len(arguments):
             extra = ""
+            if tuned and len(args) <= len(arguments) + len(tuned):
+                raise ArgumentTypeError(_tune_passed(spec.name, tuned[len(args) - len(arguments) - 1]))
             if len(args) <= len(arguments) + len(spec.outputs):
                 extra = (
                     f"; Out parameters ({', '.join(p.name for p in spec.outputs)}) are returned by the op, not passed"
@@ -236,6 +246,14 @@ class PnexOp(CustomOpDef):
 
     def __repr__(self) -> str:
         return f"<pnex op {NAMESPACE}::{self._pnex.op_name}: {self._pnex.spec.python_signature()}>"
+
+
+def _tune_passed(name: str, param: str) -> str:
+    return (
+        f"{name}(): {param!r} is a Tune parameter: the autotuner chooses it among its choices (the simulator and "
+        f"calls that do not tune take the first), so callers do not pass it. To fix it, give it one choice "
+        f"(Tune(4)), or in a notebook override the choices with %%pnex --tune {param}=..."
+    )
 
 
 def _scalar_ok(p: ScalarParam, value: Any) -> bool:
@@ -313,6 +331,10 @@ def _translate(exc: BaseException, name: str) -> BaseException:
             return KernelLaunchError(f"{name}(): CUDA reported at this call: {first}. {launch.fault_hint()}".strip())
         return exc
     message = text[len("pnex: "):].split("\nException raised from")[0].strip()
+    if isinstance(exc, KernelIndexError):
+        return exc
+    if isinstance(exc, IndexError):  # a checked launch's record (the C++ launcher formats it)
+        return KernelIndexError(message)
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):

@@ -27,7 +27,7 @@ from . import timing as _timing
 from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, strided_along_x
+from .efficiency import Efficiency, LaunchFacts, assess, input_bytes, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault
@@ -71,8 +71,11 @@ class KernelReport:
     sass: Disassembly = Disassembly(None, None, "not requested")
     not_compiled: str = ""  #: why there is no PTX (no CUDA compiler installed), when there is none
     candidates: tuple[tuple[int, ...], ...] = ()  #: autotune candidates (empty: the block is fixed)
+    #: the Tune parameters and their choices, e.g. (("ITEMS", (1, 2, 4, 8)),)
+    tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
+    checked_run: str = ""  #: what a checked run on the example arguments found (``check_first``)
 
     @property
     def spills(self) -> bool:
@@ -85,6 +88,14 @@ class KernelReport:
         tpb = f"threads_per_block={self.threads_per_block}"
         if self.candidates:
             tpb = f"autotuned over {len(self.candidates)} candidates, first {self.threads_per_block}"
+        tuned = [(n, c) for n, c in self.tune if len(c) > 1]
+        if tuned:
+            blocks = f"{len(self.candidates)} blocks" if self.candidates else f"block {self.threads_per_block}"
+            choices = "; ".join(f"{n}: {', '.join(map(repr, c))}" for n, c in tuned)
+            tpb = f"autotuned over {blocks} x Tune ({choices})"
+        constants = [f"{n}={c[0]!r}" for n, c in self.tune if len(c) == 1]
+        if constants:
+            tpb += f"; Tune constants {', '.join(constants)}"
         out = [
             f"pnex kernel {self.name!r} ({self.op_name})",
             f"  signature : {self.signature}",
@@ -117,6 +128,8 @@ class KernelReport:
         if self.sass or self.sass.reason != "not requested":
             sass = f"{len(self.sass.text.splitlines())} lines ({self.sass.tool})" if self.sass else self.sass.reason
             out.append(f"  sass      : {sass}")
+        if self.checked_run:
+            out.append(f"  checked   : {self.checked_run}")
         if self.timing is not None:
             out += ["  " + line for line in self.timing.lines()]
         if self.efficiency is not None:
@@ -165,6 +178,21 @@ def _run_op(op: PnexOp, args: Sequence[Any], args_name: str) -> tuple[Any, tuple
         raise PnexError(f"{args_name}: calling {name} on them raised {type(exc).__name__}: {exc}") from None
 
 
+def _run_checked(op: PnexOp, args: Sequence[Any], args_name: str) -> str:
+    """One checked launch of ``op`` on copies of ``args`` (:mod:`pnex_magic.checked`):
+    raises its ``KernelIndexError`` (the CUDA context survives), else says how long it took."""
+    import time
+
+    from .launch import checks
+
+    start = time.perf_counter()
+    with checks.checked_launches(op._pnex):
+        _run_op(op, args, args_name)
+    took = time.perf_counter() - start
+    return (f"a checked run on {args_name} found no access out of bounds ({took * 1e3:.1f} ms, compile of the "
+            f"checked variant included); timings and later calls use the fast variant")
+
+
 def _run_eager(eager: Callable, args: Sequence[Any], eager_name: str, args_name: str) -> tuple[Any, tuple[Any, ...]]:
     copies = _timing.clone_args(args)
     try:
@@ -193,6 +221,7 @@ def build_report(
     args_name: str = "the example arguments",
     eager_name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    check_first: bool = False,
 ) -> KernelReport:
     """Everything about ``op``: interface, launch, PTX, SASS, resources and, with
     example ``args``, the concrete grid, a run of the op checked against ``eager``
@@ -202,9 +231,11 @@ def build_report(
     the op's target).  ``time`` defaults to "the arguments are CUDA tensors".
     ``args_name`` and ``eager_name`` say how errors name the arguments and the
     reference (the magic passes its option text).  ``progress(step)`` is called
-    before each slow step.  Errors: a wrong argument raises the package's exception
-    for it; an op or reference that fails on the arguments raises
-    :class:`~pnex_magic.PnexError` naming which.
+    before each slow step.  ``check_first``: on CUDA arguments, run the op's checked
+    variant once before anything else (a bug raises ``KernelIndexError`` before the
+    fast variant ever runs, and the CUDA context survives).  Errors: a wrong argument
+    raises the package's exception for it; an op or reference that fails on the
+    arguments raises :class:`~pnex_magic.PnexError` naming which.
     """
     definition = _definition_of(op, "pnex.build_report()")
     step = progress or (lambda text: None)
@@ -213,6 +244,7 @@ def build_report(
     timing_result = None
     launch = None
     tuned = efficiency = None
+    checked_run = ""
     if args is not None:
         args = tuple(args)
         try:
@@ -230,6 +262,11 @@ def build_report(
             # The first GPU launch compiles for the device's architecture: do it before
             # running, so that a caller capturing the compilers' output sees it.
             definition.compiled(device_arch)
+        if check_first and device_arch is not None and definition.compiles and not definition.options.check:
+            step(f"running {name}'s checked variant on {args_name}")
+            checked_run = _run_checked(op, args, args_name)
+        elif definition.options.check and device_arch is not None:
+            checked_run = "every launch is checked (check=True): timings are the checked variant's"
         step(f"running {name} on {args_name}")
         op_run = _run_op(op, args, args_name)
         if eager is not None or device_arch is not None:
@@ -251,16 +288,18 @@ def build_report(
         ran = op_run[1]
         tuned = autotune.result_for(definition, ran)
         if tuned is not None:
-            launch = launch_info(spec, ran, tuned.block)
+            launch = launch_info(spec, ran, tuned.block, tuned.variant)
         if timing_result.timed and device_arch is not None:
             step("measuring the device's bandwidth ceiling")
-            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch)
+            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
     step("inspecting the build")
-    report = _static_report(definition, arch)
+    variant = tuned.variant if tuned is not None else 0  # the code that ran: its PTX, SASS and resources
+    report = _static_report(definition, arch, variant)
     if launch is not None:
-        report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency)
+        report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency,
+                                     checked_run=checked_run)
     if sass:
-        compiled = definition.compiled(arch) if definition.compiles else None
+        compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
         found = disassemble(compiled.cubin) if compiled else Disassembly(None, None, report.not_compiled or "no cubin")
         report = dataclasses.replace(report, sass=found)
     return report
@@ -276,7 +315,10 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
     report = _static_report(definition, arch)
     if args is not None:
         tuned = autotune.result_for(definition, tuple(args))
-        launch = launch_info(definition.spec, tuple(args), tuned.block if tuned is not None else None)
+        launch = launch_info(
+            definition.spec, tuple(args), tuned.block if tuned is not None else None,
+            tuned.variant if tuned is not None else 0,
+        )
         report = _with_launch(report, launch, tuned)
     return report
 
@@ -293,14 +335,17 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
 
 
 def _efficiency(
-    definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str
+    definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str,
+    tuned: TuneResult | None = None,
 ) -> Efficiency:
     """The op's bandwidth against the GPU's ceilings, with the facts for the reasons."""
     device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda")
     info = hardware.device_info(device)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     layout = "C" if all(t.is_contiguous() for t in tensors) else "A"
-    res = definition.compiled(device_arch, layout=layout).resources if definition.compiles else None
+    variant = tuned.variant if tuned is not None else 0  # the Tune values the call ran with
+    res = definition.compiled(device_arch, layout=layout, variant=variant).resources if definition.compiles else None
+    copy = hardware.copy_bandwidth(device)
     facts = LaunchFacts(
         arch=device_arch,
         registers=res.registers if res else None,
@@ -314,12 +359,16 @@ def _efficiency(
         bytes_moved=timing.bytes_moved,
         strided=strided_along_x(definition.spec, args),
         x_extent=launch.n_threads[0],
+        input_bytes=input_bytes(definition.spec, args),
+        ceiling_bandwidth=copy or info.peak_bandwidth,
+        tune=tuned.tune if tuned is not None else (),
     )
-    return assess(timing, info, hardware.copy_bandwidth(device), facts)
+    return assess(timing, info, copy, facts)
 
 
-def _static_report(definition: Any, arch: str | None) -> KernelReport:
-    compiled: CompiledKernel | None = definition.compiled(arch) if definition.compiles else None
+def _static_report(definition: Any, arch: str | None, variant: int = 0) -> KernelReport:
+    """The report of the build (``variant``: which ``Tune`` values' code)."""
+    compiled: CompiledKernel | None = definition.compiled(arch, variant=variant) if definition.compiles else None
     spec = definition.spec
     res = compiled.resources if compiled else None
     tpb = math.prod(spec.threads_per_block)
@@ -356,4 +405,5 @@ def _static_report(definition: Any, arch: str | None) -> KernelReport:
         max_registers=definition.options.max_registers,
         not_compiled=not_compiled,
         candidates=spec.candidates,
+        tune=tuple((p.name, p.choices) for p in spec.tune_params),
     )

@@ -1,7 +1,7 @@
 """The kernel specification built from a function's parameter annotations.
 
-``In``, ``InMut``, ``Out``, ``Scalar`` and ``Unused`` (:mod:`pnex_magic.annotations`)
-are what a user writes; :func:`build_spec` turns an annotated function plus the
+``In``, ``InMut``, ``Out``, ``Scalar``, ``Unused`` and ``Tune``
+(:mod:`pnex_magic.annotations`) are what a user writes; :func:`build_spec` turns an annotated function plus the
 launch options into an immutable :class:`KernelSpec`, checking everything that can
 be checked before compiling: annotations, dtypes, scalar defaults, shape and
 ``n_threads`` expressions, launch dimensions, and that the kernel writes something.
@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 from collections.abc import Callable
 from typing import Any
 
-from .annotations import In, InMut, Out, Scalar, TensorAnnotation, Unused
+from .annotations import In, InMut, Out, Scalar, TensorAnnotation, Tune, Unused
 from .blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from .dtypes import DType, resolve_dtype, supported_dtype_names
-from .errors import KernelDefinitionError, ShapeExpressionError
+from .errors import ArgumentShapeError, KernelDefinitionError, ShapeExpressionError
 from .expressions import Expr, NameInfo, Size, parse_expression
 
 __all__ = [
@@ -27,9 +28,11 @@ __all__ = [
     "Out",
     "Scalar",
     "Unused",
+    "Tune",
     "TensorParam",
     "ScalarParam",
     "UnusedParam",
+    "TuneParam",
     "KernelSpec",
     "build_spec",
 ]
@@ -92,7 +95,30 @@ class UnusedParam:
         return "Unused"
 
 
-Param = "TensorParam | ScalarParam | UnusedParam"
+@dataclasses.dataclass(frozen=True)
+class TuneParam:
+    """A compile-time constant with its choices (``Tune(1, 2, 4, 8)``): not an argument
+    of the op; each choice is compiled into its own variant of the kernel."""
+
+    name: str
+    choices: tuple[int | float | bool, ...]
+    role: str = "tune"
+
+    @property
+    def kind(self) -> str:
+        """``"int"``, ``"float"`` or ``"bool"``."""
+        return type(self.choices[0]).__name__
+
+    @property
+    def tuned(self) -> bool:
+        """Whether there is a choice to make (several choices)."""
+        return len(self.choices) > 1
+
+    def describe(self) -> str:
+        return f"Tune({', '.join(map(repr, self.choices))})"
+
+
+Param = "TensorParam | ScalarParam | UnusedParam | TuneParam"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +128,7 @@ class KernelSpec:
     name: str
     qualname: str
     module: str
-    params: tuple[TensorParam | ScalarParam | UnusedParam, ...]
+    params: tuple[TensorParam | ScalarParam | UnusedParam | TuneParam, ...]
     n_threads: tuple[Expr, ...]  # X, Y, Z order; 1 to 3 entries
     threads_per_block: tuple[int, ...]  # same length as n_threads; the default (first) candidate
     #: Autotune candidates, ``threads_per_block`` first; empty when the block is fixed.
@@ -112,13 +138,35 @@ class KernelSpec:
 
     @property
     def autotuned(self) -> bool:
-        """Whether the op picks its block among several candidates (see :mod:`pnex_magic.blocks`)."""
-        return bool(self.candidates)
+        """Whether the op picks its launch among several candidates: block shapes (see
+        :mod:`pnex_magic.blocks`) and the choices of its ``Tune`` parameters."""
+        return len(self.launch_candidates) > 1
 
     @property
     def block_candidates(self) -> tuple[tuple[int, ...], ...]:
         """Every block shape the op may launch with, the default first."""
         return self.candidates or (self.threads_per_block,)
+
+    @functools.cached_property
+    def tune_params(self) -> tuple[TuneParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, TuneParam))
+
+    @functools.cached_property
+    def tune_variants(self) -> tuple[tuple[int | float | bool, ...], ...]:
+        """The compiled variants: one value per ``Tune`` parameter (declaration order),
+        every combination of their choices, the first choices first.  ``((),)`` for a
+        kernel without ``Tune`` parameters: one variant."""
+        return tuple(itertools.product(*(p.choices for p in self.tune_params)))
+
+    def tune_values(self, variant: int) -> dict[str, int | float | bool]:
+        """``{Tune parameter: value}`` of a variant."""
+        return dict(zip((p.name for p in self.tune_params), self.tune_variants[variant]))
+
+    @functools.cached_property
+    def launch_candidates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """What the autotuner chooses among: (block shape, variant) pairs, every block
+        for the first variant first; the first pair is the default."""
+        return tuple((block, v) for v in range(len(self.tune_variants)) for block in self.block_candidates)
 
     def tuning_key(self) -> tuple[tuple[Expr, ...], bool]:
         """The autotune key's expressions and whether their values are bucketed to powers
@@ -131,7 +179,8 @@ class KernelSpec:
 
     @property
     def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:
-        """The operator's arguments, in declaration order."""
+        """The operator's arguments, in declaration order (``Tune`` parameters are not
+        arguments)."""
         return tuple(p for p in self.params if p.role in ("in", "inmut", "scalar"))
 
     @property
@@ -217,7 +266,7 @@ class KernelSpec:
             f"{self.module}.{self.qualname}({params}) "
             f"n_threads={tuple(map(str, self.n_threads))} tpb={self.threads_per_block}"
         )
-        if self.autotuned:
+        if self.candidates or self.autotune_key is not None:
             key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
             text += f" candidates={self.candidates} autotune_key={key}"
         return text
@@ -265,9 +314,11 @@ def build_spec(
     autotune_key: Any = None,
     name: str | None = None,
     signature: inspect.Signature | None = None,
+    tune: dict[str, Any] | None = None,
 ) -> KernelSpec:
     """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
-    return its :class:`KernelSpec`."""
+    return its :class:`KernelSpec`.  ``tune`` replaces the choices of ``Tune``
+    parameters by name (``%%pnex --tune ITEMS=1,2,4``)."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -288,8 +339,9 @@ def build_spec(
     if ret not in (None, "None"):
         raise KernelDefinitionError(f"kernel {kernel!r} is annotated to return {ret!r}; kernels return nothing")
 
-    params: list[TensorParam | ScalarParam | UnusedParam] = []
+    params: list[TensorParam | ScalarParam | UnusedParam | TuneParam] = []
     visible: dict[str, NameInfo] = {}
+    tune_overrides = dict(tune or {})
     may_alias: dict[str, Any] = {}  # InMut name -> its may_alias option, resolved once all names are known
     seen: set[str] = set()
     for pname, parameter in sig.parameters.items():
@@ -306,6 +358,17 @@ def build_spec(
             )
         ann = _resolve_annotation(kernel, pname, annotations[pname], fn)
         has_default = parameter.default is not parameter.empty
+        if ann is Tune or isinstance(ann, Tune):
+            if has_default:
+                raise KernelDefinitionError(
+                    f"{where} is a Tune parameter with a default value ({parameter.default!r}); its value is chosen "
+                    f"among its choices: remove the default (the first choice is the default)"
+                )
+            choices = tune_overrides.pop(pname) if pname in tune_overrides else getattr(ann, "choices", ())
+            param = TuneParam(pname, _tune_choices(where, choices))
+            params.append(param)
+            visible[pname] = NameInfo("scalar", integral=param.kind == "int")
+            continue
         if ann is Unused or isinstance(ann, Unused):
             if has_default:
                 raise _default_error(where, "an Unused parameter", parameter.default)
@@ -346,15 +409,36 @@ def build_spec(
     for pname in annotations:
         if pname not in sig.parameters:
             raise KernelDefinitionError(f"kernel {kernel!r}: annotation for {pname!r}, which is not a parameter")
+    for pname in tune_overrides:
+        found = next((p for p in params if p.name == pname), None)
+        kind = "" if found is None else found.describe().split("(")[0]
+        what = "not a parameter" if found is None else f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind} parameter"
+        tunes = ", ".join(p.name for p in params if isinstance(p, TuneParam)) or "none"
+        raise KernelDefinitionError(
+            f"kernel {kernel!r}: choices are given for {pname!r}, which is {what}, not a Tune parameter "
+            f"(the kernel's Tune parameters: {tunes})"
+        )
     params = _resolve_may_alias(kernel, params, may_alias)
+    tuned = {p.name for p in params if isinstance(p, TuneParam) and p.tuned}
+    for p in params:
+        if isinstance(p, TensorParam):
+            for axis, expr in enumerate(p.shape):
+                _refuse_tuned(kernel, tuned, expr, f"parameter {p.name!r}'s shape (axis {axis})")
 
     nt = parse_n_threads(kernel, n_threads)
     candidates = parse_threads_per_block(kernel, threads_per_block, len(nt))
     thread_exprs = tuple(
         parse_expression(e, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, e in enumerate(nt)
     )
-    arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
-    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) > 1)
+    arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar", "tune")}
+    tune_params = [p for p in params if isinstance(p, TuneParam)]
+    variants = 1
+    for p in tune_params:
+        variants *= len(p.choices)
+    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) * variants > 1)
+    for i, expr in enumerate(key or ()):
+        _refuse_tuned(kernel, tuned, expr, f"autotune_key[{i}]")
+    _check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
     if not any(p.role in ("out", "inmut") for p in params):
         raise KernelDefinitionError(
             f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "
@@ -371,6 +455,88 @@ def build_spec(
         candidates=candidates if len(candidates) > 1 else (),
         autotune_key=key,
     )
+
+
+def _tune_choices(where: str, choices: Any) -> tuple[int | float | bool, ...]:
+    """A ``Tune`` parameter's choices, checked: one or more ints, floats or bools, all of
+    one kind, no repeats."""
+    if isinstance(choices, (int, float, bool)):
+        choices = (choices,)
+    if not isinstance(choices, (tuple, list)) or not choices:
+        raise KernelDefinitionError(
+            f"{where}: Tune() needs at least one choice, e.g. Tune(1, 2, 4, 8); got {choices!r}"
+        )
+    kinds = {type(c) for c in choices}
+    if not kinds <= {int, float, bool} or len(kinds) != 1:
+        bad = next((c for c in choices if type(c) not in (int, float, bool)), None)
+        detail = f"{bad!r} is a {type(bad).__name__}" if bad is not None else (
+            f"it mixes {', '.join(sorted(k.__name__ for k in kinds))}")
+        raise KernelDefinitionError(
+            f"{where}: Tune choices must be ints, floats or bools, all of one kind; {detail} (choices {choices!r})"
+        )
+    if len(set(choices)) != len(choices):
+        raise KernelDefinitionError(f"{where}: Tune choices repeat a value: {choices!r}")
+    return tuple(choices)
+
+
+def _refuse_tuned(kernel: str, tuned: set[str], expr: Expr | None, what: str) -> None:
+    """A shape or autotune-key expression may not depend on a ``Tune`` parameter with
+    several choices: the tuner compares candidates on the same shapes and keys."""
+    if expr is None:
+        return
+    for name in sorted(expr.names() & tuned):
+        raise KernelDefinitionError(
+            f"kernel {kernel!r}: {what} uses the Tune parameter {name!r}, which has several choices; shapes and "
+            f"the autotune key cannot depend on a tuned value (the tuner compares candidates on the same shapes). "
+            f"Use {name!r} in n_threads, or give it one choice"
+        )
+
+
+# Tensor sizes a tuned n_threads is checked with at definition time: a choice that makes
+# it zero or negative (or divides by zero) for every call is a mistake in the choices.
+_PROBE_SIZE = 1 << 20
+
+
+def _check_tuned_n_threads(kernel: str, tune_params: list[TuneParam], exprs: tuple[Expr, ...],
+                           visible: dict[str, NameInfo]) -> None:
+    names = {p.name for p in tune_params}
+    scalars = {n for n, info in visible.items() if info.kind == "scalar" and n not in names}
+    for axis, expr in enumerate(exprs):
+        used = expr.names()
+        if not used & names or used & scalars:
+            continue  # no Tune parameter in it, or scalar arguments whose values are unknown here
+        for values in itertools.product(*(p.choices for p in tune_params)):
+            env: dict[str, Any] = dict(zip((p.name for p in tune_params), values))
+            for n in used - names:
+                env[n] = _ProbeTensor(visible[n].ndim)
+            try:
+                count = expr.evaluate(env)
+            except (ZeroDivisionError, ArgumentShapeError):
+                count = None
+            if count is None or count <= 0:
+                setting = ", ".join(f"{p.name}={v!r}" for p, v in zip(tune_params, values) if p.name in used)
+                result = "divides by zero" if count is None else f"gives {count}"
+                raise KernelDefinitionError(
+                    f"kernel {kernel!r}: with the Tune choice {setting}, n_threads[{axis}] = {expr} {result} for "
+                    f"tensors of {_PROBE_SIZE:,} elements per axis; every choice must launch threads. Remove that "
+                    f"choice"
+                )
+
+
+class _ProbeTensor:
+    """Stands in for a tensor argument when a tuned ``n_threads`` is checked."""
+
+    def __init__(self, ndim: int):
+        self.shape = (_PROBE_SIZE,) * max(ndim, 1)
+
+    def size(self, axis: int) -> int:
+        return self.shape[axis]
+
+    def numel(self) -> int:
+        return _PROBE_SIZE ** len(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
 
 
 def _check_value(where: str, label: str, value: float | int | bool, dtype: DType, owner: str) -> None:

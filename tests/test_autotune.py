@@ -3,14 +3,13 @@
 The candidate lists and key expressions are checked like every other option; the
 tuner's decisions (which candidates it skips, which it keeps, what it stores on
 disk and reuses, when it refuses to benchmark) are driven with a fake runner and
-a fake clock; the simulator runs the first candidate; the explanations of a slow
-kernel are pure functions of synthetic launch facts.  GPU behaviour is in
+a fake clock; the simulator runs the first candidate.  The explanations of a slow
+kernel are in ``tests/test_efficiency.py``; GPU behaviour is in
 ``tests/test_gpu_autotune.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 
@@ -24,11 +23,10 @@ from pnex_magic.blocks import AUTO_CANDIDATES, DEFAULT_BLOCK, bucket
 from pnex_magic.compiler import ResourceUsage
 from pnex_magic.define import definition as make_definition
 from pnex_magic.definition import JitOptions
-from pnex_magic.efficiency import Efficiency, LaunchFacts, reasons, strided_along_x
 from pnex_magic.errors import KernelDefinitionError
 from pnex_magic.launch import autotune
 from pnex_magic.launch.description import describe_launch
-from pnex_magic.render.tuning import autotune_html, efficiency_html
+from pnex_magic.render.tuning import autotune_html
 
 
 def scale_kernel(a: pnex.In("f32", (None, None)), s: int, out: pnex.Out("f32", "a")):
@@ -136,11 +134,11 @@ def test_key_values_default_buckets_and_named_expressions():
 def test_launch_description_carries_candidates_and_key():
     spec = tuned(autotune_key="a.size(0) // 2").spec
     d = describe_launch(spec)
-    assert d["block"] == [16, 16, 1] and d["candidates"][0] == [16, 16, 1]
-    assert d["candidates"] == [list(c) + [1] for c in AUTO_CANDIDATES[2]]
+    assert d["block"] == [16, 16, 1] and d["candidates"][0] == [16, 16, 1, 0]  # block, Tune variant
+    assert d["candidates"] == [list(c) + [1, 0] for c in AUTO_CANDIDATES[2]]
     assert d["key_text"] == ["a.size(0) // 2"] and d["key_bucket"] is False and len(d["key"]) == 1
     fixed = describe_launch(tuned(threads_per_block=(8, 4)).spec)
-    assert fixed["candidates"] == [[8, 4, 1]] and fixed["key"] == [] and fixed["key_bucket"] is True
+    assert fixed["candidates"] == [[8, 4, 1, 0]] and fixed["key"] == [] and fixed["key_bucket"] is True
 
 
 def test_candidates_change_the_kernel_fingerprint_not_a_fixed_kernels():
@@ -189,10 +187,10 @@ class FakeRunner:
         self.resets = 0
 
     def runner(self):
-        return autotune.Runner(self.run, self.reset, (4, 4096), torch.device("cpu"))
+        return autotune.Runner(self.run, self.reset, lambda variant: (4, 4096), torch.device("cpu"))
 
     def run(self, index):
-        block = self.spec.block_candidates[index]
+        block = self.spec.launch_candidates[index][0]
         self.runs.append(block)
         if block in self.failing:
             raise RuntimeError("pnex: kernel 'scale_kernel' could not be launched: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
@@ -211,7 +209,7 @@ def fake_gpu(monkeypatch, fresh_cache):
     """The tuner on a pretend "Fake GPU" (sm_90) whose kernel uses 80 registers per thread."""
     monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
     resources = ResourceUsage(80, 0, 0, 0, 0, 0, 0, 0)
-    monkeypatch.setattr(autotune, "_resources", lambda definition, arch, layout: resources)
+    monkeypatch.setattr(autotune, "_resources", lambda definition, arch, layout, variant=0: resources)
     monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
     autotune.stats.reset()
     yield fresh_cache
@@ -325,107 +323,6 @@ def test_simulator_runs_the_first_candidate_and_the_report_says_so():
     assert static.autotune is None and "give --args" in autotune_html(static)
 
 
-# --------------------------------------------------------------------------- how close to the limit
-
-FACTS = LaunchFacts(
-    arch="sm_90", registers=32, shared_bytes=0, spill_store_bytes=0, spill_load_bytes=0, block=(256, 1, 1),
-    grid=(4096, 1, 1), sm_count=132, op_seconds=1e-3, bytes_moved=1 << 30, x_extent=1 << 20,
-)
-
-
-@pytest.mark.parametrize(
-    "change, expected",
-    [
-        (dict(op_seconds=3e-6), "launch overhead dominates: a call takes 3 µs for 1.07 GB"),
-        (dict(grid=(16, 1, 1)), "too few blocks to fill the GPU: 16 block(s) of 256 threads for 132 SMs"),
-        (dict(spill_store_bytes=64, spill_load_bytes=32), "register spills: 64 B stored and 32 B loaded per thread"),
-        (dict(registers=96), "occupancy 25% limited by registers (96 per thread × 256 threads per block)"),
-        (dict(shared_bytes=100_000), "occupancy 25% limited by shared memory (100,000 B per block)"),
-        (dict(arch="sm_86", block=(32, 1, 1)), "occupancy 33% limited by the SM's block slots"),
-        (dict(strided=(("a", 4096),)), "uncoalesced loads: 'a' (stride 4096) not contiguous along the axis"),
-        (dict(block=(4, 64, 1)), "blocks narrower than a warp: X size 4, so each warp's loads span 8 rows"),
-    ],
-)
-def test_each_reason_from_synthetic_facts(change, expected):
-    found = reasons(dataclasses.replace(FACTS, **change))
-    assert len(found) == 1 and found[0].startswith(expected), found
-
-
-def test_reasons_come_most_likely_first_and_none_for_a_healthy_launch():
-    assert reasons(FACTS) == ()
-    assert reasons(dataclasses.replace(FACTS, block=(4, 64, 1), x_extent=4)) == ()  # x fits in the block
-    many = reasons(dataclasses.replace(FACTS, op_seconds=2e-6, grid=(2, 1, 1), registers=96, strided=(("b", 2),)))
-    assert [r.split(":")[0].split(" ")[0] for r in many] == ["launch", "too", "occupancy", "uncoalesced"]
-
-
-def _efficiency(op_bw, **kwargs):
-    return Efficiency(op_bandwidth=op_bw, eager_bandwidth=kwargs.pop("eager", 1.0e12), copy_bandwidth=4.0e12,
-                      peak_bandwidth=4.8e12, peak_source="test", device="Fake GPU", bytes_moved=1 << 30, **kwargs)
-
-
-def test_efficiency_fractions_and_the_one_line():
-    e = _efficiency(3.0e12)
-    assert e.op_of_copy == pytest.approx(0.75) and e.op_of_peak == pytest.approx(0.625)
-    assert e.eager_of_copy == pytest.approx(0.25) and not e.far and e.reason is None
-    slow = _efficiency(1.0e12, reasons=("too few blocks to fill the GPU: 2 block(s)", "uncoalesced loads: 'a'"))
-    assert slow.far and slow.reason.startswith("too few blocks")
-    unexplained = _efficiency(1.0e12)
-    assert "may be compute-bound" in unexplained.reason
-    assert "1 TB/s = 25% of the device-to-device copy, 21% of peak" in "\n".join(slow.lines())
-    assert _efficiency(3e12, l2_bytes=2 << 30).in_l2 and not e.in_l2
-    html = efficiency_html(slow, "op", "eager")
-    assert "why far from the ceiling: too few blocks" in html and "also: uncoalesced loads" in html
-    assert "width:20.8%" in html  # the op's bar, against the largest figure: the peak
-    assert "device-to-device copy" in html and "DRAM peak" in html
-
-
-def test_strided_inputs_along_the_x_axis():
-    spec = tuned().spec  # x runs over out.size(1), the last axis of the 2-D tensors
-    a = torch.empty(8, 6)
-    assert strided_along_x(spec, (a, 2)) == ()
-    assert strided_along_x(spec, (a.t(), 2)) == (("a", 6),)
-
-    def flat(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
-        i = cuda.grid(1)
-        if i < x.shape[0]:
-            out[i] = x[i]
-
-    spec1 = pnex.jit(n_threads="x.numel()")(flat).spec
-    assert strided_along_x(spec1, (torch.empty(16)[::2],)) == (("x", 2),)
-    assert strided_along_x(spec1, (torch.empty(16),)) == ()
-
-
-
-def test_report_renders_timed_candidates_and_the_bandwidth_bars():
-    from pnex_magic.render.report import PnexReport
-    from pnex_magic.timing import Measurement, TimingResult
-
-    op = tuned(threads_per_block=[(16, 16), (4, 64), (32, 8)])
-    base = pnex.build_report(op, args=(torch.zeros(3, 5), 2), sass=False)
-    result = autotune.TuneResult(
-        "scale_kernel", (1 << 20, 4), "a.size(0)=1048576, a.size(1)=4 (sizes rounded up to powers of two), "
-        "contiguous inputs",
-        (autotune.CandidateResult((16, 16), 40e-6), autotune.CandidateResult((4, 64), 10e-6),
-         autotune.CandidateResult((32, 8), skipped="needs 131,072 blocks on axis Y for this call")),
-        1, "benchmarked", "Fake GPU",
-    )
-    timing = TimingResult(Measurement(10, 3, (1e-3,) * 3), Measurement(10, 3, (4e-3,) * 3), None, 32 << 20, "cuda:0")
-    efficiency = _efficiency(timing.bandwidth, eager=timing.eager_bandwidth, reasons=("blocks narrower than a warp",))
-    kernel = dataclasses.replace(base, autotune=result, timing=timing, efficiency=efficiency, block=(4, 64, 1))
-    report = PnexReport.from_kernel(kernel, op, "scale_k")
-    launch = report.launch_html()
-    assert "chose <code" in launch and "4.00×" in launch and "needs 131,072 blocks on axis Y" in launch
-    assert "256 threads per block (4 × 64)" in launch
-    assert "autotuned: (4, 64)" in report.header_html()
-    text = report.to_text()
-    assert "autotune  : (4, 64) (benchmarked, 4.00x the first candidate's speed)" in text
-    assert "* (4, 64)" in text and "skipped: needs 131,072 blocks" in text
-    assert "ceiling   : copy 4 TB/s (measured), peak 4.8 TB/s on Fake GPU" in text
-    timing_html = report.timing_html()
-    assert "bandwidth against the device's limits" in timing_html and "DRAM peak" in timing_html
-    assert "why far from the ceiling: blocks narrower than a warp" in timing_html
-
-
 def test_driver_launcher_tunes_on_copies_and_leaves_the_arguments_alone(fake_gpu, monkeypatch):
     """The Python GPU launcher's tuner path, with the simulator standing in for the GPU."""
     from pnex_magic.launch.driver import DriverLauncher
@@ -445,12 +342,12 @@ def test_driver_launcher_tunes_on_copies_and_leaves_the_arguments_alone(fake_gpu
     monkeypatch.setattr(autotune, "_device_seconds", lambda call, device: (call(), next(clock))[1])
     x = torch.arange(10, dtype=torch.float32)
     total = torch.zeros(1)
-    block = launcher.block(op.definition, [x, total], torch.device("cpu", 0))
-    assert block == (8,) and autotune.stats.benchmarks == 1
+    index = launcher.candidate(op.definition, [x, total], torch.device("cpu", 0))
+    assert op.spec.launch_candidates[index] == ((8,), 0) and autotune.stats.benchmarks == 1
     assert torch.equal(x, torch.arange(10, dtype=torch.float32)) and total.item() == 0  # untouched
     result = autotune._RESULTS[op.definition][(0, "C", (16,))]
     assert [c.seconds for c in result.candidates] == [3e-6, 1e-6, 2e-6]
-    assert launcher.block(op.definition, [x, total], torch.device("cpu", 0)) == (8,)  # remembered
+    assert launcher.candidate(op.definition, [x, total], torch.device("cpu", 0)) == index  # remembered
 
 
 def test_saved_artifacts_keep_the_candidates_and_the_key(tmp_path):

@@ -294,3 +294,46 @@ def test_notebook7_renders_the_same_report(place, browser, artifacts):
         _check_contrast(report, "Notebook 7")
         assert not [e for e in errors if e not in NOTEBOOK7_OWN_ERRORS], errors
         page.close()
+
+
+def test_timed_report_shows_the_reason_and_the_tune_table(place, browser, artifacts):
+    """A report as a GPU run shows it (recorded H200 figures, a Tune candidate table; made
+    on CPU), saved in a notebook and converted by nbconvert in its light and dark themes:
+    the Launch tab's table has a column per Tune parameter and the tuning time, the Timing
+    tab the reason, the advice and the code shape, every text at 4.5:1 or more."""
+    from report_samples import timed_tune_report
+
+    report_html = timed_tune_report()._repr_mimebundle_()
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("%%pnex ... (a GPU run's report)")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=report_html)]
+    nb.cells = [cell]
+    nbformat.write(nb, place[0] / "timed.ipynb")
+    for theme in ("light", "dark"):
+        done = subprocess.run(
+            [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", f"--HTMLExporter.theme={theme}",
+             "--output", f"timed-{theme}", "--output-dir", str(artifacts), str(place[0] / "timed.ipynb")],
+            env=jupyter_env(place[1]), capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        page = browser.new_page()
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
+        page.goto((artifacts / f"timed-{theme}.html").as_uri())
+        report = page.locator(".pnex-report").first
+        report.wait_for(timeout=30_000)
+        report.locator("label.pnex-tab:has-text('Launch')").click()
+        launch = visible_text(report.locator(".pnex-p1"))
+        assert "8 candidates: 2 block shapes × ITEMS in (1, 2, 4, 8)" in launch
+        assert re.search(r"ITEMS\s+device time per call", launch) and "tuning took 1.42 s" in launch
+        assert "results differ from the first candidate" in launch
+        report.screenshot(path=str(artifacts / f"timed-{theme}-launch.png"))
+        checked, low = low_contrast(report)
+        assert checked > 5 and not low, (theme, "Launch", low[:8])
+        report.locator("label.pnex-tab:has-text('Timing')").click()
+        timing = visible_text(report.locator(".pnex-p4"))
+        assert "why below 85% of the ceiling: too few bytes in flight" in timing
+        assert "what to change: give each thread several independent elements with pnex.Tune" in timing
+        assert "for k in range(ITEMS):" in timing and "also:" in timing and "register spills" in timing
+        report.screenshot(path=str(artifacts / f"timed-{theme}-timing.png"))
+        checked, low = low_contrast(report)
+        assert checked > 5 and not low, (theme, "Timing", low[:8])
+        page.close()

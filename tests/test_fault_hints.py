@@ -42,10 +42,29 @@ def test_fault_texts_and_blocking_settings(monkeypatch):
         assert faults.launch_blocking(), var
 
 
+SENTENCE = (
+    "The CUDA context is lost after a kernel fault (restart the Python process, the notebook's kernel, to use the "
+    "GPU again); the last pnex kernel launched was 'bad_k' on cuda:1, and `%%pnex --check` or `%%pnex --sanitize` "
+    "on the kernel's cell (outside a notebook, `jit(check=True)` or PNEX_CHECK=1) finds the line at fault."
+)
+
+
 def test_hint_names_the_last_kernel_per_device(ran_on_gpu):
     hint = launch.fault_hint()
-    assert hint.startswith("The last pnex kernel launched was 'bad_k' on cuda:1;")
+    assert hint == SENTENCE + " " + faults.BLOCKING_HINT
     assert "PNEX_LAUNCH_BLOCKING=1 (or CUDA_LAUNCH_BLOCKING=1)" in hint and "restart" in hint
+
+
+def test_the_fault_sentence_is_one_sentence_with_all_three_facts():
+    sentence = faults.fault_sentence("bad_k")
+    first = sentence.split(". ")[0]
+    assert "'bad_k'" in first and "context is lost" in first and "--check" in first and "--sanitize" in first
+    assert "jit(check=True)" in first and "PNEX_CHECK=1" in first and first.count(".") == 0
+    two = faults.fault_sentence(["'a' on cuda:0", "'b' on cuda:1"])
+    assert "the last pnex kernel launched were 'a' on cuda:0 and 'b' on cuda:1," in two
+    assert faults.fault_sentence([]) == "" and faults.fault_sentence("") == ""
+    assert faults.BLOCKING_HINT in faults.BLOCKING_ADVICE and faults.CHECK_HINT in faults.BLOCKING_ADVICE
+    assert "restart" in faults.BLOCKING_ADVICE
 
 
 def test_no_hint_when_no_pnex_kernel_ran(monkeypatch):
@@ -77,7 +96,7 @@ def test_an_op_call_that_meets_a_fault_raises_kernel_launch_error(ran_on_gpu, mo
         after_fault(torch.ones(4))
     text = str(info.value)
     assert text.startswith("after_fault(): CUDA reported at this call: CUDA error: an illegal memory access")
-    assert "'bad_k' on cuda:1" in text and "PNEX_LAUNCH_BLOCKING=1" in text
+    assert "'bad_k' on cuda:1" in text and "PNEX_LAUNCH_BLOCKING=1" in text and "--check" in text
     monkeypatch.setattr(after_fault, "_opoverload", lambda *a: (_ for _ in ()).throw(AcceleratorError("CUDA error: x")))
     with pytest.raises(AcceleratorError):  # other CUDA errors pass through unchanged
         after_fault(torch.ones(4))
@@ -92,7 +111,7 @@ def test_ipython_shows_torchs_error_and_names_the_last_kernel(ran_on_gpu, capsys
     assert isinstance(result.error_in_exec, AcceleratorError)
     out = capsys.readouterr().out
     assert "AcceleratorError" in out and "an illegal memory access was encountered" in out
-    assert "pnex: The last pnex kernel launched was 'bad_k' on cuda:1" in out
+    assert "pnex: " + SENTENCE in out
     ip.run_cell("import torch\nraise torch.AcceleratorError('CUDA error: invalid device ordinal')")
     out = capsys.readouterr().out
     assert "invalid device ordinal" in out and "pnex:" not in out  # not a fault: torch's error alone

@@ -137,7 +137,7 @@ def test_ipython_names_the_kernel_when_torch_reports_the_fault(pnex_env):
     done = _run(code, env, "-m", "IPython", "--no-banner", "--colors=nocolor", "--HistoryManager.enabled=False")
     text = done.stdout + done.stderr
     assert "AcceleratorError" in text and "illegal memory access" in text, text
-    assert "pnex: The last pnex kernel launched was 'out_of_bounds' on cuda:0" in text, text
+    assert "the last pnex kernel launched was 'out_of_bounds' on cuda:0" in text and "--check" in text, text
 
 
 def test_a_pnex_cell_whose_kernel_faults_on_its_arguments(pnex_env):

@@ -1,7 +1,7 @@
 """The JAX front end: pnex ops as JAX functions (``pnex_magic.jax_op``).
 
 CPU tests run every call through ``jax.pure_callback`` and numba-cuda's CUDA
-simulator (the branch ``jax.lax.platform_dependent`` picks on the CPU backend), so
+simulator (what the ``pnex_launch`` primitive lowers to on the CPU backend), so
 sizes are tiny and blocks small; results are checked against ``jax.numpy`` on
 fresh random inputs and errors against the PyTorch op's own.  The GPU branch is
 checked here as far as it goes without a GPU: its lowering (the FFI call, its
@@ -401,27 +401,31 @@ def _cuda_module_text(fn, *args):
     return exported.mlir_module()
 
 
-def test_cuda_lowering_is_one_ffi_call_with_aliases():
+def test_cuda_lowering_is_one_ffi_call_aliasing_only_the_inmut_argument():
     f = pnex.jax_op(accumulate)
     a = randn(40)
     text = _cuda_module_text(lambda a, m: f(a, m, 2.0), a, a)
     calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
-    assert len(calls) == 1 and f"@{xla.TARGET}(" in calls[0]
+    assert len(calls) == 1 and f"@{xla.TARGET}(%arg0, %arg1)" in calls[0]  # the two arguments, no filled buffers
+    assert "stablehlo.case" not in text and "callback" not in text  # lowered for CUDA alone: no platform switch
     call = calls[0]
     assert "grid = dense<[2, 1, 1]>" in call and "block = dense<[32, 1, 1]>" in call
     slot = xla.scalar_slots(accumulate.spec, {"c": 2.0})
     assert slot == [int(np.float32(2.0).view(np.int32))] and f"scalars = dense<{slot[0]}>" in call
-    # results (hist, even, m): m aliases operand 1 (the InMut argument), hist and even the filled operands 2, 3
-    for result, operand in ((2, 1), (0, 2), (1, 3)):
-        assert f"output_tuple_indices = [{result}], operand_index = {operand}," in call
+    # results (hist, even, m): only m aliases an operand (1, the InMut argument); the handler fills
+    # hist (int32 0: bytes of 0) and even (float32 1.5: 32-bit pattern 0x3FC00000) with memsets
+    assert call.count("output_operand_alias<") == 1
+    assert "output_tuple_indices = [2], operand_index = 1," in call
+    assert f"fill = dense<[1, 0, 4, {0x3FC00000}, 0, 0]>" in call
     cpu = jax.jit(lambda a, m: f(a, m, 2.0)).lower(a, a).as_text()
-    assert xla.TARGET not in cpu and "callback" in cpu
+    assert xla.TARGET not in cpu and "callback" in cpu and "stablehlo.case" not in cpu
 
 
 def test_call_layout_table():
     layout = xla.call_layout(accumulate.spec)
-    assert layout.operands == ("a", "m", "hist", "even") and layout.results == ("hist", "even", "m")
-    assert dict(layout.aliases) == {1: 2, 2: 0, 3: 1} and layout.scalars == ("c",)
+    assert layout.operands == ("a", "m") and layout.results == ("hist", "even", "m")
+    assert dict(layout.aliases) == {1: 2} and layout.scalars == ("c",)
+    assert layout.fills == (1, 0, 4, 0x3FC00000, 0, 0)
     #                    a             m             c             hist          even
     assert layout.table == (0, 0, 1, 4, 1, 2, 1, 4, 3, 0, 0, 8, 2, 0, 1, 4, 2, 1, 1, 4)
 
@@ -433,7 +437,8 @@ def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
     assert path.exists() and path.name == "libpnex_jax_ffi.so"
     assert xla.build_library() == path  # built once
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
-    for symbol in ("PnexJaxLaunch", "pnex_jax_register", "pnex_jax_add_image", "pnex_jax_archs"):
+    for symbol in ("PnexJaxInstantiate", "PnexJaxLaunch", "pnex_jax_register", "pnex_jax_add_image", "pnex_jax_archs",
+                   "pnex_jax_state_type_id", "pnex_jax_state_type_info"):
         assert f" T {symbol}" in symbols
     kernel_id = xla.register_kernel(accumulate.definition, ["sm_90", "8.0"])
     assert xla.register_kernel(accumulate.definition, ["sm_90"]) == kernel_id

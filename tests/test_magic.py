@@ -912,3 +912,55 @@ def test_pnex_cache_lists_and_clears_autotune_choices(ip):
     cleared = ip.run_line_magic("pnex_cache", "--clear --kernel scale_k")
     assert cleared.removed == 1
     assert [c.kernel for c in ip.run_line_magic("pnex_cache", "").choices] == ["other"]
+
+
+TUNE_CELL = """
+def tcopy(a: In("f32", (None,)), r: Out("f32", "a"), ITEMS: Tune(1, 2, 4)):
+    base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+    for k in range(ITEMS):
+        j = base + k * cuda.blockDim.x
+        if j < a.shape[0]:
+            r[j] = a[j]
+"""
+
+
+def test_magic_tune_annotation_and_overrides(ip):
+    ip.run_cell("tx = torch.randn(37)")
+    line = '--n-threads "(a.numel() + ITEMS - 1) // ITEMS" --threads-per-block 8 --args tx -o rep'
+    ip.run_cell_magic("pnex", line, TUNE_CELL)
+    rep = ip.user_ns["rep"]
+    assert rep.op.spec.tune_variants == ((1,), (2,), (4,))
+    assert torch.equal(ip.user_ns["tcopy"](ip.user_ns["tx"]), ip.user_ns["tx"])
+    assert rep.kernel.autotune.tune == (("ITEMS", 1),)  # the simulator runs the first choice
+    assert "Tune (ITEMS: 1, 2, 4)" in rep.to_text()
+    ip.run_cell_magic("pnex", line + " --tune ITEMS=4,8", TUNE_CELL)
+    assert ip.user_ns["rep"].op.spec.tune_variants == ((4,), (8,))
+    assert ip.user_ns["rep"].n_threads_values == (10,)  # (37 + 3) // 4 for the first choice
+    with pytest.raises(UsageError, match=r"--tune expects NAME=CHOICE\[,CHOICE...\]"):
+        ip.run_cell_magic("pnex", line + " --tune ITEMS", TUNE_CELL)
+    with pytest.raises(UsageError, match=r"--tune ITEMS: 'x' is not a number or a bool"):
+        ip.run_cell_magic("pnex", line + " --tune ITEMS=1,x", TUNE_CELL)
+    with pytest.raises(KernelDefinitionError, match=r"cell line 1 .*choices are given for 'a', which is an In parameter"):
+        ip.run_cell_magic("pnex", line + " --tune a=1,2", TUNE_CELL)
+    with pytest.raises(KernelDefinitionError, match=r"Tune choices must be ints, floats or bools"):
+        ip.run_cell_magic("pnex", line + " --tune ITEMS=1,2.5", TUNE_CELL)
+
+
+OVERRUN_CELL = """
+def overrun(a: In("f32", (None,)), r: Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        r[i + 1] = a[i]
+"""
+
+
+def test_magic_check_names_the_access_and_keeps_the_binding(ip):
+    from pnex_magic import KernelIndexError
+
+    ip.run_cell("ox = torch.randn(20)")
+    with pytest.raises(KernelIndexError, match=r"cell line 1 .*--args ox: overrun\(\): index 20 is out of bounds for "
+                       r"axis 0 of parameter 'r' \(shape \(20,\)\), at line 6: `r\[i \+ 1\] = a\[i\]`"):
+        ip.run_cell_magic("pnex", "--n-threads a.numel() --check --args ox", OVERRUN_CELL)
+    assert "overrun" not in ip.user_ns  # nothing bound
+    with pytest.raises(UsageError, match="--sanitize needs --args"):
+        ip.run_cell_magic("pnex", "--n-threads a.numel() --sanitize", OVERRUN_CELL)

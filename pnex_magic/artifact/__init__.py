@@ -21,6 +21,7 @@ such an op.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 from collections.abc import Iterable
@@ -33,7 +34,9 @@ from ..define import registered
 from ..definition import KernelDefinition
 from ..errors import ArtifactError, KernelCompileError
 from ..multiarch import DEFAULT_ARCHS, LAYOUTS, build_images, target_archs
+from ..launch import autotune
 from ..op import PnexOp
+from ..spec import KernelSpec, TuneParam
 from .archive import FORMAT_VERSION, read_archive, write_archive
 from .kernel import SavedKernel
 from .manifest import op_entry, read_op_entry
@@ -87,7 +90,41 @@ def _ops_to_save(op: PnexOp) -> list[tuple[PnexOp, PnexOp | None]]:
     return found
 
 
-def save(op: PnexOp, path: str | os.PathLike, *, archs: str | Iterable[str] = DEFAULT_ARCHS) -> Path:
+def _saved_variants(definition: KernelDefinition, tuned_only: bool) -> tuple[KernelSpec, list[int]]:
+    """The spec to save and the definition's ``Tune`` variants it holds, in its order:
+    every variant, or (``tuned_only``) the product of the values the autotuner chose
+    for some key in this process."""
+    spec = definition.spec
+    every = list(range(len(spec.tune_variants)))
+    if not tuned_only or len(every) == 1:
+        return spec, every
+    chosen: dict[str, set] = {p.name: set() for p in spec.tune_params}
+    for result in autotune.results(definition):
+        if not result.source.startswith("first candidate"):  # benchmarked here, or read from disk
+            for name, value in result.tune:
+                chosen[name].add(value)
+    if not all(chosen.values()):
+        raise ArtifactError(
+            f"cannot save {spec.name!r} with tuned_only=True: the autotuner has not chosen its Tune values in this "
+            f"process yet; call the op on representative CUDA inputs first (or save every variant)"
+        )
+    params = tuple(
+        dataclasses.replace(p, choices=tuple(c for c in p.choices if c in chosen[p.name]))
+        if isinstance(p, TuneParam) else p
+        for p in spec.params
+    )
+    saved = dataclasses.replace(spec, params=params)
+    keep = [spec.tune_variants.index(values) for values in saved.tune_variants]
+    return saved, keep
+
+
+def save(
+    op: PnexOp,
+    path: str | os.PathLike,
+    *,
+    archs: str | Iterable[str] = DEFAULT_ARCHS,
+    tuned_only: bool = False,
+) -> Path:
     """Save ``op`` (with the backward op attached to it) as one artifact file.
 
     The file holds the op's schema, its parameters and shape rules, the launch
@@ -104,6 +141,9 @@ def save(op: PnexOp, path: str | os.PathLike, *, archs: str | Iterable[str] = DE
         The file to write (``.pnex`` by convention); replaced if it exists.
     archs : iterable of str, default ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100")
         GPU architectures to ship cubins for.
+    tuned_only : bool, default False
+        For a kernel with ``Tune`` parameters: save only the values the autotuner
+        chose in this process (for any key) instead of every variant's code.
 
     Returns
     -------
@@ -130,10 +170,11 @@ def save(op: PnexOp, path: str | os.PathLike, *, archs: str | Iterable[str] = DE
                 f"cannot save {definition.spec.name!r}: it was not compiled ({definition.toolchain_error}); "
                 f"install the CUDA compiler wheels: pip install 'numba-cuda[cu13]' (or '[cu12]')"
             )
-        images = {layout: build_images(definition, archs, layout) for layout in LAYOUTS}
+        spec, variants = _saved_variants(definition, tuned_only)
+        images = tuple({layout: build_images(definition, archs, layout, v) for layout in LAYOUTS} for v in variants)
         entry, entry_files = op_entry(
             definition.op_name,
-            definition.spec,
+            spec,
             images,
             definition.options.max_registers,
             None if backward is None else _op_name(backward),
@@ -198,6 +239,13 @@ def load(path: str | os.PathLike, *, sha256: str | None = None) -> PnexOp:
     for e in entries:
         if e.backward is not None and e.backward not in names:
             raise ArtifactError(f"{where}: op {e.op_name!r} names a backward op {e.backward!r} the artifact does not hold")
+    if os.environ.get("PNEX_CHECK", "0") == "1":
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "pnex: PNEX_CHECK=1, but %s holds the fast code of its kernels only (a checked variant is built from "
+            "the kernel's Python source): its launches are not checked", where,
+        )
     with contextlib.ExitStack() as stack:
         ops = {e.op_name: stack.enter_context(registered(SavedKernel(e, where))) for e in entries}
         for e in entries:

@@ -33,7 +33,9 @@ FORMAT = "pnex_magic kernel artifact"
 #: The artifact format this pnex_magic writes; it reads this one and older ones.
 #: 2: the launch description holds the InMut memory checks; a scalar parameter may
 #: have a "default", an InMut a "may_alias" list.
-FORMAT_VERSION = 2
+#: 3: "tune" parameters with their "choices"; code per Tune variant ("tune_layouts");
+#: launch candidates name their variant.
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

@@ -1,8 +1,8 @@
 """A kernel loaded from a saved artifact: the :class:`~pnex_magic.launch.kernel.Kernel`
 interface that launchers see, served from data.
 
-``kernel_image(arch, layout)`` hands out the saved cubin for the GPU's
-architecture.  For an architecture the artifact has no cubin for, it falls back to
+``kernel_image(arch, layout, variant)`` hands out the saved cubin for the GPU's
+architecture (of a ``Tune`` variant: each saved variant has its own code).  For an architecture the artifact has no cubin for, it falls back to
 the saved PTX, once per architecture and layout, and says so once: linked into a
 cubin by nvJitLink where that is installed (it also reads PTX from a newer CUDA
 than the driver's), else handed to the CUDA driver, which compiles PTX itself.
@@ -36,7 +36,7 @@ class SavedKernel:
         self.origin = origin
         self._op_name = entry.op_name
         self._images = entry.images
-        self._linked: dict[tuple[str, str], bytes] = {}
+        self._linked: dict[tuple[str, str, int], bytes] = {}
         self._said: set[str] = set()
         self._lock = threading.Lock()
 
@@ -51,22 +51,29 @@ class SavedKernel:
     @property
     def archs(self) -> tuple[str, ...]:
         """The architectures the artifact has cubins for."""
-        return tuple(sorted(self._images["C"].cubins, key=parse_arch))
+        return tuple(sorted(self._images[0]["C"].cubins, key=parse_arch))
 
-    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
-        """The saved cubin for ``arch``, else its PTX (see the module docstring)."""
-        images = self._images[layout]
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
+        """The saved cubin for ``arch``, else its PTX (see the module docstring).  An
+        artifact holds the fast code only: ``checked=True`` raises a clear error."""
+        if checked:
+            raise KernelLaunchError(
+                f"kernel {self.spec.name!r} was loaded from {self.origin}, which holds its fast code only, not the "
+                f"checked variant (that is built from the kernel's Python source): check it where it is defined, "
+                f"with jit(check=True), %%pnex --check or PNEX_CHECK=1"
+            )
+        images = self._images[variant][layout]
         cubin = images.cubins.get(arch)
         if cubin is not None:
             return cubin, images.entry
         with self._lock:
-            image = self._linked.get((arch, layout))
+            image = self._linked.get((arch, layout, variant))
             if image is None:
-                image = self._linked[(arch, layout)] = self._from_ptx(arch, layout)
+                image = self._linked[(arch, layout, variant)] = self._from_ptx(arch, layout, variant)
         return image, images.entry
 
-    def _from_ptx(self, arch: str, layout: str) -> bytes:
-        images = self._images[layout]
+    def _from_ptx(self, arch: str, layout: str, variant: int = 0) -> bytes:
+        images = self._images[variant][layout]
         name = self.spec.name
         if parse_arch(arch) < parse_arch(images.ptx_arch):
             raise KernelLaunchError(

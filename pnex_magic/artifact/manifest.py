@@ -1,9 +1,11 @@
 """One op in an artifact's manifest, as JSON: its name and schema, its spec (the
 parameters with their role, dtype name, shape expression texts and ``init``, a
-scalar's ``default`` and an ``InMut``'s ``may_alias`` where given; the
-``n_threads`` texts and the block), the launch description the C++ launcher runs
+scalar's ``default`` and an ``InMut``'s ``may_alias`` where given, a ``Tune``
+parameter's ``choices``; the ``n_threads`` texts and the block), the launch
+description the C++ launcher runs
 (:func:`~pnex_magic.launch.description.describe_launch`), and per input layout the
-PTX and cubin files.
+PTX and cubin files: under ``layouts`` for the first ``Tune`` variant (the only one of
+a kernel without ``Tune`` parameters), under ``tune_layouts`` for the others.
 
 Reading builds the spec again the way :func:`~pnex_magic.spec.build_spec` does:
 every expression text is parsed by
@@ -27,7 +29,7 @@ from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpre
 from ..expressions import NameInfo, parse_expression
 from ..launch.description import describe_launch
 from ..multiarch import LAYOUTS, ArchImages, target_archs
-from ..spec import KernelSpec, ScalarParam, TensorParam, UnusedParam
+from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam, UnusedParam
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
@@ -40,7 +42,7 @@ class OpEntry:
 
     op_name: str
     spec: KernelSpec
-    images: dict[str, ArchImages]  # per input layout
+    images: tuple[dict[str, ArchImages], ...]  # per Tune variant, per input layout
     max_registers: int | None
     backward: str | None  # the op name of its attached backward op
 
@@ -57,6 +59,8 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
             entry.update(dtype=p.dtype.name)
             if p.has_default:
                 entry["default"] = p.default
+        elif isinstance(p, TuneParam):
+            entry["choices"] = list(p.choices)
         params.append(entry)
     return {
         "name": spec.name,
@@ -79,30 +83,38 @@ def _plain(value: Any) -> Any:
 def op_entry(
     op_name: str,
     spec: KernelSpec,
-    images: Mapping[str, ArchImages],
+    images: tuple[Mapping[str, ArchImages], ...],
     max_registers: int | None,
     backward: str | None,
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest entry of one op and the files it refers to."""
+    """The manifest entry of one op and the files it refers to; ``images`` holds the
+    code per ``Tune`` variant of ``spec`` (one entry without ``Tune`` parameters), per
+    input layout."""
     files: dict[str, bytes] = {}
-    layouts = {}
-    for layout, img in images.items():
-        folder = f"ops/{op_name}/{layout}"
-        files[f"{folder}/kernel.ptx"] = img.ptx.encode()
-        cubins = {}
-        for arch, cubin in img.cubins.items():
-            files[f"{folder}/{arch}.cubin"] = cubin
-            cubins[arch] = f"{folder}/{arch}.cubin"
-        layouts[layout] = {"entry": img.entry, "ptx_arch": img.ptx_arch, "ptx": f"{folder}/kernel.ptx", "cubins": cubins}
+    per_variant = []
+    for variant, by_layout in enumerate(images):
+        layouts = {}
+        for layout, img in by_layout.items():
+            folder = f"ops/{op_name}/{layout}" if variant == 0 else f"ops/{op_name}/v{variant}/{layout}"
+            files[f"{folder}/kernel.ptx"] = img.ptx.encode()
+            cubins = {}
+            for arch, cubin in img.cubins.items():
+                files[f"{folder}/{arch}.cubin"] = cubin
+                cubins[arch] = f"{folder}/{arch}.cubin"
+            layouts[layout] = {"entry": img.entry, "ptx_arch": img.ptx_arch, "ptx": f"{folder}/kernel.ptx",
+                               "cubins": cubins}
+        per_variant.append(layouts)
     entry = {
         "op_name": op_name,
         "schema": spec.schema,
         "spec": _spec_json(spec),
         "launch": _plain(describe_launch(spec)),
         "max_registers": max_registers,
-        "layouts": layouts,
+        "layouts": per_variant[0],
         "backward": backward,
     }
+    if len(per_variant) > 1:
+        entry["tune_layouts"] = per_variant[1:]
     return entry, files
 
 
@@ -128,12 +140,20 @@ def _identifier(value: Any, what: str) -> str:
     return value
 
 
-def _param(e: Any, visible: dict[str, NameInfo], kernel: str) -> TensorParam | ScalarParam | UnusedParam:
+def _param(e: Any, visible: dict[str, NameInfo], kernel: str) -> TensorParam | ScalarParam | UnusedParam | TuneParam:
     name = _identifier(_get(e, "name", str, "a parameter"), "a parameter name")
     what = f"parameter {name!r}"
     role = _get(e, "role", str, what)
     if role == "unused":
         return UnusedParam(name)
+    if role == "tune":
+        choices = _get(e, "choices", list, what)
+        kinds = {type(c) for c in choices}
+        if not choices or len(kinds) != 1 or not kinds <= {int, float, bool} or len(set(choices)) != len(choices):
+            raise _Malformed(f"{what}: choices {choices!r}")
+        param = TuneParam(name, tuple(choices))
+        visible[name] = NameInfo("scalar", integral=param.kind == "int")
+        return param
     dtype = resolve_dtype(_get(e, "dtype", str, what))
     if dtype is None:
         raise _Malformed(f"{what} has an unknown dtype {e['dtype']!r}")
@@ -204,19 +224,24 @@ def _tuning(d: dict, kernel: str, tpb: list, ndim: int, params: tuple, visible: 
     """The autotune candidates and key of a saved spec (none in older artifacts)."""
     saved = d.get("candidates") or []
     key_texts = d.get("autotune_key")
-    if not saved:
+    variants = 1
+    for p in params:
+        if isinstance(p, TuneParam):
+            variants *= len(p.choices)
+    if not saved and variants == 1:
         if key_texts is not None:
             raise _Malformed("it has an autotune key but no candidates")
         return (), None
     if not isinstance(saved, list) or not all(isinstance(c, list) for c in saved):
         raise _Malformed(f"candidates {saved!r} is not a list of block shapes")
     arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
+    arguments.update({p.name: visible[p.name] for p in params if isinstance(p, TuneParam) and len(p.choices) == 1})
     try:
-        candidates = parse_threads_per_block(kernel, [tuple(c) for c in saved], ndim)
+        candidates = parse_threads_per_block(kernel, [tuple(c) for c in saved], ndim) if saved else ()
         key = parse_autotune_key(kernel, key_texts, arguments, autotuned=True)
     except (KernelDefinitionError, ShapeExpressionError) as exc:
         raise _Malformed(str(exc)) from None
-    if len(candidates) < 2 or list(candidates[0]) != list(tpb):
+    if saved and (len(candidates) < 2 or list(candidates[0]) != list(tpb)):
         raise _Malformed(f"candidates {saved!r} do not start with threads_per_block {tpb!r}")
     return candidates, key
 
@@ -254,12 +279,22 @@ def read_op_entry(d: Any, files: Mapping[str, bytes], where: str) -> OpEntry:
         if isinstance(saved, dict) and not _MEMORY_CHECKS & saved.keys():
             # Format 1, from before the InMut memory checks: they follow from the spec.
             launch = {k: v for k, v in launch.items() if k not in _MEMORY_CHECKS}
+        if isinstance(saved, dict) and "tune" not in saved and not spec.tune_params:
+            # Formats 1 and 2, from before Tune: candidates are blocks, with no variant.
+            launch = {k: v for k, v in launch.items() if k not in ("tune", "variants")}
+            launch["candidates"] = [c[:3] for c in launch["candidates"]]
         if launch != saved:
             raise _Malformed("its spec does not give the saved launch description")
-        layouts = _get(d, "layouts", dict, "the op")
-        if sorted(layouts) != sorted(LAYOUTS):
-            raise _Malformed(f"it has code for layouts {sorted(layouts)}, not {list(LAYOUTS)}")
-        images = {layout: _images(layout, layouts[layout], files) for layout in LAYOUTS}
+        per_variant = [_get(d, "layouts", dict, "the op"), *d.get("tune_layouts", [])]
+        if len(per_variant) != len(spec.tune_variants):
+            raise _Malformed(f"it has code for {len(per_variant)} Tune variant(s), its spec {len(spec.tune_variants)}")
+        images = []
+        for layouts in per_variant:
+            if not isinstance(layouts, dict) or sorted(layouts) != sorted(LAYOUTS):
+                raise _Malformed(f"it has code for layouts {sorted(layouts) if isinstance(layouts, dict) else layouts}, "
+                                 f"not {list(LAYOUTS)}")
+            images.append({layout: _images(layout, layouts[layout], files) for layout in LAYOUTS})
+        images = tuple(images)
         max_registers = d.get("max_registers")
         if max_registers is not None and (isinstance(max_registers, bool) or not isinstance(max_registers, int)):
             raise _Malformed(f"max_registers is {max_registers!r}")

@@ -3,24 +3,41 @@
 // One plain shared library, compiled once per environment against the headers that
 // ship with jaxlib (jax.ffi.include_dir()) and cuda.h, serves every pnex kernel.
 // Python (pnex_magic/launch/xla.py) registers each kernel under an integer id, with its
-// parameter table and its code per GPU architecture; XLA calls PnexJaxLaunch with the
-// buffers it allocated, the stream it runs on and four attributes: the kernel id, the
-// grid and the block (fixed when the JAX function was traced), and the scalar
-// arguments, already packed into 8-byte slots.  The handler loads the kernel on a device the first
-// time it runs there, packs Numba's kernel ABI and calls cuLaunchKernel on XLA's stream.
+// parameter table and its code per GPU architecture, before XLA compiles a call of it.
+//
+// The handler is stateful, in two XLA FFI stages:
+//
+// * instantiate (once per call site, when XLA builds the executable, outside any
+//   stream or CUDA graph): reads the call's five attributes (the kernel id, the grid
+//   and the block fixed when the JAX function was traced, the scalar arguments packed
+//   into 8-byte slots, and a fill per result), finds the kernel, and loads its code into
+//   the primary context of every device whose primary context is active (XLA's and
+//   PyTorch's contexts are the primary ones), so that no module is loaded while a
+//   stream is captured into a CUDA graph.  The LaunchState it returns is owned by XLA.
+// * execute (every call): one relaxed array read finds what the first call on this
+//   device validated (the function in the context of XLA's stream, and whether that
+//   context is current, as XLA normally makes it); then the arguments are packed in
+//   Numba's kernel ABI, an Out(init=...) result is filled by cuMemsetD8/16/32Async on
+//   XLA's stream, and cuLaunchKernel runs the kernel on it.  No lock, no map lookup, no
+//   driver query on this path: the handler is marked command-buffer compatible
+//   (xla::ffi::Traits::kCmdBufferCompatible), so XLA may record it into a CUDA graph.
 //
 // The parameter table has four int64 entries per kernel parameter, in declaration
 // order: kind (pnex_magic.launch.description.KINDS), index, rank, item size.  The index
-// of an In parameter is its operand; of an InMut or Out parameter, its result (InMut
-// results alias their operand, Out(init=...) results alias an operand XLA filled); of a
-// Scalar, its slot in the scalars attribute.  XLA buffers are dense and row-major, so
-// the code is the kernel's C-contiguous variant and strides follow from the sizes.
+// of an In parameter is its operand; of an InMut or Out parameter, its result (an InMut
+// result aliases its operand; an Out(init=...) whose value no memset pattern expresses
+// aliases an operand XLA filled); of a Scalar, its slot in the scalars attribute.  XLA
+// buffers are dense and row-major, so the code is the kernel's C-contiguous variant and
+// strides follow from the sizes.  The fill attribute holds two entries per result: the
+// memset width in bytes (0: no fill; 1, 2 or 4) and the bit pattern.
 //
 // The CUDA driver is reached through dlopen("libcuda.so.1") (cuda_driver.h): no nvcc,
 // no link to libcuda, and the library loads on machines without a GPU.
 
 #include "cuda_driver.h"
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -37,7 +54,7 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-enum Kind : int64_t { IN = 0, INMUT = 1, OUT = 2, SCALAR = 3, UNUSED = 4 };
+enum Kind : int64_t { IN = 0, INMUT = 1, OUT = 2, SCALAR = 3, UNUSED = 4, TUNE = 5 };
 
 struct Param {
   int64_t kind, index, ndim, itemsize;
@@ -56,9 +73,9 @@ struct Loaded {
 struct Kernel {
   std::string name;  // the user's kernel name, for messages (fixed at registration)
   std::vector<Param> params;  // fixed at registration
+  std::mutex mutex;  // guards images and loaded
   std::map<int64_t, Image> images;  // by architecture, 10 * major + minor
-  std::mutex mutex;
-  std::vector<Loaded> loaded;  // by device ordinal
+  std::vector<Loaded> loaded;  // by context
 };
 
 std::mutex g_mutex;
@@ -73,12 +90,44 @@ std::shared_ptr<Kernel> find_kernel(int64_t id) {
   return it == kernels().end() ? nullptr : it->second;
 }
 
+// Driver entry points only this handler uses (looked up beside cuda_driver.h's).
+struct Extra {
+  decltype(&::cuInit) init = nullptr;
+  decltype(&::cuDeviceGetCount) deviceGetCount = nullptr;
+  decltype(&::cuDevicePrimaryCtxGetState) primaryCtxGetState = nullptr;
+  decltype(&::cuDevicePrimaryCtxRelease) primaryCtxRelease = nullptr;
+  decltype(&::cuMemsetD8Async) memsetD8Async = nullptr;
+  decltype(&::cuMemsetD16Async) memsetD16Async = nullptr;
+  decltype(&::cuMemsetD32Async) memsetD32Async = nullptr;
+  std::string error;
+};
+
+const Extra& extra() {
+  static Extra e = [] {
+    Extra e;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      e.error = "the CUDA driver library (libcuda.so.1) cannot be loaded: is an NVIDIA driver installed?";
+      return e;
+    }
+    pnex::detail::bind(lib, "cuInit", e.init, e.error);
+    pnex::detail::bind(lib, "cuDeviceGetCount", e.deviceGetCount, e.error);
+    pnex::detail::bind(lib, "cuDevicePrimaryCtxGetState", e.primaryCtxGetState, e.error);
+    pnex::detail::bind(lib, "cuDevicePrimaryCtxRelease_v2", e.primaryCtxRelease, e.error);
+    pnex::detail::bind(lib, "cuMemsetD8Async", e.memsetD8Async, e.error);
+    pnex::detail::bind(lib, "cuMemsetD16Async", e.memsetD16Async, e.error);
+    pnex::detail::bind(lib, "cuMemsetD32Async", e.memsetD32Async, e.error);
+    return e;
+  }();
+  return e;
+}
+
 ffi::Error fail(const Kernel& kernel, const std::string& what) {
   return ffi::Error::Internal("pnex: kernel '" + kernel.name + "': " + what);
 }
 
-// Makes `context` current on this thread for the scope (XLA normally has it current
-// already; then this costs one thread-local read).
+// Makes `context` current on this thread for the scope, if it is not already.
 class ContextScope {
  public:
   explicit ContextScope(CUcontext context) {
@@ -103,60 +152,179 @@ class ContextScope {
   CUresult result_ = CUDA_SUCCESS;
 };
 
-// The kernel loaded in the context of XLA's stream on `device`, on first use there.
-ffi::ErrorOr<Loaded> load(Kernel& kernel, int32_t device, CUstream stream) {
-  std::lock_guard<std::mutex> lock(kernel.mutex);
-  if (device >= 0 && static_cast<size_t>(device) < kernel.loaded.size() && kernel.loaded[device].function) {
-    return kernel.loaded[device];
+// The kernel's function in `context`, loading its code there on first use.  The
+// caller holds kernel.mutex.
+ffi::ErrorOr<CUfunction> load_locked(Kernel& kernel, CUcontext context, const std::string& where) {
+  for (const Loaded& l : kernel.loaded) {
+    if (l.context == context) return l.function;
   }
   const pnex::Driver& d = pnex::driver();
-  Loaded loaded;
-  CUresult r = d.streamGetCtx(stream, &loaded.context);
-  if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot find the context of XLA's stream: " + pnex::cu_error(r)));
-  ContextScope scope(loaded.context);
+  ContextScope scope(context);
   if (scope.result() != CUDA_SUCCESS) {
-    return ffi::Unexpected(fail(kernel, "cannot make the device's context current: " + pnex::cu_error(scope.result())));
+    return ffi::Unexpected(fail(kernel, "cannot make the context of " + where + " current: " + pnex::cu_error(scope.result())));
   }
   CUdevice dev = 0;
   int major = 0, minor = 0;
-  r = d.ctxGetDevice(&dev);
+  CUresult r = d.ctxGetDevice(&dev);
   if (r == CUDA_SUCCESS) r = d.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   if (r == CUDA_SUCCESS) r = d.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot query the device: " + pnex::cu_error(r)));
+  if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot query " + where + ": " + pnex::cu_error(r)));
   auto image = kernel.images.find(10 * major + minor);
   if (image == kernel.images.end()) {
     std::string have;
     for (const auto& entry : kernel.images) have += (have.empty() ? "sm_" : ", sm_") + std::to_string(entry.first);
-    return ffi::Unexpected(fail(kernel, "no code for sm_" + std::to_string(10 * major + minor) + " (device " +
-                                            std::to_string(device) + "); it was compiled for " +
+    return ffi::Unexpected(fail(kernel, "no code for sm_" + std::to_string(10 * major + minor) + " (" + where +
+                                            "); it was compiled for " +
                                             (have.empty() ? std::string("no architecture") : have) +
                                             ". Call the JAX function again after the GPU is visible to JAX"));
   }
   CUmodule module = nullptr;
   r = d.moduleLoadData(&module, image->second.code.data());
-  if (r != CUDA_SUCCESS) {
-    return ffi::Unexpected(fail(kernel, "loading its code on device " + std::to_string(device) + " failed: " + pnex::cu_error(r)));
-  }
-  r = d.moduleGetFunction(&loaded.function, module, image->second.entry.c_str());
+  if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "loading its code on " + where + " failed: " + pnex::cu_error(r)));
+  CUfunction function = nullptr;
+  r = d.moduleGetFunction(&function, module, image->second.entry.c_str());
   if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "entry not found: " + pnex::cu_error(r)));
-  if (device >= 0) {
-    if (static_cast<size_t>(device) >= kernel.loaded.size()) kernel.loaded.resize(device + 1);
-    kernel.loaded[device] = loaded;
-  }
-  return loaded;
+  kernel.loaded.push_back({context, function});
+  return function;
 }
 
-ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t id,
-                  ffi::Span<const int64_t> grid, ffi::Span<const int64_t> block, ffi::Span<const int64_t> scalars) {
+// Load the kernel into the primary context of every device where that context is
+// active (best effort: what fails here is reported by the first call on the device).
+void preload(Kernel& kernel) {
+  const pnex::Driver& d = pnex::driver();
+  const Extra& e = extra();
+  if (!d.error.empty() || !e.error.empty()) return;
+  if (e.init(0) != CUDA_SUCCESS) return;
+  int count = 0;
+  if (e.deviceGetCount(&count) != CUDA_SUCCESS) return;
+  std::lock_guard<std::mutex> lock(kernel.mutex);
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    unsigned flags = 0;
+    int active = 0;
+    if (d.deviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    if (e.primaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active) continue;
+    CUcontext context = nullptr;
+    if (d.primaryCtxRetain(&context, dev) != CUDA_SUCCESS) continue;
+    (void)load_locked(kernel, context, "device " + std::to_string(i));
+    e.primaryCtxRelease(dev);  // the context stays alive: it was active before the retain
+  }
+}
+
+// What a call site launches on one device, validated by its first call there.
+struct Ready {
+  CUfunction function = nullptr;
+  CUcontext context = nullptr;
+  bool push = false;  // the stream's context is not current on XLA's thread (not seen in practice)
+};
+
+struct Fill {
+  int64_t width = 0;  // 0: none; else bytes per memset element (1, 2 or 4)
+  uint32_t pattern = 0;
+};
+
+constexpr int kMaxDevices = 64;  // ordinals at or above this take the slow path on every call
+
+struct LaunchState {
+  static ffi::TypeId id;
+
+  Kernel* kernel = nullptr;  // registry entries are never destroyed
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  std::vector<uint64_t> scalars;
+  std::vector<Fill> fills;  // by result
+  bool blocking = false;  // PNEX_LAUNCH_BLOCKING
+  std::array<std::atomic<const Ready*>, kMaxDevices> ready;  // by XLA device ordinal
+  std::mutex mutex;  // the slow path
+  std::vector<std::unique_ptr<Ready>> owned;
+
+  LaunchState() {
+    for (auto& r : ready) r.store(nullptr, std::memory_order_relaxed);
+  }
+};
+
+ffi::TypeId LaunchState::id = {};
+
+ffi::ErrorOr<std::unique_ptr<LaunchState>> instantiate(int64_t id, ffi::Span<const int64_t> grid,
+                                                       ffi::Span<const int64_t> block,
+                                                       ffi::Span<const int64_t> scalars,
+                                                       ffi::Span<const int64_t> fill) {
   std::shared_ptr<Kernel> found = find_kernel(id);
   if (!found) {
-    return ffi::Error::Internal("pnex: no kernel with id " + std::to_string(id) +
-                                " is registered in this process (a JAX function traced in another process?)");
+    return ffi::Unexpected(ffi::Error::Internal(
+        "pnex: no kernel with id " + std::to_string(id) +
+        " is registered in this process (an executable compiled in another process? trace the JAX function in this one)"));
   }
   Kernel& kernel = *found;
+  if (grid.size() != 3 || block.size() != 3) return ffi::Unexpected(fail(kernel, "grid and block must have 3 entries"));
+  if (fill.size() % 2 != 0) return ffi::Unexpected(fail(kernel, "the fill attribute must have 2 entries per result"));
+  auto state = std::make_unique<LaunchState>();
+  state->kernel = &kernel;
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] < 0 || block[i] < 1) return ffi::Unexpected(fail(kernel, "negative grid or empty block"));
+    state->grid[i] = static_cast<unsigned>(grid[i]);
+    state->block[i] = static_cast<unsigned>(block[i]);
+  }
+  state->scalars.assign(scalars.begin(), scalars.end());
+  for (size_t i = 0; i < fill.size(); i += 2) {
+    int64_t width = fill[i];
+    if (width != 0 && width != 1 && width != 2 && width != 4) {
+      return ffi::Unexpected(fail(kernel, "a fill width must be 0, 1, 2 or 4 bytes"));
+    }
+    state->fills.push_back({width, static_cast<uint32_t>(fill[i + 1])});
+  }
+  for (const Param& p : kernel.params) {
+    if (p.kind == SCALAR && (p.index < 0 || static_cast<size_t>(p.index) >= state->scalars.size())) {
+      return ffi::Unexpected(fail(kernel, "scalar slot out of range"));
+    }
+  }
+  state->blocking = pnex::launch_blocking();
+  preload(kernel);
+  return state;
+}
+
+// The first call of a call site on a device: find (or load) the function in the
+// context of XLA's stream and remember it.
+ffi::ErrorOr<const Ready*> prepare(LaunchState& state, int32_t device, CUstream stream) {
+  Kernel& kernel = *state.kernel;
   const pnex::Driver& d = pnex::driver();
-  if (!d.error.empty()) return fail(kernel, d.error);
-  if (grid.size() != 3 || block.size() != 3) return fail(kernel, "grid and block must have 3 entries");
+  if (!d.error.empty()) return ffi::Unexpected(fail(kernel, d.error));
+  std::lock_guard<std::mutex> lock(state.mutex);
+  bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    if (const Ready* ready = state.ready[device].load(std::memory_order_acquire)) return ready;
+  }
+  auto ready = std::make_unique<Ready>();
+  CUresult r = d.streamGetCtx(stream, &ready->context);
+  if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot find the context of XLA's stream: " + pnex::cu_error(r)));
+  {
+    std::lock_guard<std::mutex> kernel_lock(kernel.mutex);
+    auto function = load_locked(kernel, ready->context, "device " + std::to_string(device));
+    if (function.has_error()) return ffi::Unexpected(function.error());
+    ready->function = *function;
+  }
+  CUcontext current = nullptr;
+  d.ctxGetCurrent(&current);
+  ready->push = current != ready->context;
+  const Ready* result = ready.get();
+  state.owned.push_back(std::move(ready));
+  if (cached) state.ready[device].store(result, std::memory_order_release);
+  return result;
+}
+
+ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::RemainingArgs args,
+                  ffi::RemainingRets rets) {
+  if (state == nullptr || state->kernel == nullptr) {
+    return ffi::Error::Internal("pnex: the launch has no state (XLA did not run the handler's instantiate stage)");
+  }
+  Kernel& kernel = *state->kernel;
+  const Ready* ready = device >= 0 && device < kMaxDevices ? state->ready[device].load(std::memory_order_acquire) : nullptr;
+  if (ready == nullptr) {
+    auto prepared = prepare(*state, device, stream);
+    if (prepared.has_error()) return prepared.error();
+    ready = *prepared;
+  }
+  const pnex::Driver& d = pnex::driver();
 
   // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
   thread_local std::vector<uint64_t> slots;
@@ -164,14 +332,14 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
   slots.clear();
   for (const Param& p : kernel.params) {
     if (p.kind == SCALAR) {
-      if (p.index < 0 || static_cast<size_t>(p.index) >= scalars.size()) return fail(kernel, "scalar slot out of range");
-      slots.push_back(static_cast<uint64_t>(scalars[p.index]));
+      slots.push_back(state->scalars[p.index]);
       continue;
     }
     if (p.kind == UNUSED) {
       slots.push_back(0);
       continue;
     }
+    if (p.kind == TUNE) continue;  // a constant of the variant's code (one kernel id per variant): no slot
     void* data = nullptr;
     ffi::Span<const int64_t> dims;
     if (p.kind == IN) {
@@ -208,15 +376,32 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
   pointers.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) pointers[i] = &slots[i];
 
-  auto loaded = load(kernel, device, stream);
-  if (loaded.has_error()) return loaded.error();
-  ContextScope scope(loaded->context);
-  if (scope.result() != CUDA_SUCCESS) {
-    return fail(kernel, "cannot make the device's context current: " + pnex::cu_error(scope.result()));
+  std::unique_ptr<ContextScope> scope;
+  if (ready->push) {
+    scope = std::make_unique<ContextScope>(ready->context);
+    if (scope->result() != CUDA_SUCCESS) {
+      return fail(kernel, "cannot make the device's context current: " + pnex::cu_error(scope->result()));
+    }
   }
-  CUresult r = d.launchKernel(loaded->function, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
-                              static_cast<unsigned>(grid[2]), static_cast<unsigned>(block[0]),
-                              static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2]), 0, stream,
+  // Out(init=...) results: filled on XLA's stream, before the kernel writes them.
+  for (size_t i = 0; i < state->fills.size() && i < rets.size(); ++i) {
+    const Fill& fill = state->fills[i];
+    if (fill.width == 0) continue;
+    auto buffer = rets.get<ffi::AnyBuffer>(i);
+    if (buffer.has_error()) return fail(kernel, "result " + std::to_string(i) + ": " + buffer.error().message());
+    size_t bytes = (*buffer)->size_bytes();
+    if (bytes == 0) continue;
+    CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>((*buffer)->untyped_data());
+    const Extra& e = extra();
+    if (!e.error.empty()) return fail(kernel, e.error);
+    CUresult r = fill.width == 1   ? e.memsetD8Async(ptr, static_cast<unsigned char>(fill.pattern), bytes, stream)
+                 : fill.width == 2 ? e.memsetD16Async(ptr, static_cast<unsigned short>(fill.pattern), bytes / 2, stream)
+                                   : e.memsetD32Async(ptr, fill.pattern, bytes / 4, stream);
+    if (r != CUDA_SUCCESS) return fail(kernel, "filling result " + std::to_string(i) + " failed: " + pnex::cu_error(r));
+  }
+  const unsigned* grid = state->grid;
+  const unsigned* block = state->block;
+  CUresult r = d.launchKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
                               pointers.data(), nullptr);
   if (r != CUDA_SUCCESS) {
     std::string hint;
@@ -229,7 +414,7 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
                             ", block " + std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
                             std::to_string(block[2]) + "): " + pnex::cu_error(r) + hint);
   }
-  if (pnex::launch_blocking()) {
+  if (state->blocking) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     d.streamIsCapturing(stream, &status);
     if (status == CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -240,25 +425,45 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
   return ffi::Error::Success();
 }
 
+// The state's type, registered with XLA by Python (jax.ffi.register_ffi_type).
+const XLA_FFI_TypeInfo kStateTypeInfo = ffi::MakeTypeInfo<LaunchState>();
+
 }  // namespace
 
 // Built with -fvisibility=hidden: only these symbols are exported.
 #define PNEX_EXPORT __attribute__((visibility("default")))
 
+extern "C" PNEX_EXPORT XLA_FFI_Error* PnexJaxInstantiate(XLA_FFI_CallFrame* call_frame);
 extern "C" PNEX_EXPORT XLA_FFI_Error* PnexJaxLaunch(XLA_FFI_CallFrame* call_frame);
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PnexJaxInstantiate, instantiate,
+                              ffi::Ffi::BindInstantiate()
+                                  .Attr<int64_t>("kernel")
+                                  .Attr<ffi::Span<const int64_t>>("grid")
+                                  .Attr<ffi::Span<const int64_t>>("block")
+                                  .Attr<ffi::Span<const int64_t>>("scalars")
+                                  .Attr<ffi::Span<const int64_t>>("fill"));
+
+// Nothing here breaks CUDA-graph capture: kernels and memsets on XLA's stream only, no
+// allocation, no synchronisation while the stream is captured, no module load once
+// instantiate preloaded the code (a device whose context was not active then loads it
+// on its first call, which XLA makes outside capture unless that first call is itself
+// recorded into a command buffer).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PnexJaxLaunch, launch,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<CUstream>>()
                                   .Ctx<ffi::DeviceOrdinal>()
+                                  .Ctx<ffi::State<LaunchState>>()
                                   .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<int64_t>("kernel")
-                                  .Attr<ffi::Span<const int64_t>>("grid")
-                                  .Attr<ffi::Span<const int64_t>>("block")
-                                  .Attr<ffi::Span<const int64_t>>("scalars"));
+                                  .RemainingRets(),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 extern "C" {
+
+// The state's type id (XLA writes the id it assigns) and type info, for
+// jax.ffi.register_ffi_type.
+PNEX_EXPORT void* pnex_jax_state_type_id() { return &LaunchState::id; }
+PNEX_EXPORT const void* pnex_jax_state_type_info() { return &kStateTypeInfo; }
 
 // Register kernel `id`: its name and its parameter table (4 entries per parameter, see
 // the top of this file).  An id names one kernel (Python derives it from the kernel's
@@ -298,6 +503,15 @@ PNEX_EXPORT int64_t pnex_jax_archs(int64_t id, int64_t* out, int64_t capacity) {
     ++n;
   }
   return n;
+}
+
+// How many contexts kernel `id` is loaded in (tests: instantiate preloads it), or -1
+// when no kernel `id` is registered.
+PNEX_EXPORT int64_t pnex_jax_loaded(int64_t id) {
+  auto kernel = find_kernel(id);
+  if (!kernel) return -1;
+  std::lock_guard<std::mutex> lock(kernel->mutex);
+  return static_cast<int64_t>(kernel->loaded.size());
 }
 
 // Empty, or why the CUDA driver cannot be used.

@@ -100,7 +100,7 @@ struct Instr {
 };
 using Program = std::vector<Instr>;
 
-enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4 };
+enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4, TUNE = 5 };
 
 struct Param {
   std::string name;
@@ -154,21 +154,34 @@ struct Spec {
   std::vector<Program> n_threads;
   std::vector<std::string> n_threads_text;
   std::vector<std::array<unsigned, 3>> candidates;  // block shapes; [0] is the default
+  std::vector<int> candidate_variant;  // the Tune variant each candidate runs (index into variants)
+  std::vector<int> tune_params;        // parameter index of each Tune parameter
+  std::vector<std::vector<int64_t>> variants;  // per variant, the value of each Tune parameter
   std::vector<Program> key;  // autotune key (empty unless several candidates)
   std::vector<std::string> key_text;
   bool key_bucket = false;  // round key values up to powers of two
   // Memory checks of InMut arguments (messages from Python, see description.py).
   std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
-  py::object get_image;  // callable(device_index, contiguous) -> (cubin or PTX bytes, entry name)
+  py::object get_image;  // callable(device_index, contiguous[, variant[, checked]]) -> (cubin or PTX bytes, entry)
   py::object choose;     // callable(device_index, contiguous, key, args or None) -> (candidate, final)
+  py::object describe;   // callable(error record as a list) -> message ("" for none)
+  bool check_always = false;  // every launch runs the checked variant (check=True)
   std::mutex mutex;      // loading code
   std::shared_mutex table_mutex;
   std::vector<Choice> table;  // autotune decisions made so far
 
-  Spec() {
-    for (auto& variant : functions)
-      for (auto& fn : variant) fn.store(nullptr, std::memory_order_relaxed);
+  // Per (Tune variant, checked, layout), the loaded kernel per device index; loaded once,
+  // then read without a lock.  Allocated by register_op once the number of variants is known.
+  using Functions = std::array<std::atomic<CUfunction>, kMaxDevices>;
+  std::vector<std::unique_ptr<Functions>> functions;
+  void allocate_functions(size_t variants) {
+    functions.clear();
+    for (size_t i = 0; i < 4 * std::max<size_t>(variants, 1); ++i) {
+      auto table = std::make_unique<Functions>();
+      for (auto& fn : *table) fn.store(nullptr, std::memory_order_relaxed);
+      functions.push_back(std::move(table));
+    }
   }
   ~Spec() {
     // The dispatcher may destroy kernels at process exit, after Python has finalised:
@@ -177,13 +190,13 @@ struct Spec {
       py::gil_scoped_acquire gil;
       get_image = py::object();
       choose = py::object();
+      describe = py::object();
     } else {
       get_image.release();
       choose.release();
+      describe.release();
     }
   }
-  // [strided, contiguous] variant, per device index; loaded once, then read without a lock.
-  std::array<std::atomic<CUfunction>, kMaxDevices> functions[2];
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
 };
 
@@ -283,12 +296,14 @@ void ensure_context(int device, const std::string& kernel) {
               "'s context current: ", cu_error(r));
 }
 
-// The kernel for a device, loaded on first use: the variant for C-contiguous inputs
-// (whose loads compile to ld.global) or the one for any strides.
-CUfunction function_for(Spec& spec, int device, bool contiguous) {
+// The kernel for a device, loaded on first use: the code for C-contiguous inputs (whose
+// loads compile to ld.global) or the one for any strides, of one Tune variant.
+CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bool checked) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "pnex: kernel '", spec.kernel, "': device index ",
               std::to_string(device), " is beyond the ", std::to_string(kMaxDevices), " devices pnex supports");
-  std::atomic<CUfunction>& slot = spec.functions[contiguous ? 1 : 0][device];
+  const size_t table = (2 * static_cast<size_t>(variant) + (checked ? 1 : 0)) * 2 + (contiguous ? 1 : 0);
+  TORCH_CHECK(table < spec.functions.size(), "pnex: kernel '", spec.kernel, "': no variant ", std::to_string(variant));
+  std::atomic<CUfunction>& slot = (*spec.functions[table])[device];
   CUfunction loaded = slot.load(std::memory_order_acquire);
   if (loaded) return loaded;
   std::lock_guard<std::mutex> lock(spec.mutex);
@@ -300,7 +315,10 @@ CUfunction function_for(Spec& spec, int device, bool contiguous) {
   std::string entry;
   {
     py::gil_scoped_acquire gil;
-    auto result = spec.get_image(device, contiguous).cast<std::tuple<py::bytes, std::string>>();
+    auto result = (checked ? spec.get_image(device, contiguous, variant, true)
+                   : variant == 0 ? spec.get_image(device, contiguous)
+                                  : spec.get_image(device, contiguous, variant))
+                      .cast<std::tuple<py::bytes, std::string>>();
     *image = std::string(std::get<0>(result));  // cubin, or NUL-terminated PTX
     entry = std::get<1>(result);
   }
@@ -333,6 +351,13 @@ void force_candidate(const std::string& op_name, int candidate) {
   t_forced_op = op_name;
   t_forced_candidate = candidate;
 }
+
+// Launches of one op on this thread run its checked variant (the %%pnex magic's first run).
+thread_local std::string t_forced_check;
+
+void force_checked(const std::string& op_name) { t_forced_check = op_name; }
+
+constexpr int64_t kRecordSlots = 16;  // pnex_magic.checked.RECORD_SIZE
 
 int64_t bucket(int64_t n) {  // the smallest power of two >= n (pnex_magic.blocks.bucket)
   if (n <= 0) return 0;
@@ -536,14 +561,23 @@ class PnexKernel final : public c10::OperatorKernel {
       v.tensors[pi] = &outs.back();
     }
 
+    // n_threads for a Tune variant (its values are those of the Tune parameters).
     int64_t n[3] = {1, 1, 1};
-    bool empty = false;
-    for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
-      n[axis] = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
-      TORCH_CHECK_VALUE(n[axis] >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
-                        spec.n_threads_text[axis], " evaluates to ", std::to_string(n[axis]), ", which is negative");
-      if (n[axis] == 0) empty = true;
-    }
+    auto threads_for = [&](int variant) {
+      bool empty = false;
+      if (!spec.tune_params.empty()) {
+        const std::vector<int64_t>& values = spec.variants[variant];
+        for (size_t t = 0; t < spec.tune_params.size(); ++t) v.ints[spec.tune_params[t]] = values[t];
+      }
+      for (size_t axis = 0; axis < spec.n_threads.size(); ++axis) {
+        n[axis] = evaluate(spec.n_threads[axis], v, spec, spec.n_threads_text[axis]);
+        TORCH_CHECK_VALUE(n[axis] >= 0, "pnex: ", spec.kernel, "(): n_threads[", std::to_string(axis), "] = ",
+                          spec.n_threads_text[axis], " evaluates to ", std::to_string(n[axis]), ", which is negative");
+        if (n[axis] == 0) empty = true;
+      }
+      return empty;
+    };
+    const bool empty = threads_for(0);
 
     if (!empty) {
       const int dev = device->index();
@@ -557,9 +591,11 @@ class PnexKernel final : public c10::OperatorKernel {
       std::array<unsigned, 3> grid{1, 1, 1};
       int64_t blocks_over = 0;
       int chosen = select_block(spec, v, args, dev, contiguous, stream);
+      if (spec.candidate_variant[chosen] != 0) threads_for(spec.candidate_variant[chosen]);
       int over = grid_for(spec, n, spec.candidates[chosen], grid, blocks_over);
       for (int c = 0; over >= 0 && c < static_cast<int>(spec.candidates.size()); ++c) {
         if (c == chosen) continue;
+        threads_for(spec.candidate_variant[c]);
         int64_t ignored = 0;
         if (grid_for(spec, n, spec.candidates[c], grid, ignored) < 0) {
           chosen = c;
@@ -569,6 +605,20 @@ class PnexKernel final : public c10::OperatorKernel {
       TORCH_CHECK_VALUE(over < 0, "pnex: ", spec.kernel, "(): the launch needs ", std::to_string(blocks_over),
                         " blocks on axis ", std::to_string(over), ", more than CUDA allows");
       const std::array<unsigned, 3>& block = spec.candidates[chosen];
+      const int variant = spec.candidate_variant[chosen];
+      // A checked launch (pnex_magic.checked): the checked variant, with a zeroed error
+      // record as its last argument, read back after the launch.
+      const bool checked = spec.check_always || (!t_forced_check.empty() && t_forced_check == spec.op_name);
+      at::Tensor record;
+      if (checked) {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        driver().streamIsCapturing(stream, &status);
+        TORCH_CHECK(status == CU_STREAM_CAPTURE_STATUS_NONE, "pnex: kernel '", spec.kernel,
+                    "' runs checked launches (check=True, %%pnex --check or PNEX_CHECK=1), which read their error "
+                    "record after every launch, so they cannot be captured in a CUDA graph; capture the op defined "
+                    "without checks");
+        record = at::zeros({kRecordSlots}, at::TensorOptions().dtype(at::kLong).device(*device));
+      }
 
       // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
       c10::SmallVector<uint64_t, 64> slots;
@@ -578,6 +628,8 @@ class PnexKernel final : public c10::OperatorKernel {
           slots.push_back(pack_scalar(args[spec.arg_of_param[pi]], p.dtype));
         } else if (p.kind == UNUSED) {
           slots.push_back(0);
+        } else if (p.kind == TUNE) {
+          continue;  // a constant of the variant's code: no slot
         } else {
           const at::Tensor& t = *v.tensors[pi];
           const int64_t item = t.element_size();
@@ -590,10 +642,15 @@ class PnexKernel final : public c10::OperatorKernel {
           for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
         }
       }
+      if (checked) {  // Numba's ABI for a 1-D int64 array
+        for (uint64_t slot : {uint64_t(0), uint64_t(0), uint64_t(kRecordSlots), uint64_t(8),
+                              reinterpret_cast<uint64_t>(record.data_ptr()), uint64_t(kRecordSlots), uint64_t(8)})
+          slots.push_back(slot);
+      }
       c10::SmallVector<void*, 64> params(slots.size());
       for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
-      CUfunction fn = function_for(spec, dev, contiguous);
+      CUfunction fn = function_for(spec, dev, contiguous, variant, checked);
       const Driver& d = driver();
       CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
                                   params.data(), nullptr);
@@ -613,6 +670,21 @@ class PnexKernel final : public c10::OperatorKernel {
           r = d.streamSynchronize(stream);
           TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "' faulted on cuda:", std::to_string(dev), ": ",
                       cu_error(r));
+        }
+      }
+      if (checked) {
+        const at::Tensor host = record.to(at::kCPU);  // waits for the kernel
+        const int64_t* values = host.const_data_ptr<int64_t>();
+        if (values[0] != 0) {
+          std::string message;
+          {
+            py::gil_scoped_acquire gil;
+            py::list items;
+            for (int64_t i = 0; i < kRecordSlots; ++i) items.append(py::int_(values[i]));
+            message = (!spec.describe || spec.describe.is_none()) ? std::string("an access out of bounds")
+                                               : spec.describe(items).cast<std::string>();
+          }
+          TORCH_CHECK_INDEX(false, "pnex: ", message);
         }
       }
     }
@@ -798,16 +870,40 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   for (auto prog : d["n_threads"]) spec->n_threads.push_back(to_program(prog));
   spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
   // Block candidates (the first is the default block); an older description has "block" only.
-  auto as_block = [](const py::handle& obj) {
+  // A candidate is [x, y, z] or [x, y, z, variant] (the Tune variant it runs).
+  auto as_block = [](const py::handle& obj, int* variant) {
     auto sizes = obj.cast<std::vector<unsigned>>();
     std::array<unsigned, 3> block{1, 1, 1};
     for (size_t i = 0; i < 3 && i < sizes.size(); ++i) block[i] = sizes[i];
+    *variant = sizes.size() > 3 ? static_cast<int>(sizes[3]) : 0;
     return block;
   };
+  int variant = 0;
   if (d.contains("candidates")) {
-    for (auto c : d["candidates"]) spec->candidates.push_back(as_block(c));
+    for (auto c : d["candidates"]) {
+      spec->candidates.push_back(as_block(c, &variant));
+      spec->candidate_variant.push_back(variant);
+    }
   }
-  if (spec->candidates.empty()) spec->candidates.push_back(as_block(d["block"]));
+  if (spec->candidates.empty()) {
+    spec->candidates.push_back(as_block(d["block"], &variant));
+    spec->candidate_variant.push_back(0);
+  }
+  if (d.contains("tune")) {
+    spec->tune_params = d["tune"].cast<std::vector<int>>();
+    spec->variants = d["variants"].cast<std::vector<std::vector<int64_t>>>();
+  }
+  size_t variants = std::max<size_t>(spec->variants.size(), 1);
+  for (int cv : spec->candidate_variant) {
+    TORCH_CHECK(cv >= 0 && static_cast<size_t>(cv) < variants, "pnex: kernel '", spec->kernel,
+                "': a candidate names variant ", std::to_string(cv), " of ", std::to_string(variants));
+  }
+  for (const auto& values : spec->variants) {
+    TORCH_CHECK(values.size() == spec->tune_params.size(), "pnex: kernel '", spec->kernel,
+                "': a variant has ", std::to_string(values.size()), " Tune values for ",
+                std::to_string(spec->tune_params.size()), " Tune parameters");
+  }
+  spec->allocate_functions(variants);
   if (spec->candidates.size() > 1) {
     for (auto prog : d["key"]) spec->key.push_back(to_program(prog));
     spec->key_text = d["key_text"].cast<std::vector<std::string>>();
@@ -817,6 +913,8 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
   for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
   spec->get_image = d["get_image"];
+  if (d.contains("describe")) spec->describe = d["describe"];
+  if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
 
   registry().erase(name);
   Registration reg;
@@ -847,4 +945,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("force_candidate", &force_candidate, py::arg("op_name"), py::arg("candidate"),
         "Calls of op_name on this thread launch candidate `candidate` (-1: choose as usual)");
   m.def("last_kernel", &last_kernel, py::arg("device"));
+  m.def("force_checked", &force_checked, py::arg("op_name"),
+        "Launches of op_name on this thread run its checked variant (\"\": none)");
 }

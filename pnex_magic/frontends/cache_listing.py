@@ -47,15 +47,23 @@ class ChoiceRow:
 
     @classmethod
     def from_record(cls, data: dict, now: float) -> ChoiceRow:
-        times = {tuple(c.get("block", ())): c.get("seconds") for c in data.get("candidates", ())}
+        def label(block, tune) -> tuple:
+            return tuple(block), tuple(v for _, v in tune) if tune and isinstance(tune[0], (list, tuple)) else tuple(tune)
+
+        times = {label(c.get("block", ()), c.get("tune", ())): c.get("seconds") for c in data.get("candidates", ())}
         choice = tuple(data.get("choice", ()))
+        tune = tuple(data.get("choice_tune", ()))
         first = next(iter(times.values()), None)
-        chosen = times.get(choice)
+        chosen = times.get((choice, tune))
+        names = [n for n, _ in next((c.get("tune", ()) for c in data.get("candidates", ())), ())]
+        text = format_block(choice) if choice else "?"
+        if tune:
+            text += ", " + ", ".join(f"{n}={v!r}" for n, v in zip(names or ["?"] * len(tune), tune))
         return cls(
             kernel=str(data.get("kernel", "?")).removeprefix("__main__."),
             gpu=str(data.get("gpu", "?")),
             key=str(data.get("key_text", data.get("key_values", ""))),
-            choice=format_block(choice) if choice else "?",
+            choice=text,
             speedup=first / chosen if first and chosen else None,
             age_seconds=max(0.0, now - float(data.get("created", now))),
         )

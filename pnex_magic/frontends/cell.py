@@ -4,8 +4,8 @@ bind the names.
 How a cell runs
 ---------------
 The cell executes in a *copy* of the notebook's namespace in which ``In``,
-``InMut``, ``Out``, ``Scalar``, ``Unused`` and ``cuda`` are the pnex annotations
-and ``numba.cuda``; the notebook's ``In``/``Out`` history is never touched.  The
+``InMut``, ``Out``, ``Scalar``, ``Unused``, ``Tune`` and ``cuda`` are the pnex
+annotations and ``numba.cuda``; the notebook's ``In``/``Out`` history is never touched.  The
 kernel's ``__globals__`` is that copy, so Numba and the cache key see the values
 of the constants and device functions the kernel reads as they were when the
 cell ran.  Its code is compiled under a pseudo-file registered with
@@ -65,7 +65,7 @@ from ..op import PnexOp
 from ..render.progress import LogDisplay, Progress
 from ..render.report import PnexReport
 from ..report import build_report
-from ..spec import In, InMut, Out, Scalar, Unused
+from ..spec import In, InMut, Out, Scalar, Tune, Unused
 from .capture import capture_output
 
 __all__ = ["CellRun", "HISTORY_NAMES", "injected_names"]
@@ -77,7 +77,7 @@ _HISTORY_RE = re.compile(r"_(?:i+|i?\d+)")
 
 def injected_names() -> dict[str, Any]:
     """The names every %%pnex cell sees without importing them."""
-    return {"In": In, "InMut": InMut, "Out": Out, "Scalar": Scalar, "Unused": Unused, "cuda": cuda}
+    return {"In": In, "InMut": InMut, "Out": Out, "Scalar": Scalar, "Unused": Unused, "Tune": Tune, "cuda": cuda}
 
 
 def in_kernel(shell) -> bool:
@@ -101,13 +101,13 @@ def _as_op(value: Any) -> Any:
 
 
 def _has_pnex_annotation(fn: types.FunctionType) -> bool:
-    kinds = (In, InMut, Out, Scalar)
+    kinds = (In, InMut, Out, Scalar, Tune)
     for name, ann in getattr(fn, "__annotations__", {}).items():
         if name == "return":
             continue
         if isinstance(ann, kinds) or ann is Unused or isinstance(ann, Unused):
             return True
-        if isinstance(ann, str) and re.search(r"\b(In|InMut|Out|Scalar|Unused)\b", ann):
+        if isinstance(ann, str) and re.search(r"\b(In|InMut|Out|Scalar|Unused|Tune)\b", ann):
             return True
     return False
 
@@ -199,6 +199,7 @@ class CellRun:
         self.fn: types.FunctionType | None = None
         self.compile_log = ""
         self.code_names: set[str] = set()
+        self.sanitizer = None  # the --sanitize report
 
     # ------------------------------------------------------------------ driver
 
@@ -235,6 +236,11 @@ class CellRun:
             from IPython.display import display
 
             display(report)
+        if self.sanitizer is not None:
+            from IPython.display import display
+
+            report.sanitizer = self.sanitizer
+            display(self.sanitizer)
         return None
 
     def _finalise_error(self, failure: CellFailure) -> BaseException:
@@ -305,7 +311,13 @@ class CellRun:
                     kernel_report = build_report(
                         op, arch=opts.arch, args=args, eager=eager, progress=step,
                         args_name=f"--args {opts.args}", eager_name=f"--eager {opts.eager}" if opts.eager else None,
+                        check_first=True,
                     )
+                    if getattr(opts, "sanitize", False):
+                        from ..sanitize import run_sanitizer
+
+                        step("running --args under compute-sanitizer in a child process")
+                        self.sanitizer = run_sanitizer(op, args)
                 finally:
                     self._add_log(captured.text)
             if forward is not None:
@@ -466,7 +478,7 @@ class CellRun:
             try:
                 definition = make_definition(
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
-                    autotune_key=opts.autotune_key, options=options,
+                    autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -489,7 +501,7 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block|autotune_key", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given", text) and "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -15,20 +15,43 @@ What runs where
   from there too and are fixed in the trace.  Scalars must be concrete Python
   numbers: under ``jax.jit``, mark them static (``static_argnums``) or bind them with
   ``functools.partial``.
-* **On a GPU** (the ``cuda`` platform): ``jax.ffi.ffi_call`` of pnex's one XLA FFI
-  handler (:mod:`pnex_magic.launch.xla`), which launches the kernel's cubin on XLA's
-  stream, with XLA's buffers, on whichever device the computation runs.  ``InMut``
-  arguments become ``input_output_aliases``; an ``Out(init=...)`` is a ``jnp.full``
-  operand aliased to that output.
+* **One primitive, lowered per platform.**  A call binds the ``pnex_launch``
+  primitive; when JAX lowers the computation for a platform it picks that
+  platform's rule, so the compiled program holds one launch and no conditional.
+* **On a GPU** (the ``cuda`` platform): a custom call of pnex's one XLA FFI
+  handler (:mod:`pnex_magic.launch.xla`), which launches the kernel's cubin on
+  XLA's stream, with XLA's buffers, on whichever device the computation runs.  Each
+  ``InMut`` argument is aliased to its result (``input_output_aliases``): the
+  kernel writes it in place, and XLA copies it first unless the caller donates it
+  (``jax.jit(..., donate_argnums=...)``) or it is a loop carry the result goes back
+  to.  An ``Out(init=...)`` is filled by the handler with a memset on XLA's stream
+  (no extra operand, no extra pass), except a value no 1, 2 or 4-byte pattern
+  repeats into (a float64 such as ``1.5``), which XLA fills in a buffer aliased to
+  the result.  The handler loads the kernel when XLA builds the executable and only
+  launches per call; it is marked command-buffer compatible.
 * **Elsewhere** (the CPU backend, CI): ``jax.pure_callback`` runs the same kernel
-  through numba-cuda's CUDA simulator on CPU tensors.  ``jax.lax.platform_dependent``
-  picks the branch when the function is lowered, so one jitted function serves both.
-* **vmap**: both branches use ``vmap_method="sequential"``: a kernel knows nothing of
-  a batch axis, so a batch runs as one launch per element (a ``lax.map``).
+  through numba-cuda's CUDA simulator on CPU tensors.
+* **The block shape** of an autotuned kernel is the PyTorch op's choice for the
+  call's key (:mod:`pnex_magic.launch.autotune`: in this process or on disk for the
+  GPU model).  An eager call on concrete GPU arrays of a key not tuned yet first
+  tunes it by running the PyTorch op on zero-copy DLPack views of the arrays (of
+  copies of the ``InMut`` ones); a trace under ``jax.jit`` that finds no choice
+  launches the first candidate and warns once.
+* **vmap**: a kernel knows nothing of a batch axis, so a batch runs as one launch
+  per element (a ``lax.map``).
 * **Gradients**: the function is a ``jax.custom_vjp``.  The backward pnex op attached
   with :func:`pnex_magic.attach_backward` runs as its VJP, wired by name exactly as
   in PyTorch; without one, ``jax.grad`` raises a clear error.  Forward-mode (``jvp``)
   is not available, as for any ``custom_vjp``.
+
+Loops
+-----
+A ``lax.fori_loop`` (or ``scan``) whose carry is an ``InMut`` ping-pong pair must keep
+each buffer in its own slot: two steps per iteration, ``s = step(u, s); u = step(s,
+u)``, carrying ``(u, s)``.  The swapped carry ``(step(u, s), u)`` moves every buffer to
+the other slot each iteration, and XLA copies both (four copies per step).  The same
+holds for an ``Out`` kernel: ``u = step(step(u))`` per iteration needs no copy, one
+step per iteration one.
 
 Errors at run time (a kernel that faults; the simulator's exceptions) surface as
 JAX's runtime error carrying pnex's message.  A jitted function keeps the kernel it
@@ -40,11 +63,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 try:
     import jax
+    import jax.core as core
     import jax.numpy as jnp
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -53,16 +78,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 import numpy as np
 import torch
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
 
 from .. import autograd
 from ..calls import LaunchInfo, launch_info
 from ..definition import KernelDefinition
 from ..errors import ArgumentShapeError, ArgumentTypeError, KernelCompileError, KernelDefinitionError
-from ..launch import launcher_for, xla
+from ..launch import autotune, launcher_for, xla
 from ..op import PnexOp
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["JaxOp", "jax_op"]
+
+log = logging.getLogger(__name__)
 
 _CACHE_SIZE = 64  # traced functions kept per op: (definition, scalar values) pairs
 
@@ -132,24 +161,31 @@ class JaxOp:
         placeholder = torch.empty(0, device="meta")
         given = iter(scalars)
         op._check_types(tuple(placeholder if isinstance(p, TensorParam) else next(given) for p in spec.arguments))
-        fn = self._function(definition, tuple(scalars))
+        choice = None
+        if spec.autotuned and _concrete_gpu_arrays(arrays) is not None:
+            values = dict(zip((p.name for p in spec.arguments if isinstance(p, ScalarParam)), scalars))
+            check_call(spec, arrays, values)  # wrong arguments raise before anything runs
+            choice = _tune_eagerly(op, arrays, values)
+        fn = self._function(definition, tuple(scalars), choice)
         results = fn(*arrays)
         if not results:
             return None
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _function(self, definition: KernelDefinition, scalars: tuple) -> Any:
-        """The jitted function of the arrays for this definition and these scalars."""
+    def _function(self, definition: KernelDefinition, scalars: tuple, choice: _Choice | None = None) -> Any:
+        """The jitted function of the arrays for this definition, these scalars and
+        this block shape (``None``: the choice stored for each traced key, else the
+        first candidate)."""
         spec = definition.spec
         scalar_params = [p for p in spec.arguments if isinstance(p, ScalarParam)]
         values = dict(zip((p.name for p in scalar_params), scalars))
         slots = tuple(xla.scalar_slots(spec, values))
-        key = (definition, slots)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
+        key = (definition, slots, choice)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
         fn = self._traced.get(key)
         if fn is not None:
             self._traced.move_to_end(key)
         else:
-            fn = jax.jit(_differentiable(self, definition, values, slots))
+            fn = jax.jit(_differentiable(self, definition, values, slots, choice))
             self._traced[key] = fn
             while len(self._traced) > _CACHE_SIZE:
                 self._traced.popitem(last=False)
@@ -194,9 +230,11 @@ def _x64_hint(p: TensorParam) -> str:
     return ""
 
 
-def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any]) -> LaunchInfo:
-    """The PyTorch op's checks, output shapes and grid for arrays (or abstract values)
-    of these shapes and dtypes, through meta-tensor stand-ins."""
+def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any],
+               block: Sequence[int] | None = None, variant: int = 0) -> LaunchInfo:
+    """The PyTorch op's checks, output shapes and grid (for ``block``, default the
+    first candidate) for arrays (or abstract values) of these shapes and dtypes,
+    through meta-tensor stand-ins."""
     tensors = iter(arrays)
     args = []
     for p in spec.arguments:
@@ -211,7 +249,7 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any])
             )
         args.append(torch.empty(tuple(array.shape), dtype=dtype, device="meta"))
     try:
-        info = launch_info(spec, args)
+        info = launch_info(spec, args, block, variant)
     except ArgumentTypeError as exc:
         p = next((q for q in spec.arguments if f"argument {q.name!r} must be a" in str(exc)), None)
         hint = _x64_hint(p) if isinstance(p, TensorParam) else ""
@@ -236,13 +274,23 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any])
 
 
 @functools.lru_cache(maxsize=1)
-def _cuda_archs() -> tuple[str, ...]:
-    """The architectures of the GPUs JAX sees (none without a CUDA backend)."""
+def _cuda_devices() -> tuple[Any, ...]:
+    """The GPUs JAX sees (none without a CUDA backend)."""
     try:
-        devices = jax.devices("cuda")
+        return tuple(jax.devices("cuda"))
     except RuntimeError:
         return ()
-    return tuple(sorted({str(d.compute_capability) for d in devices if getattr(d, "compute_capability", None)}))
+
+
+def _cuda_archs() -> tuple[str, ...]:
+    """The architectures of the GPUs JAX sees."""
+    return tuple(sorted({str(d.compute_capability) for d in _cuda_devices() if getattr(d, "compute_capability", None)}))
+
+
+def _torch_index(device: Any) -> int:
+    """The CUDA ordinal PyTorch gives a JAX GPU (both number the visible devices)."""
+    index = getattr(device, "local_hardware_id", None)
+    return int(device.id if index is None else index)
 
 
 def _to_torch(array: np.ndarray) -> torch.Tensor:
@@ -258,72 +306,267 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def _simulate(definition: KernelDefinition, layout: xla.CallLayout, info: LaunchInfo, scalars: dict[str, Any],
-              *operands: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The CPU branch (a ``pure_callback``): the kernel in the CUDA simulator."""
+#: A launch candidate: (block shape, Tune variant).
+_Choice = tuple[tuple[int, ...], int]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity, as a jaxpr parameter
+class _Launch:
+    """One traced launch: what the ``pnex_launch`` primitive's lowerings need."""
+
+    definition: KernelDefinition
+    layout: xla.CallLayout
+    info: LaunchInfo
+    scalars: tuple[tuple[str, Any], ...]
+    slots: tuple[int, ...]
+    results: tuple[Any, ...]  #: one core.ShapedArray per result
+    variant: int = 0  #: the Tune variant launched (KernelSpec.tune_variants)
+
+    def __repr__(self) -> str:
+        return f"{self.definition.spec.name}(grid={self.info.grid}, block={self.info.block})"
+
+
+# One primitive, lowered per platform when JAX lowers the computation: on CUDA to the
+# XLA FFI call of pnex's handler, everywhere else to a host callback running the CUDA
+# simulator.  The lowered program holds exactly one of them and no `case` on the
+# platform (which lax.platform_dependent stages out, and XLA then has to fold).
+_launch_p = Primitive("pnex_launch")
+_launch_p.multiple_results = True
+
+
+@_launch_p.def_abstract_eval
+def _launch_abstract(*operands: Any, launch: _Launch) -> tuple[Any, ...]:
+    return launch.results
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _launch_jitted(launch: _Launch) -> Any:
+    return jax.jit(functools.partial(_launch_p.bind, launch=launch))
+
+
+@_launch_p.def_impl
+def _launch_impl(*operands: Any, launch: _Launch) -> Any:
+    """Outside any trace (``jax.disable_jit``): compile the one launch (a launch has
+    no eager form: its lowering is the kernel)."""
+    with jax.disable_jit(False):
+        return _launch_jitted(launch)(*operands)
+
+
+def _lower_cuda(ctx: Any, *operands: Any, launch: _Launch) -> Any:
+    if launch.definition.options.check:  # checked launches: through the PyTorch op's launcher
+        return mlir.lower_fun(functools.partial(_checked_on_gpu, launch), multiple_results=True)(ctx, *operands)
+    rule = jax.ffi.ffi_lowering(xla.TARGET, operand_output_aliases=dict(launch.layout.aliases))
+    return rule(
+        ctx,
+        *operands,
+        kernel=np.int64(_kernel_id(launch.definition, launch.variant)),
+        grid=np.array(launch.info.grid, dtype=np.int64),
+        block=np.array(launch.info.block, dtype=np.int64),
+        scalars=np.array(launch.slots, dtype=np.int64),
+        fill=np.array(launch.layout.fills, dtype=np.int64),
+    )
+
+
+def _simulated(launch: _Launch, *operands: Any) -> Any:
+    def callback(*host: np.ndarray) -> tuple[np.ndarray, ...]:
+        return _simulate(launch, *host)
+
+    types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
+    return jax.pure_callback(callback, types, *operands)
+
+
+def _checked_on_gpu(launch: _Launch, *operands: Any) -> Any:
+    """A kernel defined with ``check=True`` (``PNEX_CHECK=1``) in JAX on a GPU: a host
+    callback runs its checked variant through pnex's PyTorch launcher on the same GPU,
+    on copies of the arrays, so an access out of bounds raises ``KernelIndexError``
+    (as JAX's runtime error) and is never made.  A debugging path: slow by design."""
+
+    def callback(*host: np.ndarray) -> tuple[np.ndarray, ...]:
+        index = torch.cuda.current_device()
+        return _simulate(launch, *host, device=torch.device("cuda", index))
+
+    types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
+    return jax.pure_callback(callback, types, *operands)
+
+
+def _lower_simulated(ctx: Any, *operands: Any, launch: _Launch) -> Any:
+    return mlir.lower_fun(functools.partial(_simulated, launch), multiple_results=True)(ctx, *operands)
+
+
+def _launch_batched(args: Sequence[Any], dims: Sequence[Any], *, launch: _Launch) -> tuple[Any, Any]:
+    """vmap: one launch per batch element (a kernel knows nothing of a batch axis)."""
+    batched = [d is not None for d in dims]
+    moved = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)]
+
+    def one(xs: list[Any]) -> Any:
+        given = iter(xs)
+        return _launch_p.bind(*[next(given) if b else a for a, b in zip(moved, batched)], launch=launch)
+
+    results = jax.lax.map(one, [a for a, b in zip(moved, batched) if b])
+    return results, [0] * len(results)
+
+
+mlir.register_lowering(_launch_p, _lower_simulated)
+mlir.register_lowering(_launch_p, _lower_cuda, platform="cuda")
+batching.primitive_batchers[_launch_p] = _launch_batched
+
+
+def _simulate(launch: _Launch, *operands: np.ndarray, device: torch.device | None = None) -> tuple[np.ndarray, ...]:
+    """The CPU path (a ``pure_callback``): the kernel in the CUDA simulator; with a CUDA
+    ``device``, the checked path: pnex's PyTorch launcher there."""
+    definition, layout, info = launch.definition, launch.layout, launch.info
     spec = definition.spec
-    env: dict[str, Any] = {name: _to_torch(a) for name, a in zip(layout.operands, operands)}
-    env.update(scalars)
+    device = device or torch.device("cpu")
+    env: dict[str, Any] = {name: _to_torch(a).to(device) for name, a in zip(layout.operands, operands)}
+    env.update(launch.scalars)
+    env.update(spec.tune_values(launch.variant))
     for p, shape in zip(spec.outputs, info.output_shapes):
         if p.name not in env:
-            env[p.name] = torch.empty(shape, dtype=p.dtype.torch)
-    cpu = torch.device("cpu")
-    launcher_for(cpu).launch(definition, [env.get(p.name) for p in spec.params], info.grid, info.block, cpu)
-    return tuple(_to_numpy(env[name]) for name in layout.results)
+            env[p.name] = (torch.empty(shape, dtype=p.dtype.torch, device=device) if p.init is None
+                           else torch.full(shape, p.init, dtype=p.dtype.torch, device=device))
+    values = [env.get(p.name) for p in spec.params]
+    launcher_for(device).launch(definition, values, info.grid, info.block, device, launch.variant)
+    return tuple(_to_numpy(env[name].cpu()) for name in layout.results)
 
 
-def _kernel_id(definition: KernelDefinition) -> int:
+def _kernel_id(definition: KernelDefinition, variant: int = 0) -> int:
+    """The kernel's id in the XLA handler's registry, registered with its code for
+    the GPUs JAX sees (none: an export for CUDA elsewhere, which names it only)."""
     archs = _cuda_archs()
     if not archs:
-        return 0  # no CUDA backend: this branch is never lowered
+        return xla.kernel_id(definition, variant)
     if not definition.compiles:
         raise KernelCompileError(
             f"kernel {definition.spec.name!r} was not compiled ({definition.toolchain_error}), so it cannot run "
             f"on a GPU from JAX; install numba-cuda[cu12] or numba-cuda[cu13]"
         )
-    return xla.register_kernel(definition, archs, verbose=definition.options.verbose)
+    return xla.register_kernel(definition, archs, verbose=definition.options.verbose, variant=variant)
 
 
-def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any], slots: Sequence[int]) -> tuple:
-    """Trace one launch of ``definition``: every result (Out arrays, then InMut arrays)."""
+# ---------------------------------------------------------------------------- block shapes
+
+_WARNED: set[str] = set()
+
+
+def _tuning_key(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any]) -> tuple[int, ...]:
+    tensors = iter(arrays)
+    env = {p.name: scalars[p.name] if isinstance(p, ScalarParam) else
+           torch.empty(tuple(next(tensors).shape), device="meta") for p in spec.arguments}
+    return autotune.key_values(spec, env)
+
+
+def _stored_block(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any],
+                  device_index: int | None = None, *, warn: bool = True) -> _Choice | None:
+    """The block and ``Tune`` variant the PyTorch op's tuner chose for this call's key
+    (in this process or on disk for this GPU model), or ``None``: then the first
+    candidate launches (and, with ``warn``, a warning says so once per kernel)."""
     spec = definition.spec
-    info = check_call(spec, arrays, scalars)
+    if not spec.autotuned:
+        return None
+    devices = _cuda_devices()
+    if not devices:
+        return None  # the simulator: the first candidate
+    key = _tuning_key(spec, arrays, scalars)
+    index = _torch_index(devices[0]) if device_index is None else device_index
+    try:
+        found = autotune.stored_choice(definition, device_index=index, layout="C", key=key)
+    except Exception as exc:  # e.g. a PyTorch without CUDA: no GPU facts to find a choice by
+        log.debug("pnex: no stored autotune choice for %r: %s", spec.name, exc)
+        found = None
+    if found is not None:
+        return found.block, found.variant
+    if warn and spec.name not in _WARNED:
+        _WARNED.add(spec.name)
+        log.warning(
+            "pnex: kernel %r is autotuned, but no block was chosen yet for %s: this JAX trace launches the first "
+            "candidate, %s. Call the JAX function once on concrete arrays on the GPU (or the PyTorch op on "
+            "representative inputs) before jax.jit traces it to launch the tuned block",
+            spec.name, autotune.key_text(spec, key, "C"), autotune.format_block(spec.threads_per_block),
+        )
+    return None
+
+
+def _concrete_gpu_arrays(arrays: Sequence[Any]) -> Any:
+    """The GPU the arrays live on, if they are all concrete JAX arrays on one GPU."""
+    device = None
+    for a in arrays:
+        if isinstance(a, jax.core.Tracer) or not isinstance(a, jax.Array):
+            return None
+        found = a.devices()
+        if len(found) != 1:
+            return None
+        (d,) = found
+        if d.platform not in ("cuda", "gpu") or (device is not None and d != device):
+            return None
+        device = d
+    return device
+
+
+def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> _Choice | None:
+    """Before an eager call traces an autotuned kernel: let the PyTorch op choose the
+    block for this key, on zero-copy DLPack views of the arrays (copies of the InMut
+    ones: the op writes its InMut arguments, JAX arrays are immutable); returns the
+    chosen block, or ``None`` where that cannot be done."""
+    definition = op.definition
+    spec = definition.spec
+    device = _concrete_gpu_arrays(arrays)
+    if device is None or not autotune.enabled() or not torch.cuda.is_available():
+        return None
+    index = _torch_index(device)
+    found = _stored_block(definition, arrays, scalars, index, warn=False)
+    if found is not None:
+        return found
+    try:
+        views = iter([torch.from_dlpack(a) for a in arrays])
+        args = []
+        for p in spec.arguments:
+            if isinstance(p, ScalarParam):
+                args.append(scalars[p.name])
+            else:
+                view = next(views)
+                args.append(view.clone() if p.role == "inmut" else view)
+        with torch.cuda.device(index):
+            op(*args)
+            torch.cuda.synchronize(index)  # done reading the arrays before JAX may reuse them
+    except Exception as exc:  # tuning is an optimisation: the trace then looks for a choice, or runs the first
+        log.warning("pnex: could not autotune %r through the PyTorch op before tracing it in JAX: %s", spec.name, exc)
+        return None
+    found = autotune.stored_choice(definition, device_index=index, layout="C", key=_tuning_key(spec, arrays, scalars))
+    return None if found is None else (found.block, found.variant)
+
+
+# ---------------------------------------------------------------------------- tracing
+
+
+def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any], slots: Sequence[int],
+        choice: _Choice | None = None) -> tuple:
+    """Trace one launch of ``definition``: every result (Out arrays, then InMut arrays).
+    ``choice``: the block shape and ``Tune`` variant to launch (default: the autotuned
+    choice stored for this call's key, else the first candidate)."""
+    spec = definition.spec
+    if choice is None:
+        check_call(spec, arrays, scalars)  # the argument checks come first
+        choice = _stored_block(definition, arrays, scalars)
+    block, variant = choice if choice is not None else (None, 0)
+    info = check_call(spec, arrays, scalars, block, variant)
     layout = xla.call_layout(spec)
     env = dict(zip((p.name for p in spec.arguments if isinstance(p, TensorParam)), arrays))
-    for p, shape in zip(spec.outputs, info.output_shapes):
-        if p.init is not None:
-            env[p.name] = jnp.full(shape, p.init, dtype=jnp.dtype(p.dtype.name))
-        else:
-            env[p.name] = jax.ShapeDtypeStruct(shape, jnp.dtype(p.dtype.name))
-    types = [jax.ShapeDtypeStruct(tuple(env[n].shape), jnp.dtype(spec.param(n).dtype.name)) for n in layout.results]
-    if not types:
+    dtypes = {p.name: jnp.dtype(p.dtype.name) for p in spec.params if isinstance(p, TensorParam)}
+    shapes = {name: tuple(a.shape) for name, a in env.items()}
+    shapes.update((p.name, shape) for p, shape in zip(spec.outputs, info.output_shapes))
+    results = tuple(core.ShapedArray(shapes[n], dtypes[n]) for n in layout.results)
+    if not results:
         return ()
     if 0 in info.grid:  # nothing to launch: Outs are their init (or zeros), InMuts unchanged
         return tuple(
-            env[n] if isinstance(env[n], jax.Array) else jnp.zeros(t.shape, t.dtype)
-            for n, t in zip(layout.results, types)
+            env[n] if n in env else jnp.full(r.shape, spec.param(n).init or 0, dtype=r.dtype)
+            for n, r in zip(layout.results, results)
         )
-    operands = [env[n] for n in layout.operands]
-
-    def gpu(*operands):
-        call = jax.ffi.ffi_call(
-            xla.TARGET, types, vmap_method="sequential", input_output_aliases=dict(layout.aliases)
-        )
-        return tuple(call(
-            *operands,
-            kernel=np.int64(_kernel_id(definition)),
-            grid=np.array(info.grid, dtype=np.int64),
-            block=np.array(info.block, dtype=np.int64),
-            scalars=np.array(slots, dtype=np.int64),
-        ))
-
-    def simulated(*operands):
-        def callback(*host):
-            return _simulate(definition, layout, info, scalars, *host)
-
-        return tuple(jax.pure_callback(callback, tuple(types), *operands, vmap_method="sequential"))
-
-    return tuple(jax.lax.platform_dependent(*operands, cuda=gpu, default=simulated))
+    for name in layout.operands:  # an Out(init=...) no memset pattern expresses: XLA fills it
+        if name not in env:
+            env[name] = jnp.full(shapes[name], spec.param(name).init, dtype=dtypes[name])
+    launch = _Launch(definition, layout, info, tuple(scalars.items()), tuple(slots), results, variant)
+    return tuple(_launch_p.bind(*(env[n] for n in layout.operands), launch=launch))
 
 
 # ---------------------------------------------------------------------------- gradients
@@ -338,7 +581,8 @@ class _Static:
     value: Any
 
 
-def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[str, Any], slots: tuple) -> Any:
+def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[str, Any], slots: tuple,
+                    choice: _Choice | None = None) -> Any:
     """``run`` for these scalars as a ``jax.custom_vjp`` of the tensor arguments, whose
     VJP is the backward pnex op attached to ``owner.op``."""
     spec = definition.spec
@@ -346,11 +590,11 @@ def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[st
 
     @jax.custom_vjp
     def forward(*arrays):
-        return run(definition, arrays, scalars, slots)
+        return run(definition, arrays, scalars, slots, choice)
 
     def forward_with_residuals(*arrays):
         attached = _attached(owner.op)
-        results = run(definition, arrays, scalars, slots)
+        results = run(definition, arrays, scalars, slots, choice)
         env = dict(zip(names, arrays))
         env.update(zip((p.name for p in spec.outputs), results))
         saved = tuple(env[n] for n in attached.plan.saved_tensors)

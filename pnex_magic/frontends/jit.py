@@ -23,6 +23,7 @@ def jit(
     max_registers: int | None = None,
     arch: str | None = None,
     autotune_key: str | tuple[str, ...] | None = None,
+    check: bool | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -66,6 +67,13 @@ def jit(
         With autotuning: expressions over the op's arguments (``"a.size(0)"``, ``"n"``)
         whose values pick the tuned block; calls with equal values share it.  Default:
         every input tensor's size, rounded up to a power of two.
+    check : bool, optional
+        Checked launches: every array access of the kernel is tested against its
+        array's shape on the GPU; an access out of bounds is not made, and the call
+        raises :class:`~pnex_magic.KernelIndexError` (an ``IndexError``) naming the
+        array, index, shape, thread, block and line, with the CUDA context intact.
+        Costs a synchronisation per call and some device time; not in CUDA graphs.
+        Default: ``$PNEX_CHECK == "1"``.
 
     Returns
     -------
@@ -85,7 +93,8 @@ def jit(
     tensor([0., 1., 2., 3., 4.])
     """
     options = JitOptions.checked(
-        to_extension=to_extension, cache_id=cache_id, verbose=verbose, max_registers=max_registers, arch=arch
+        to_extension=to_extension, cache_id=cache_id, verbose=verbose, max_registers=max_registers, arch=arch,
+        check=check,
     )
 
     def decorator(fn: Callable[..., None]) -> PnexOp:

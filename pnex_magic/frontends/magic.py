@@ -91,6 +91,27 @@ def _threads_per_block(text: str) -> int | tuple[int, ...] | str | list | None:
     return sizes[0] if len(sizes) == 1 else sizes
 
 
+def _tune(groups: list[list[str]] | None) -> dict[str, tuple]:
+    """``--tune NAME=1,2,4`` (repeatable): new choices for ``Tune`` parameters."""
+    found: dict[str, tuple] = {}
+    for group in groups or ():
+        text = _join(group) or ""
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(f"--tune expects NAME=CHOICE[,CHOICE...] such as ITEMS=1,2,4; got {text!r}")
+        choices = []
+        for token in values.split(","):
+            try:
+                choices.append(ast.literal_eval(token.strip()))
+            except (ValueError, SyntaxError):
+                raise UsageError(f"--tune {name}: {token.strip()!r} is not a number or a bool (in {text!r})") from None
+        if name in found:
+            raise UsageError(f"--tune {name} is given twice")
+        found[name] = tuple(choices)
+    return found
+
+
 def _expressions(flag: str, groups: list[list[str]] | None) -> tuple[str, ...]:
     """A repeatable option of expressions, each one or comma-separated."""
     exprs: list[str] = []
@@ -119,6 +140,8 @@ class _Options:
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
     jax: bool = False  # bind the JAX function (jax_op) instead of the op
+    sanitize: bool = False  # run --args under compute-sanitizer in a child process
+    tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
 
 
 @magics_class
@@ -144,6 +167,24 @@ class PnexMagics(Magics):
         help="With autotuning: expressions over the op's arguments (e.g. a.size(0)) whose values pick the "
              "tuned block (default: every input size, rounded up to a power of two). Repeatable or "
              "comma-separated.",
+    )
+    @magic_arguments.argument(
+        "--check", action="store_true",
+        help="Checked launches: every array access is tested against its array's shape on the GPU; an access "
+             "out of bounds is not made and the call raises an IndexError naming the array, index, shape, "
+             "thread, block and line (the CUDA context survives). Slower; not in CUDA graphs. Without it, the "
+             "first run on --args on a GPU is checked anyway.",
+    )
+    @magic_arguments.argument(
+        "--sanitize", action="store_true",
+        help="Also run the --args example under compute-sanitizer (memcheck, initcheck; racecheck and "
+             "synccheck for kernels with shared memory) in a child process, and show its findings at the "
+             "kernel's lines. Needs --args and a CUDA toolkit's or NVIDIA's pip compute-sanitizer.",
+    )
+    @magic_arguments.argument(
+        "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
+        help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
+             "autotuner tries them (the first is the default); one choice makes it a plain constant.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -251,10 +292,12 @@ class PnexMagics(Magics):
         args = _join(ns.args)
         if eager and not args:
             raise UsageError("--eager needs --args: the reference is called on the example arguments")
+        if ns.sanitize and not args:
+            raise UsageError("--sanitize needs --args: compute-sanitizer runs the op on the example arguments")
         try:
             options = JitOptions.checked(
                 to_extension=ns.to_extension, cache_id=ns.cache_id, verbose=ns.verbose,
-                max_registers=ns.max_registers, arch=arch, force=ns.force,
+                max_registers=ns.max_registers, arch=arch, force=ns.force, check=True if ns.check else None,
             )
         except KernelDefinitionError as exc:
             flag = "--arch" if "architecture" in str(exc) else "%%pnex"
@@ -276,6 +319,8 @@ class PnexMagics(Magics):
             output=ns.output,
             backward_of=ns.backward_of,
             jax=ns.jax,
+            tune=_tune(ns.tune),
+            sanitize=ns.sanitize,
         )
 
     @magic_arguments.magic_arguments()

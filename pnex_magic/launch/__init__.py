@@ -9,7 +9,8 @@ built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
   a launcher that registers a dispatcher kernel of its own (the C++ launcher)
   says so, and the op's Python implementation then never sees that device;
 * every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`,
-  after :meth:`Launcher.block` picked the block of an autotuned op.
+  after :meth:`Launcher.candidate` picked the block and ``Tune`` variant of an
+  autotuned op.
 
 :mod:`.xla` is the launch stage of the JAX front end on a GPU: XLA, not the op,
 calls its FFI handler, so it is not a :class:`Launcher`; on CPU the JAX front end
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from ..errors import KernelLaunchError
-from .faults import BLOCKING_ADVICE, is_fault
+from .faults import fault_sentence, is_fault
 from .kernel import Kernel
 from .native import NativeLauncher
 from .simulator import SimulatorLauncher
@@ -50,10 +51,11 @@ class Launcher(Protocol):
     def autograd_registered(self, definition: Kernel) -> None:
         """The op got an autograd formula (a registered launcher may have to step aside)."""
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The block shape to launch an autotuned op's call with (``values`` as for
-        :meth:`launch`); the GPU launchers autotune (:mod:`.autotune`), the simulator
-        takes the first candidate."""
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """Which of an autotuned op's launch candidates (block shape and ``Tune``
+        variant, :attr:`~pnex_magic.spec.KernelSpec.launch_candidates`) a call runs
+        (``values`` as for :meth:`launch`); the GPU launchers autotune (:mod:`.autotune`),
+        the simulator takes the first."""
 
     def launch(
         self,
@@ -62,10 +64,12 @@ class Launcher(Protocol):
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         """Run the kernel once.  ``values`` holds one entry per kernel parameter, in
-        declaration order: tensors (outputs already allocated), Python scalars, and
-        ``None`` for unused parameters."""
+        declaration order: tensors (outputs already allocated), Python scalars, the
+        values of the ``Tune`` parameters for ``variant``, and ``None`` for unused
+        parameters."""
 
 
 # CUDA: the C++ launcher registers each op it can (not with PNEX_LAUNCHER=driver, read
@@ -131,7 +135,5 @@ def fault_hint() -> str:
     except Exception:  # a broken CUDA set-up: nothing to say
         count = 0
     ran = [(i, last_kernel(i)) for i in range(count)]
-    ran = [f"'{name}' on cuda:{i}" for i, name in ran if name]
-    if not ran:
-        return ""
-    return f"The last pnex kernel launched was {', '.join(ran)}; CUDA reports a fault at a later call. {BLOCKING_ADVICE}"
+    # issue 21: the one sentence of launch/faults.py (context lost, last kernel, --check / --sanitize)
+    return fault_sentence(f"'{name}' on cuda:{i}" for i, name in ran if name)

@@ -1,7 +1,10 @@
-"""Autotuning an op's block shape: time every candidate once per key, keep the fastest.
+"""Autotuning an op's launch: time every candidate once per key, keep the fastest.
 
 An op defined with ``threads_per_block="auto"`` or a list of candidates
-(:mod:`pnex_magic.blocks`) picks its block per *key*: the values of its
+(:mod:`pnex_magic.blocks`), or with ``Tune`` parameters (compile-time constants with
+several choices, each compiled into its own variant of the kernel), picks its launch
+candidate, a block shape and a ``Tune`` variant
+(:attr:`~pnex_magic.spec.KernelSpec.launch_candidates`), per *key*: the values of its
 ``autotune_key`` expressions (default: every input size, bucketed to powers of
 two) and the layout variant (all inputs contiguous, or not), on one device.
 A GPU launcher asks :func:`choose` on the first call of each key (the C++
@@ -64,7 +67,9 @@ __all__ = [
     "key_values",
     "key_text",
     "choose",
+    "stored_choice",
     "result_for",
+    "results",
     "format_block",
     "RECORD_KIND",
 ]
@@ -77,11 +82,18 @@ RECORD_KIND = "autotune"
 
 @dataclasses.dataclass(frozen=True)
 class CandidateResult:
-    """One candidate block shape: its device time per call, or why it was not timed."""
+    """One launch candidate (a block shape and the values of the ``Tune`` parameters):
+    its device time per call, or why it was not timed."""
 
     block: tuple[int, ...]
     seconds: float | None = None
     skipped: str = ""
+    tune: tuple[tuple[str, Any], ...] = ()  #: the Tune values, e.g. (("ITEMS", 4),)
+    variant: int = 0  #: index into the spec's tune_variants
+
+    def label(self) -> str:
+        """``256`` or ``(32, 8)``, with the Tune values: ``256, ITEMS=4``."""
+        return ", ".join([format_block(self.block), *(f"{n}={v!r}" for n, v in self.tune)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,13 +104,24 @@ class TuneResult:
     key: tuple[int, ...]
     key_text: str  #: e.g. "a.size(0)=1024 (powers of two), contiguous"
     candidates: tuple[CandidateResult, ...]
-    choice: int  #: index into the spec's candidates
+    choice: int  #: index into the spec's launch_candidates
     source: str  #: "benchmarked", "disk cache", or "first candidate: <why>"
     device: str = ""  #: the GPU model the times are from
+    #: seconds the choice took (compiling the Tune variants and timing every candidate)
+    seconds_total: float | None = None
 
     @property
     def block(self) -> tuple[int, ...]:
         return self.candidates[self.choice].block
+
+    @property
+    def variant(self) -> int:
+        """The chosen ``Tune`` variant (index into the spec's tune_variants)."""
+        return self.candidates[self.choice].variant
+
+    @property
+    def tune(self) -> tuple[tuple[str, Any], ...]:
+        return self.candidates[self.choice].tune
 
     @property
     def timed(self) -> bool:
@@ -113,21 +136,23 @@ class TuneResult:
         return first / chosen
 
     def summary(self) -> str:
-        block = format_block(self.block)
+        block = self.candidates[self.choice].label()
         if not self.timed:
             return f"{block} ({self.source}) for {self.key_text}"
         gain = "" if self.speedup is None else f", {self.speedup:.2f}x the first candidate's speed"
-        return f"{block} ({self.source}{gain}) for {self.key_text}"
+        took = "" if self.seconds_total is None else f", tuned in {self.seconds_total:.2f} s"
+        return f"{block} ({self.source}{gain}{took}) for {self.key_text}"
 
     def lines(self) -> list[str]:
         out = [f"autotune  : {self.summary()}"]
         if not self.timed:
-            return out + [f"  candidates: {', '.join(format_block(c.block) for c in self.candidates)}"]
+            return out + [f"  candidates: {'; '.join(c.label() for c in self.candidates)}"]
+        width = max(14, *(len(c.label()) + 2 for c in self.candidates))
         for i, c in enumerate(self.candidates):
             mark = "*" if i == self.choice else " "
             what = f"{c.seconds * 1e6:9.2f} µs" if c.seconds is not None else f"    skipped: {c.skipped}" \
                 if c.skipped else "    not timed"
-            out.append(f"  {mark} {format_block(c.block):<14}{what}")
+            out.append(f"  {mark} {c.label():<{width}}{what}")
         return out
 
 
@@ -175,13 +200,14 @@ def key_text(spec: KernelSpec, key: Sequence[int], layout: str) -> str:
 
 @dataclasses.dataclass
 class Runner:
-    """How the tuner runs candidates of one call: ``run(i)`` launches candidate ``i``
-    once on the benchmark copies and returns the tensors it wrote (outputs, ``InMut``
-    copies); ``reset()`` restores the copies from the caller's arguments."""
+    """How the tuner runs candidates of one call: ``run(i)`` launches launch candidate
+    ``i`` once on the benchmark copies and returns the tensors it wrote (outputs,
+    ``InMut`` copies); ``reset()`` restores the copies from the caller's arguments;
+    ``n_threads(variant)`` is the call's ``n_threads`` with that variant's ``Tune`` values."""
 
     run: Callable[[int], list[torch.Tensor]]
     reset: Callable[[], None]
-    n_threads: tuple[int, ...]
+    n_threads: Callable[[int], tuple[int, ...]]
     device: torch.device
 
 
@@ -223,7 +249,8 @@ def _slot(definition: Kernel, gpu: str, arch: str, layout: str, key: tuple[int, 
     else:
         image, entry = definition.kernel_image(arch, layout)
         build = f"{hashlib.sha256(image).hexdigest()}|{entry}|{spec.describe()}"
-    text = f"{gpu}|{build}|{spec.block_candidates}|{spec.tuning_key()[1]}|{key}"
+    candidates = spec.block_candidates if not spec.tune_params else spec.launch_candidates
+    text = f"{gpu}|{build}|{candidates}|{spec.tuning_key()[1]}|{key}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -248,6 +275,10 @@ def choose(
     found = _RESULTS.get(definition, {}).get(where)
     if found is not None:
         return found.choice, True
+    from . import checks
+
+    if checks.forced(definition):
+        return 0, False  # a one-off checked run (the %%pnex magic's first): tune the fast code later
     with _LOCK:
         found = _RESULTS.get(definition, {}).get(where)
         if found is not None:
@@ -284,8 +315,34 @@ def choose(
             "key_text": text,
             "candidates": [dataclasses.asdict(c) for c in result.candidates],
             "choice": list(result.block),
+            "choice_tune": [v for _, v in result.tune],
+            "seconds_total": result.seconds_total,
         })
         return _remember(definition, where, result).choice, True
+
+
+def stored_choice(definition: Kernel, *, device_index: int, layout: str, key: tuple[int, ...]) -> TuneResult | None:
+    """The choice already made for this key: in this process, or on disk for the same
+    GPU model and kernel build; ``None`` if it was never tuned.  Times nothing: what
+    launchers that cannot benchmark (a JAX trace, whose launch is fixed when traced)
+    ask before they fall back to the first candidate."""
+    where = (device_index, layout, key)
+    found = _RESULTS.get(definition, {}).get(where)
+    if found is not None:
+        return found
+    with _LOCK:
+        found = _RESULTS.get(definition, {}).get(where)
+        if found is not None:
+            return found
+        if getattr(definition.options, "force", False):  # %%pnex --force: choices are made again
+            return None
+        gpu, arch = _device_facts(device_index)
+        stored = cache.load_record(RECORD_KIND, _slot(definition, gpu, arch, layout, key))
+        result = _from_record(definition.spec, stored, key, key_text(definition.spec, key, layout)) if stored else None
+        if result is None:
+            return None
+        stats.disk_hits += 1
+        return _remember(definition, where, result)
 
 
 def _warn_once(spec: KernelSpec, why: str, text: str) -> None:
@@ -301,22 +358,39 @@ def _warn_once(spec: KernelSpec, why: str, text: str) -> None:
     )
 
 
+def _tune_of(spec: KernelSpec, variant: int) -> tuple[tuple[str, Any], ...]:
+    return tuple(spec.tune_values(variant).items())
+
+
+def _rows(spec: KernelSpec) -> list[CandidateResult]:
+    """One untimed row per launch candidate."""
+    return [CandidateResult(b, tune=_tune_of(spec, v), variant=v) for b, v in spec.launch_candidates]
+
+
 def _untimed(spec: KernelSpec, key: tuple[int, ...], text: str, source: str, device: str = "") -> TuneResult:
-    return TuneResult(spec.name, key, text, tuple(CandidateResult(b) for b in spec.block_candidates), 0, source, device)
+    return TuneResult(spec.name, key, text, tuple(_rows(spec)), 0, source, device)
 
 
 def _from_record(spec: KernelSpec, data: dict[str, Any], key: tuple[int, ...], text: str) -> TuneResult | None:
     try:
-        choice = spec.block_candidates.index(tuple(data["choice"]))
-        times = {tuple(c["block"]): c for c in data.get("candidates", ())}
+        wanted = (tuple(data["choice"]), tuple(data.get("choice_tune", ())))
+        labels = [(tuple(r.block), tuple(v for _, v in r.tune)) for r in _rows(spec)]
+        choice = labels.index(wanted)
+        times = {(tuple(c["block"]), tuple(v for _, v in c.get("tune", ()))): c for c in data.get("candidates", ())}
     except (KeyError, TypeError, ValueError):
         return None
     rows = tuple(
-        CandidateResult(b, times.get(b, {}).get("seconds"), times.get(b, {}).get("skipped", ""))
-        for b in spec.block_candidates
+        dataclasses.replace(r, seconds=times.get(label, {}).get("seconds"), skipped=times.get(label, {}).get("skipped", ""))
+        for r, label in zip(_rows(spec), labels)
     )
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(data.get("created", 0)))
-    return TuneResult(spec.name, key, text, rows, choice, f"disk cache, timed {when}", str(data.get("gpu", "")))
+    return TuneResult(spec.name, key, text, rows, choice, f"disk cache, timed {when}", str(data.get("gpu", "")),
+                      data.get("seconds_total"))
+
+
+def results(definition: Kernel) -> list[TuneResult]:
+    """Every choice made for ``definition`` in this process (any device, layout, key)."""
+    return list(_RESULTS.get(definition, {}).values())
 
 
 def result_for(definition: Kernel, args: Sequence[Any]) -> TuneResult | None:
@@ -397,10 +471,13 @@ def _device_seconds(call: Callable[[], Any], device: torch.device, repeat: int =
     return statistics.median(run(loops, host) for _ in range(repeat))
 
 
-def _resources(definition: Kernel, arch: str, layout: str) -> Any:
-    """ptxas's figures for the variant launched (``None`` where the kernel has none)."""
+def _resources(definition: Kernel, arch: str, layout: str, variant: int = 0) -> Any:
+    """ptxas's figures for the code launched (``None`` where the kernel has none);
+    compiles a ``Tune`` variant the first time it is asked for."""
     compiled = getattr(definition, "compiled", None)
-    return compiled(arch, layout=layout).resources if compiled is not None else None
+    if compiled is None:
+        return None
+    return compiled(arch, layout=layout, variant=variant).resources if variant else compiled(arch, layout=layout).resources
 
 
 def _benchmark(
@@ -411,18 +488,26 @@ def _benchmark(
     :func:`_device_seconds`)."""
     seconds = seconds or _device_seconds
     spec = definition.spec
-    resources = _resources(definition, arch, layout)
+    started = time.perf_counter()
     rows: list[CandidateResult] = []
     reference: list[torch.Tensor] | None = None
     on_device = torch.cuda.device(runner.device) if runner.device.type == "cuda" else contextlib.nullcontext()
     with torch.no_grad(), on_device:
-        for i, block in enumerate(spec.block_candidates):
+        for i, ((block, variant), row) in enumerate(zip(spec.launch_candidates, _rows(spec))):
+            try:
+                resources = _resources(definition, arch, layout, variant)
+                n_threads = runner.n_threads(variant)
+            except Exception as exc:  # a Tune variant that does not compile, or an n_threads that fails
+                rows.append(dataclasses.replace(row, skipped=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+                continue
             problem = block_problem(
                 arch, resources.registers if resources else None, resources.shared_bytes if resources else None,
-                block, runner.n_threads,
+                block, n_threads,
             )
+            if not problem and any(n <= 0 for n in n_threads):
+                problem = f"n_threads = {n_threads} with {row.label()}: nothing to launch"
             if problem:
-                rows.append(CandidateResult(block, skipped=problem))
+                rows.append(dataclasses.replace(row, skipped=problem))
                 continue
             runner.reset()
             try:
@@ -433,24 +518,26 @@ def _benchmark(
                 sticky = _sticky(runner.device)
                 if sticky is not None:
                     raise KernelLaunchError(
-                        f"kernel {spec.name!r} faulted while autotuning ran it with block {format_block(block)}: {sticky}. "
+                        f"kernel {spec.name!r} faulted while autotuning ran it with block {row.label()}: {sticky}. "
                         f"A kernel that assumes a block shape must pin threads_per_block"
                     ) from None
-                rows.append(CandidateResult(block, skipped=f"launch failed: {str(exc).splitlines()[0][:160]}"))
+                rows.append(dataclasses.replace(row, skipped=f"launch failed: {str(exc).splitlines()[0][:160]}"))
                 continue
             if reference is None:
                 reference = [t.clone() for t in written]
             else:
                 differs = _differs(written, reference)
                 if differs:
-                    rows.append(CandidateResult(block, skipped=(
+                    rows.append(dataclasses.replace(row, skipped=(
                         f"its results differ from the first timed candidate's ({differs}): does the kernel assume "
                         f"a block shape?")))
                     continue
-            rows.append(CandidateResult(block, seconds(lambda i=i: runner.run(i), runner.device)))
+            rows.append(dataclasses.replace(row, seconds=seconds(lambda i=i: runner.run(i), runner.device)))
+    took = time.perf_counter() - started
     timed = [i for i, c in enumerate(rows) if c.seconds is not None]
     if not timed:
-        return TuneResult(spec.name, key, text, tuple(rows), 0, "first candidate: no candidate could be timed", gpu)
+        return TuneResult(spec.name, key, text, tuple(rows), 0, "first candidate: no candidate could be timed", gpu,
+                          took)
     best = min(timed, key=lambda i: rows[i].seconds)
-    log.info("pnex: kernel %r autotuned for %s: %s", spec.name, text, format_block(rows[best].block))
-    return TuneResult(spec.name, key, text, tuple(rows), best, "benchmarked", gpu)
+    log.info("pnex: kernel %r autotuned for %s: %s", spec.name, text, rows[best].label())
+    return TuneResult(spec.name, key, text, tuple(rows), best, "benchmarked", gpu, took)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..calls import alias_message, internal_overlap_message
-from ..spec import KernelSpec, ScalarParam, TensorParam
+from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 
 __all__ = ["KINDS", "describe_launch"]
 
-#: Parameter kinds, as the C++ sources number them.
-KINDS = {"in": 0, "inmut": 1, "out": 2, "scalar": 3, "unused": 4}
+#: Parameter kinds, as the C++ sources number them.  A ``Tune`` parameter has no
+#: argument slot: its value is a constant of the variant launched.
+KINDS = {"in": 0, "inmut": 1, "out": 2, "scalar": 3, "unused": 4, "tune": 5}
 
 
 def describe_launch(spec: KernelSpec) -> dict[str, Any]:
@@ -43,6 +44,7 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
             dtype = p.dtype.name if isinstance(p, ScalarParam) else "int64"
             entry.update(dtype=dtype, itemsize=8, ndim=0, describe=p.describe(), shape=[], shape_text=[])
         params.append(entry)
+    tune = [spec.index_of(p.name) for p in spec.tune_params]
     key, key_bucket = spec.tuning_key()
     return {
         "kernel": spec.name,
@@ -52,9 +54,17 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         "n_threads": [e.to_program(index_of) for e in spec.n_threads],
         "n_threads_text": [str(e) for e in spec.n_threads],
         "block": _padded(spec.threads_per_block),
-        # Autotuning (one candidate, the block, when the block is fixed): the key's
-        # programs, whether their values are bucketed to powers of two, and the candidates.
-        "candidates": [_padded(c) for c in spec.block_candidates],
+        # Autotuning (one candidate, the block, when nothing is tuned): the key's programs,
+        # whether their values are bucketed to powers of two, and the candidates: a block
+        # padded to 3 axes and the Tune variant it runs (index into "variants").
+        "candidates": [[*_padded(block), variant] for block, variant in spec.launch_candidates],
+        # Per Tune variant, the integer value of each Tune parameter (parameter "tune"[i])
+        # that n_threads may use (floats and bools: 0; expressions take ints only).
+        "tune": tune,
+        "variants": [
+            [v if isinstance(v, int) and not isinstance(v, bool) else 0 for v in values]
+            for values in spec.tune_variants
+        ],
         "key": [e.to_program(index_of) for e in key] if spec.autotuned else [],
         "key_text": [str(e) for e in key] if spec.autotuned else [],
         "key_bucket": key_bucket,

@@ -23,8 +23,8 @@ import torch
 
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
-from ..spec import KernelSpec, ScalarParam, TensorParam
-from . import autotune
+from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
+from . import autotune, checks
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
 
@@ -116,8 +116,10 @@ class DriverLauncher:
 
     def __init__(self) -> None:
         # Loaded functions per definition (weakly held: a redefined kernel's entry goes
-        # with it), keyed by (device index, layout).
-        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = weakref.WeakKeyDictionary()
+        # with it), keyed by (device index, layout, Tune variant, checked).
+        self._functions: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, int, bool], Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._modules: list[Any] = []
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}  # device index -> the kernel launched last there
@@ -126,17 +128,21 @@ class DriverLauncher:
         """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
         return self._last.get(device, "")
 
-    def _function(self, definition: Kernel, device: torch.device, layout: str):
+    def _function(self, definition: Kernel, device: torch.device, layout: str, variant: int = 0,
+                  checked: bool = False):
         from cuda.bindings import driver
 
         index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (index, layout)
+        key = (index, layout, variant, checked)
         fn = self._functions.get(definition, {}).get(key)
         if fn is not None:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            image, entry = definition.kernel_image(arch, layout)
+            if checked:
+                image, entry = definition.kernel_image(arch, layout, variant, checked=True)
+            else:
+                image, entry = definition.kernel_image(arch, layout, variant)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
@@ -149,11 +155,12 @@ class DriverLauncher:
             self._functions.setdefault(definition, {})[key] = fn
             return fn
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The block shape of a call: the autotuner's choice for its key."""
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The launch candidate of a call (block and ``Tune`` variant): the autotuner's
+        choice for its key."""
         spec = definition.spec
         if not spec.autotuned:
-            return spec.threads_per_block
+            return 0
         env = {p.name: v for p, v in zip(spec.params, values)}
         choice, _ = autotune.choose(
             definition,
@@ -163,7 +170,7 @@ class DriverLauncher:
             capturing=torch.cuda.is_current_stream_capturing(),
             runner=lambda: self._runner(definition, values, device),
         )
-        return spec.block_candidates[choice]
+        return choice
 
     def _runner(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> autotune.Runner:
         """Candidates launched on copies of the ``InMut`` arguments and outputs of their own."""
@@ -176,9 +183,12 @@ class DriverLauncher:
         written = [i for i, p in enumerate(spec.params) if p.role in ("inmut", "out")]
 
         def run(index: int) -> list[torch.Tensor]:
-            grid, block = launch_grid(spec, env, spec.block_candidates[index])
+            shape, variant = spec.launch_candidates[index]
+            env.update(spec.tune_values(variant))
+            call = [env[p.name] if isinstance(p, TuneParam) else v for p, v in zip(spec.params, bench)]
+            grid, block = launch_grid(spec, env, shape)
             if grid[0] and grid[1] and grid[2]:
-                self.launch(definition, bench, grid, block, device)
+                self.launch(definition, call, grid, block, device, variant)
             return [bench[i] for i in written]
 
         def reset() -> None:
@@ -189,7 +199,9 @@ class DriverLauncher:
                 elif p.init is not None:
                     bench[i].fill_(p.init)
 
-        n_threads = tuple(int(e.evaluate(env)) for e in spec.n_threads)
+        def n_threads(variant: int) -> tuple[int, ...]:
+            return tuple(int(e.evaluate({**env, **spec.tune_values(variant)})) for e in spec.n_threads)
+
         return autotune.Runner(run, reset, n_threads, device)
 
     def launch(
@@ -199,13 +211,20 @@ class DriverLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         from cuda.bindings import driver
 
-        fn = self._function(definition, device, "C" if _contiguous(definition.spec, values) else "A")
+        checked = checks.wanted(definition)
+        if checked and torch.cuda.is_current_stream_capturing():
+            raise checks.capture_error(definition.spec.name)
+        layout = "C" if _contiguous(definition.spec, values) else "A"
+        fn = self._function(definition, device, layout, variant, checked)
         args: list[Any] = []
         types: list[Any] = []
         for param, value in zip(definition.spec.params, values):
+            if isinstance(param, TuneParam):
+                continue  # a constant in the variant's code: no argument slot
             if isinstance(param, TensorParam):
                 t = value
                 args += [0, 0, t.numel(), t.element_size(), t.data_ptr()]
@@ -219,6 +238,12 @@ class DriverLauncher:
             else:
                 args.append(0)
                 types.append(ctypes.c_void_p)
+        record = None
+        if checked:  # the error record, a 1-D int64 array, last
+            record = torch.zeros(checks.RECORD_SLOTS, dtype=torch.int64, device=device)
+            args += [0, 0, checks.RECORD_SLOTS, 8, record.data_ptr(), checks.RECORD_SLOTS, 8]
+            types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            types += [ctypes.c_int64] * 2
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)
@@ -240,4 +265,8 @@ class DriverLauncher:
                 ) from None
             if launch_blocking():
                 _check(driver.cuStreamSynchronize(stream), "running (synchronised after launch)", definition.spec.name)
+        if record is not None:
+            error = definition.violation_error(record.cpu().tolist())  # .cpu() waits for the kernel
+            if error is not None:
+                raise error
 

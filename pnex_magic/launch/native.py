@@ -81,6 +81,12 @@ def load_launcher(verbose: bool = False):
         return _module
 
 
+def force_checked(op_name: str) -> None:
+    """Launches of ``op_name`` on this thread run its checked variant ("": none)."""
+    if _module is not None:
+        _module.force_checked(op_name)
+
+
 def last_kernel(device: int) -> str:
     """The kernel the C++ launcher launched last on cuda:``device`` ("" if none)."""
     return _module.last_kernel(device) if _module is not None else ""
@@ -99,9 +105,16 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
     """What the C++ side registers: the launch description plus ``get_image`` and,
     for an autotuned op, ``choose``."""
 
-    def get_image(device_index: int, contiguous: bool) -> tuple[bytes, str]:
+    def get_image(device_index: int, contiguous: bool, variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
-        return definition.kernel_image(arch, "C" if contiguous else "A")
+        layout = "C" if contiguous else "A"
+        if checked:
+            return definition.kernel_image(arch, layout, variant, checked=True)
+        return definition.kernel_image(arch, layout, variant) if variant else definition.kernel_image(arch, layout)
+
+    def describe(record: list[int]) -> str:
+        error = definition.violation_error(record)
+        return "" if error is None else str(error)
 
     def choose(device_index: int, contiguous: bool, key: tuple[int, ...], args: tuple | None) -> tuple[int, bool]:
         # args is None while the stream is capturing: nothing may run then.
@@ -110,7 +123,10 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
             capturing=args is None, runner=lambda: _runner(definition, device_index, args),
         )
 
-    return {**describe_launch(definition.spec), "get_image": get_image, "choose": choose}
+    return {
+        **describe_launch(definition.spec), "get_image": get_image, "choose": choose, "describe": describe,
+        "check": bool(getattr(definition.options, "check", False)),
+    }
 
 
 @contextlib.contextmanager
@@ -142,7 +158,10 @@ def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runn
         for i in inmut:
             call[i].copy_(args[i])
 
-    return autotune.Runner(run, reset, launch_info(spec, args).n_threads, torch.device("cuda", device_index))
+    def n_threads(variant: int) -> tuple[int, ...]:
+        return launch_info(spec, args, variant=variant).n_threads
+
+    return autotune.Runner(run, reset, n_threads, torch.device("cuda", device_index))
 
 
 def _warn_python_launcher(definition: Kernel, exc: BaseException) -> None:
@@ -190,9 +209,10 @@ class NativeLauncher:
         if _module is not None:
             _module.drop_autograd_fallback(definition.op_name)
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The block of a call the Python launcher serves (registered ops choose in C++)."""
-        return self._fallback.block(definition, values, device)
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The launch candidate of a call the Python launcher serves (registered ops
+        choose in C++)."""
+        return self._fallback.candidate(definition, values, device)
 
     def launch(
         self,
@@ -201,7 +221,8 @@ class NativeLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
         """Calls of a registered op never reach Python; this serves the ops whose
         registration failed, through the Python launcher."""
-        self._fallback.launch(definition, values, grid, block, device)
+        self._fallback.launch(definition, values, grid, block, device, variant)

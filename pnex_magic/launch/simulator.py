@@ -3,7 +3,7 @@ Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
 shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  It is slow: keep problem sizes small.  An
-autotuned op runs its first candidate block here."""
+autotuned op runs its first candidate here (first block, first ``Tune`` choices)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import KernelLaunchError
-from ..spec import ScalarParam, TensorParam
+from ..errors import KernelLaunchError, PnexError
+from ..spec import ScalarParam, TensorParam, TuneParam
+from . import checks
 from .kernel import Kernel
 
 
@@ -37,10 +38,11 @@ class SimulatorLauncher:
     def autograd_registered(self, definition: Kernel) -> None:
         pass
 
-    def block(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> tuple[int, ...]:
-        """The first candidate: the simulator's speed says nothing about the GPU's, so
-        it does not autotune."""
-        return definition.spec.threads_per_block
+    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
+        """The first candidate (the first block and the first choice of every ``Tune``
+        parameter): the simulator's speed says nothing about the GPU's, so it does not
+        autotune."""
+        return 0
 
     def launch(
         self,
@@ -49,8 +51,10 @@ class SimulatorLauncher:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         device: torch.device,
+        variant: int = 0,
     ) -> None:
-        simulated = definition.simulated_function()
+        checked = checks.wanted(definition)
+        simulated = definition.simulated_function(checked=True) if checked else definition.simulated_function()
         if simulated is None:
             raise KernelLaunchError(
                 f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
@@ -74,15 +78,44 @@ class SimulatorLauncher:
             elif isinstance(param, ScalarParam):
                 np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
                 args.append(np_type(value))
+            elif isinstance(param, TuneParam):
+                args.append(value)  # a Python constant, as the compiled variant sees it
             else:
                 args.append(None)
+        record = np.zeros(checks.RECORD_SLOTS, dtype=np.int64)
+        if checked:
+            args.append(FakeCUDAArray(record))
         kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:
                 kernel[grid, block](*args)
+            except PnexError:
+                raise
             except Exception as exc:
                 raise KernelLaunchError(
-                    f"kernel {definition.spec.name!r} failed in the CUDA simulator: {type(exc).__name__}: {exc}"
+                    f"kernel {definition.spec.name!r} failed in the CUDA simulator{_where(exc, simulated)}: "
+                    f"{type(exc).__name__}: {exc}"
                 ) from exc
+        if checked:
+            error = definition.violation_error(record)
+            if error is not None:
+                raise error
         for tensor, shadow in write_back:
             tensor.copy_(shadow)
+
+
+def _where(exc: BaseException, simulated: Any) -> str:
+    """``" at line N: `text`"`` for the kernel's line an exception was raised at."""
+    import linecache
+
+    code = getattr(simulated, "__code__", None)
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    if line is None:
+        return ""
+    text = linecache.getline(code.co_filename, line).strip()
+    return f" at line {line}" + (f": `{text}`" if text else "")

@@ -3,7 +3,7 @@ small escaped fragments (code, preformatted blocks, tables, badges, notes, folde
 logs).
 
 Colours are JupyterLab's theme variables with fallbacks; every colour of text is
-:func:`readable`: the theme's hue mixed 70:30 with the surrounding text colour,
+:func:`readable`: the theme's hue mixed 65:35 with the surrounding text colour,
 which keeps it at a contrast of at least 4.5:1 on the light and the dark theme
 (JupyterLab's own editor colours are not: its dark theme's comments are 3.5:1).
 No fragment sets a fixed background.  Everything is inline style
@@ -53,11 +53,11 @@ ACCENT = "var(--jp-brand-color1, #3b82c4)"  # bars and borders, not text
 
 
 def readable(colour: str) -> str:
-    """``colour`` as a colour for text: mixed 70:30 with the inherited text colour, so
+    """``colour`` as a colour for text: mixed 65:35 with the inherited text colour, so
     that it darkens on a light theme and lightens on a dark one.  Where a front end
     drops the declaration (a sanitiser, a browser without ``color-mix``), the text
     keeps the page's own colour."""
-    return f"color-mix(in srgb, {colour} 70%, currentColor)"
+    return f"color-mix(in srgb, {colour} 65%, currentColor)"
 
 
 ERR = readable("var(--jp-error-color1, #d9473f)")

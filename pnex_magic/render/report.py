@@ -21,13 +21,12 @@ import dataclasses
 import math
 from typing import Any
 
-from ..launch.autotune import format_block
 from ..report import KernelReport, occupancy
 from ..sass import Disassembly
 from ..timing import TimingResult, format_bytes, format_time
 from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table, tabs
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
-from .tuning import autotune_html, efficiency_html
+from .tuning import autotune_html, efficiency_html, shows_autotune
 
 __all__ = ["PnexReport", "TAB_TITLES"]
 
@@ -78,6 +77,7 @@ class PnexReport:
     args_text: str | None = None
     not_compiled: str = ""
     jax: bool = False  #: the name holds the op's JAX function (``%%pnex --jax``)
+    sanitizer: Any = None  #: ``%%pnex --sanitize``: the SanitizerReport (pnex_magic.sanitize)
 
     def __getattr__(self, name: str) -> Any:
         # Convenience: report.registers, report.ptx, ... read the KernelReport.
@@ -165,7 +165,7 @@ class PnexReport:
         if self.timing is not None and self.timing.speedup is not None:
             badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
         if k.autotune is not None and k.autotune.timed:
-            badges.append(badge(f"autotuned: {format_block(k.autotune.block)}", ACCENT))
+            badges.append(badge(f"autotuned: {k.autotune.candidates[k.autotune.choice].label()}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
         lines = [
             f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
@@ -196,7 +196,8 @@ class PnexReport:
         rows = []
         for p in spec.params:
             role = {"in": "argument", "inmut": "argument, written in place", "out": "returned",
-                    "scalar": "argument", "unused": "dropped (passed None)"}[p.role]
+                    "scalar": "argument", "unused": "dropped (passed None)",
+                    "tune": "a compile-time constant the autotuner chooses (not an argument)"}[p.role]
             rows.append((code(p.name), code(p.describe()), escape(role)))
         args = ", ".join(p.name for p in spec.arguments)
         torch_call = "torch.ops." + k.op_name.replace("::", ".") + f"({args})"
@@ -251,7 +252,7 @@ class PnexReport:
             parts.append(note("give --args EXPR to see the grid for concrete arguments"))
         parts.append(note("Axes are in CUDA's X, Y, Z order: cuda.grid(2) returns (x, y); blocks per "
                            "axis = ceil(n_threads / threads per block)."))
-        if k.candidates:
+        if shows_autotune(k):
             parts.append(autotune_html(k))
         return "".join(parts)
 

@@ -1,48 +1,100 @@
 """The report's tuning sections: the autotune candidates (Launch tab) and the
-bandwidth bars against the device's limits (Timing tab), as HTML fragments."""
+bandwidth bars against the device's limits, with why the op is far from them and
+what to change (Timing tab), as HTML fragments."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
-from ..efficiency import Efficiency
-from ..launch.autotune import format_block
+from ..efficiency import FAR, Efficiency
+from ..launch.autotune import CandidateResult, TuneResult, format_block
 from ..report import KernelReport
 from ..timing import format_bytes, format_time
-from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, table
+from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, pre, table
+from .listings import highlight, python_lexer
 
-__all__ = ["autotune_html", "efficiency_html"]
+__all__ = ["autotune_html", "efficiency_html", "tune_names", "has_tune", "shows_autotune"]
+
+
+def tune_names(candidates: Sequence[CandidateResult]) -> tuple[str, ...]:
+    """The names of the ``Tune`` parameters the candidates vary, in order of appearance."""
+    names: list[str] = []
+    for c in candidates:
+        for name, _value in c.tune:
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def has_tune(tuned: TuneResult | None) -> bool:
+    """Whether the tuner's candidates carry ``Tune`` values."""
+    return tuned is not None and any(c.tune for c in tuned.candidates)
+
+
+def shows_autotune(k: KernelReport) -> bool:
+    """Whether the op picks anything at run time: several blocks, or a ``Tune``
+    parameter with several choices."""
+    return bool(k.candidates) or any(len(choices) > 1 for _name, choices in k.tune) or has_tune(k.autotune)
+
+
+def _space(tuned: TuneResult) -> str:
+    """``20 candidates: 5 block shapes × ITEMS in (1, 2, 4, 8)``."""
+    blocks = list(dict.fromkeys(c.block for c in tuned.candidates))
+    parts = [f"{len(blocks)} block shape{'s' if len(blocks) != 1 else ''}"]
+    for name in tune_names(tuned.candidates):
+        values = list(dict.fromkeys(dict(c.tune).get(name) for c in tuned.candidates if name in dict(c.tune)))
+        parts.append(f"{name} in ({', '.join(map(repr, values))})")
+    return f"{len(tuned.candidates)} candidates: " + " × ".join(parts)
 
 
 def autotune_html(k: KernelReport) -> str:
-    """The autotune candidates, with their times and the choice for --args."""
+    """The autotune candidates (block shapes, and ``Tune`` values where the op has
+    them), with their times, why any was skipped, the choice for --args and the
+    total tuning time."""
     tuned = k.autotune
-    head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {len(k.candidates)} candidate block shapes"
     if tuned is None:
-        shapes = ", ".join(code(format_block(c)) for c in k.candidates)
-        return head + "</div>" + note(f"{shapes}; give --args EXPR to tune on a GPU and see the choice")
+        blocks = k.candidates or (k.threads_per_block,)
+        space = [f"{len(blocks)} candidate block shape{'s' if len(blocks) != 1 else ''}"]
+        space += [f"{escape(name)} in ({escape(', '.join(map(repr, choices)))})" for name, choices in k.tune
+                  if len(choices) > 1]
+        shapes = ", ".join(code(format_block(c)) for c in blocks)
+        return (f"<div style=\"margin-top:6px\"><b>autotune</b>: {' × '.join(space)}</div>"
+                + note(f"{shapes}; give --args EXPR to tune on a GPU and see the choice"))
+    names = tune_names(tuned.candidates)
+    if names:
+        head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {escape(_space(tuned))}"
+    else:
+        head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {len(tuned.candidates)} candidate block shapes"
+    first = tuned.candidates[0].seconds
     rows = []
     for i, c in enumerate(tuned.candidates):
         chosen = i == tuned.choice
-        seconds = tuned.candidates[0].seconds
-        relative = "" if c.seconds is None or not seconds else f"{seconds / c.seconds:.2f}×"
+        relative = "" if c.seconds is None or not first else f"{first / c.seconds:.2f}×"
         status = "chosen" if chosen else (escape(c.skipped) if c.skipped else "")
         style = f"color:{OK};font-weight:600" if chosen else ""
+        values = dict(c.tune)
         rows.append((
             f'<span style="{style}">{"▶ " if chosen else ""}{escape(format_block(c.block))}</span>',
             str(math.prod(c.block)),
+            *(escape(repr(values[n])) if n in values else "–" for n in names),
             format_time(c.seconds) if c.seconds is not None else "–",
             relative,
             f'<span style="{style}">{status}</span>',
         ))
-    summary = (f"chose {code(format_block(tuned.block))} ({escape(tuned.source)}"
+    chosen = tuned.candidates[tuned.choice]
+    summary = (f"chose {code(chosen.label())} ({escape(tuned.source)}"
                + (f"; {tuned.speedup:.2f}× the first candidate's speed" if tuned.speedup is not None else "")
                + f") for {escape(tuned.key_text)}")
-    return (head + f": {summary}</div>"
-            + table(rows, ("block", "threads", "device time per call", "speed vs first", ""))
-            + note("The first candidate is the default (CPU simulator, CUDA-graph capture, torch.compile'd code, "
-                   "PNEX_AUTOTUNE=0). "
-                   "Choices are stored per GPU model and key; %%pnex --force times them again."))
+    header = ("block", "threads", *(code(n) for n in names), "device time per call", "speed vs first", "")
+    parts = [head + f": {summary}</div>", table(rows, header)]
+    if tuned.seconds_total is not None:
+        parts.append(f"<div>tuning took {format_time(tuned.seconds_total)} for this key "
+                     f"({len(tuned.candidates)} candidates, compiles included)</div>")
+    parts.append(note("The first candidate is the default (CPU simulator, CUDA-graph capture, torch.compile'd code, "
+                      "PNEX_AUTOTUNE=0). "
+                      "Choices are stored per GPU model and key; %%pnex --force times them again."))
+    return "".join(parts)
 
 
 def _bar(fraction: float, colour: str) -> str:
@@ -56,7 +108,9 @@ def _bar(fraction: float, colour: str) -> str:
 
 def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     """Bars of the op's and the eager reference's bandwidth beside the device's
-    ceilings (the measured copy and the DRAM peak), and why the op is far from them."""
+    ceilings (the measured copy and the DRAM peak); below :data:`~pnex_magic.efficiency.FAR`
+    of the ceiling, the most likely reason, what to change (with the shape of the code
+    where that helps) and the other reasons the figures show."""
     rows = [(code(op_name), e.op_bandwidth, ACCENT), (code(eager_name), e.eager_bandwidth, FG_MUTED),
             ("device-to-device copy", e.copy_bandwidth, OK), ("DRAM peak", e.peak_bandwidth, BORDER)]
     rows = [r for r in rows if r[1]]
@@ -70,10 +124,20 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     if e.in_l2:
         parts.append(note(escape(f"{format_bytes(e.bytes_moved)} per call fits in L2 ({format_bytes(e.l2_bytes)}): "
                                  f"back-to-back calls hit the cache and may pass the DRAM ceilings")))
-    if e.reason:
-        parts.append(f'<div style="color:{WARN}">why far from the ceiling: {escape(e.reason)}</div>')
-        if len(e.reasons) > 1:
-            parts.append(note("also: " + escape("; ".join(e.reasons[1:]))))
-    parts.append(note(escape(f"peak: {e.peak_source}; the copy is measured once per process (read + written bytes "
-                             f"per second)")))
+    found = e.explanation
+    if found is not None:
+        parts.append(f'<div style="color:{WARN};margin-top:4px"><b>why below {FAR:.0%} of the ceiling</b>: '
+                     f"{escape(found.finding)}</div>")
+        parts.append(f"<div><b>what to change</b>: {escape(found.advice)}</div>")
+        if found.code:
+            parts.append(pre(highlight(found.code, python_lexer())))
+        if e.also:
+            items = "".join(f"<li>{escape(r)}</li>" for r in e.also)
+            parts.append(f'<div style="color:{FG_MUTED};margin:4px 0">also:<ul style="margin:2px 0">'
+                         f"{items}</ul></div>")
+    sources = f"peak: {e.peak_source}; the copy is measured once per process (read + written bytes per second)"
+    if e.dram_latency and e.latency_source:
+        sources += (f"; DRAM latency {e.dram_latency * 1e9:.0f} ns, idle, from {e.latency_source} (under load it "
+                    f"is higher: the bytes in flight it asks for are a minimum)")
+    parts.append(note(escape(sources)))
     return "".join(parts)

@@ -1,0 +1,234 @@
+"""The report's reasons on a GPU, each shown by a kernel built for it.
+
+``tests/test_efficiency.py`` checks every reason on recorded figures; here the report
+gathers the figures itself (ptxas's resources, the launch, the measured copy, the
+timings) for kernels made to be slow in one way each: too few bytes in flight, a
+partial last wave, occupancy limited by registers, register spills, uncoalesced
+loads, a launch-bound call, too few blocks.  Skipped with a reason where no NVIDIA GPU
+is present (marker ``gpu``).  Each test prints the report's efficiency lines.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from numba import cuda, float32
+
+import pnex_magic as pnex
+from pnex_magic import hardware
+from pnex_magic.render.tuning import autotune_html, efficiency_html, has_tune
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 24  # 16 Mi float32: 64 MB per tensor, past every L2
+ITEMS8 = 8  # elements per thread of the block-strided copy (a constant, so the loops unroll)
+LIVE = 80  # values each thread of `heavy` keeps live: 93 registers on sm_90 (25% occupancy at 256 threads)
+SPILL_LIVE = 48  # with max_registers=32: about 470 B spilled per thread
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """A private disk cache sharing the session's C++ launcher build."""
+    fresh = tmp_path / "pnex-cache"
+    fresh.mkdir()
+    session = os.environ.get("PNEX_CACHE_DIR")
+    if session:
+        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
+        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
+    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+
+
+@pnex.jit(n_threads="a.numel()")
+def copy1(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        r[i] = a[i]
+
+
+@pnex.jit(n_threads="(a.numel() + 7) // 8")
+def copy8(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+    base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS8 + cuda.threadIdx.x
+    v = cuda.local.array(ITEMS8, float32)
+    for k in range(ITEMS8):
+        j = base + k * cuda.blockDim.x
+        if j < a.shape[0]:
+            v[k] = a[j]
+    for k in range(ITEMS8):
+        j = base + k * cuda.blockDim.x
+        if j < a.shape[0]:
+            r[j] = v[k]
+
+
+@pnex.jit(n_threads="x.numel()", threads_per_block=256)
+def spin(x: pnex.In("f32", (None,)), iters: int, out: pnex.Out("f32", "x")):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        v = x[i]
+        for _ in range(iters):
+            v = v * float32(0.999) + float32(0.001)
+        out[i] = v
+
+
+def _heavy(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        v = x[i]
+        acc = cuda.local.array(LIVE, float32)
+        for k in range(LIVE):
+            acc[k] = v * float32(k + 1)
+        for r in range(4):
+            for k in range(LIVE):
+                acc[k] = acc[k] * acc[(k + 7) % LIVE] + v
+        s = float32(0.0)
+        for k in range(LIVE):
+            s += acc[k] * acc[(k * 5 + 3) % LIVE]
+        out[i] = s
+
+
+def _spiller(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        v = x[i]
+        acc = cuda.local.array(SPILL_LIVE, float32)
+        for k in range(SPILL_LIVE):
+            acc[k] = v * float32(k + 1)
+        for r in range(4):
+            for k in range(SPILL_LIVE):
+                acc[k] = acc[k] * acc[(k + 7) % SPILL_LIVE] + v
+        s = float32(0.0)
+        for k in range(SPILL_LIVE):
+            s += acc[k] * acc[(k * 5 + 3) % SPILL_LIVE]
+        out[i] = s
+
+
+heavy = pnex.jit(n_threads="x.numel()", threads_per_block=256)(_heavy)
+spiller = pnex.jit(n_threads="x.numel()", threads_per_block=256, max_registers=32)(_spiller)
+
+
+@pnex.jit(n_threads="4096", threads_per_block=256)
+def few_blocks(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < a.shape[0]:
+        r[i] = a[i]
+        i += stride
+
+
+def _report(op, *args, eager=None):
+    report = pnex.build_report(op, args=args, eager=eager, sass=False)
+    e = report.efficiency
+    assert e is not None, "a timed call on a GPU has an efficiency"
+    print("\n".join(e.lines()))
+    html = efficiency_html(e, report.name, "eager")
+    if e.far:
+        assert "why below 85% of the ceiling" in html
+    return report, [r.kind for r in e.reasons]
+
+
+def test_one_element_per_thread_keeps_too_few_bytes_in_flight():
+    a = torch.randn(N, device="cuda")
+    naive, naive_kinds = _report(copy1, a, eager=torch.clone)
+    strided, strided_kinds = _report(copy8, a, eager=torch.clone)
+    print(f"naive {naive.timing.bandwidth / 1e12:.3g} TB/s, block-strided ITEMS=8 "
+          f"{strided.timing.bandwidth / 1e12:.3g} TB/s, torch.clone {naive.timing.eager_bandwidth / 1e12:.3g} TB/s")
+    assert "in flight" not in strided_kinds
+    assert strided.timing.bandwidth > naive.timing.bandwidth
+    major, _minor = torch.cuda.get_device_capability()
+    if major == 9:  # Hopper: 8 kB in flight per SM against about 10.5 kB needed
+        assert "in flight" in naive_kinds
+        if naive.efficiency.far:
+            assert naive.efficiency.explanation.kind == "in flight"
+            assert "pnex.Tune" in naive.efficiency.explanation.advice
+
+
+@pytest.mark.skipif(not hasattr(pnex, "Tune"), reason="pnex.Tune is not in this build")
+def test_the_tune_copy_lists_its_candidates_and_reaches_the_ceiling():
+    def copy_tuned(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
+        base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+        v = cuda.local.array(ITEMS, float32)
+        for k in range(ITEMS):
+            j = base + k * cuda.blockDim.x
+            if j < a.shape[0]:
+                v[k] = a[j]
+        for k in range(ITEMS):
+            j = base + k * cuda.blockDim.x
+            if j < a.shape[0]:
+                r[j] = v[k]
+
+    op = pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block="auto")(copy_tuned)
+    a = torch.randn(N, device="cuda")
+    report, kinds = _report(op, a, eager=torch.clone)
+    tuned = report.autotune
+    assert has_tune(tuned) and tuned.source == "benchmarked"
+    assert {dict(c.tune)["ITEMS"] for c in tuned.candidates} == {1, 2, 4, 8}
+    print(f"chose {tuned.candidates[tuned.choice]}, tuning took {tuned.seconds_total} s")
+    assert tuned.seconds_total is not None and tuned.seconds_total < 3.0  # issue 19: 4 choices × 5 blocks
+    assert "in flight" not in kinds
+    table = autotune_html(report)
+    assert ">ITEMS</code></th>" in table and "tuning took" in table
+
+
+def test_a_partial_last_wave_costs_a_whole_wave():
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    per_sm = hardware.resident_blocks(arch, pnex.inspect(spin, arch=arch).registers or 0, 0, 256)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    wave = per_sm * sms
+    whole = torch.randn(wave * 256, device="cuda")
+    partial = torch.randn(int(1.3 * wave) * 256, device="cuda")
+    iters = 4096  # a compute-bound kernel: every block takes as long
+    full_report, full_kinds = _report(spin, whole, iters)
+    tail_report, tail_kinds = _report(spin, partial, iters)
+    ratio = tail_report.timing.op.median / full_report.timing.op.median
+    print(f"1.00 wave: {full_report.timing.op.median * 1e6:.1f} µs, 1.30 waves: "
+          f"{tail_report.timing.op.median * 1e6:.1f} µs ({ratio:.2f}×)")
+    assert ratio > 1.6  # 1.3 waves of work take about two waves' time
+    assert "wave" in tail_kinds and "wave" not in full_kinds
+
+
+def test_occupancy_limited_by_registers():
+    x = torch.randn(N, device="cuda")
+    report, kinds = _report(heavy, x)
+    occ, limiter = hardware.occupancy_limiter(report.arch, report.registers, report.shared_bytes or 0, 256)
+    print(f"{report.registers} registers per thread: occupancy {occ:.0%} ({limiter})")
+    assert report.registers > 64 and limiter == "registers" and occ < 0.5
+    assert "occupancy" in kinds
+    found = next(r for r in report.efficiency.reasons if r.kind == "occupancy")
+    assert "limited by registers" in found.finding
+
+
+def test_register_spills():
+    x = torch.randn(N, device="cuda")
+    report, kinds = _report(spiller, x)
+    assert report.spills and "spills" in kinds
+
+
+@pnex.jit(n_threads=("a.size(1)", "a.size(0)"), threads_per_block=(32, 8))
+def copy2d(a: pnex.In("f32", (None, None)), r: pnex.Out("f32", "a")):
+    x, y = cuda.grid(2)
+    if y < a.shape[0] and x < a.shape[1]:
+        r[y, x] = a[y, x]
+
+
+def test_uncoalesced_loads_along_x():
+    # A transposed view (dense, so the report's copies of the arguments keep its strides):
+    # neighbouring x threads read elements 4,096 floats apart.
+    transposed = torch.randn(4096, 4096, device="cuda").t()
+    report, kinds = _report(copy2d, transposed, eager=torch.clone)
+    assert "uncoalesced" in kinds
+    if report.efficiency.far:
+        assert report.efficiency.explanation.kind == "uncoalesced"
+
+
+def test_a_tiny_call_is_launch_bound():
+    report, kinds = _report(copy1, torch.randn(1024, device="cuda"), eager=torch.clone)
+    assert kinds[0] == "launch" and report.efficiency.far
+    assert report.efficiency.explanation.kind == "launch"
+
+
+def test_too_few_blocks():
+    report, kinds = _report(few_blocks, torch.randn(N, device="cuda"), eager=torch.clone)
+    assert report.grid == (16, 1, 1) and kinds[0] == "blocks"

@@ -1,0 +1,114 @@
+"""``pnex.Tune`` on a GPU: every block x Tune candidate launches correctly through both
+GPU launchers, the tuner keeps the fastest with its time, and a new process reuses the
+stored choice without timing anything.  Skipped where there is no NVIDIA GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from numba import cuda
+
+import pnex_magic as pnex
+from pnex_magic.launch import autotune
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(params=["native", "driver"])
+def launcher(request, monkeypatch):
+    monkeypatch.setenv("PNEX_LAUNCHER", request.param)
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def tuning(tmp_path, monkeypatch):
+    fresh = tmp_path / "pnex-cache"
+    fresh.mkdir()
+    session = os.environ.get("PNEX_CACHE_DIR")
+    if session:
+        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
+        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
+    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    autotune.stats.reset()
+    yield fresh
+
+
+KERNEL = '''
+import pnex_magic as pnex
+from numba import cuda, float32
+
+@pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block=[128, 256, 512])
+def tcopy(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
+    base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+    n = a.shape[0]
+    v = cuda.local.array(ITEMS, float32)
+    for k in range(ITEMS):
+        j = base + k * cuda.blockDim.x
+        if j < n:
+            v[k] = a[j]
+    for k in range(ITEMS):
+        j = base + k * cuda.blockDim.x
+        if j < n:
+            r[j] = v[k]
+'''
+
+
+def _op(tmp_path: Path):
+    path = tmp_path / "tcopy_kernel.py"
+    path.write_text(KERNEL)
+    namespace: dict = {"__name__": "tcopy_kernel"}
+    exec(compile(KERNEL, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
+    return namespace["tcopy"]
+
+
+def test_every_candidate_launches_and_the_fastest_is_kept(tmp_path, launcher):
+    op = _op(tmp_path)
+    a = torch.randn(3_000_001, device="cuda")  # not a multiple of any block x ITEMS
+    out = op(a)
+    assert torch.equal(out, a)
+    result = autotune.result_for(op.definition, (a,))
+    assert result.source == "benchmarked" and result.seconds_total > 0
+    assert len([c for c in result.candidates if c.seconds is not None]) == 12
+    assert min(c.seconds for c in result.candidates if c.seconds) == result.candidates[result.choice].seconds
+    if launcher == "native":
+        from pnex_magic.launch.native import forced_candidate
+
+        for index in range(len(op.spec.launch_candidates)):
+            with forced_candidate(op.definition.op_name, index):
+                assert torch.equal(op(a), a), op.spec.launch_candidates[index]
+    report = pnex.build_report(op, args=(a,), eager=torch.clone)
+    assert report.autotune.tune == result.tune and "ITEMS=" in "\n".join(report.lines())
+
+
+def test_a_new_process_reuses_the_stored_choice(tmp_path, tuning):
+    op = _op(tmp_path)
+    a = torch.randn(1 << 20, device="cuda")
+    op(a)
+    chosen = autotune.result_for(op.definition, (a,))
+    script = tmp_path / "again.py"
+    script.write_text(textwrap.dedent(f'''
+        import json, sys, torch
+        sys.path.insert(0, {str(tmp_path)!r})
+        from pnex_magic.launch import autotune
+        import tcopy_kernel
+        a = torch.randn(1 << 20, device="cuda")
+        assert torch.equal(tcopy_kernel.tcopy(a), a)
+        r = autotune.result_for(tcopy_kernel.tcopy.definition, (a,))
+        print(json.dumps({{"benchmarks": autotune.stats.benchmarks, "disk_hits": autotune.stats.disk_hits,
+                           "tune": r.tune, "block": r.block}}))
+    '''))
+    (tmp_path / "tcopy_kernel.py").write_text(KERNEL)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PNEX_CACHE_DIR": str(tuning)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["benchmarks"] == 0 and found["disk_hits"] == 1
+    assert [tuple(t) for t in found["tune"]] == list(chosen.tune) and tuple(found["block"]) == chosen.block
