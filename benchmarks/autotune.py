@@ -22,6 +22,7 @@ benchmarks/results/autotune-<date>.json (and a copy to $OUT if set).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -244,8 +245,6 @@ def log(text: str) -> None:
 
 
 def main() -> int:
-    import argparse
-
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("autotune.py needs an NVIDIA GPU; nothing measured.")

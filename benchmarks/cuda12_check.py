@@ -16,14 +16,18 @@ nvJitLink before anything else can, so cuda.pathfinder (which searches the
 interpreter's site-packages, not ``PYTHONPATH``, and would find the CUDA 13 ones)
 reuses them.  It checks that it did.
 
-    # here (PyPI), in the repository root: the wheels for Python 3.12, 93 MB in two folders, because
+The GPU image's numpy 2.5 breaks numba-cuda 0.30, so a numpy 2.4 wheel goes on
+``PYTHONPATH`` first too (below it is carried with NVVM, in the second folder; both
+folders come before the image's site-packages).
+
+    # here (PyPI), in the repository root: the wheels for Python 3.12, 110 MB in two folders, because
     # a device call carries at most 64 MiB (working tree included)
     echo /.cu12a/ >> .git/info/exclude; echo /.cu12b/ >> .git/info/exclude
     W="python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
        --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_12_x86_64"
     $W -d .cu12a numba-cuda==0.30.4 "cuda-bindings==12.9.*" cuda-core==1.2.2 cuda-pathfinder==1.9.0 \\
        "nvidia-nvjitlink-cu12==12.9.*"                                                        # 54 MB
-    $W -d .cu12b "nvidia-cuda-nvcc-cu12==12.9.*"                                             # 39 MB: NVVM
+    $W -d .cu12b "nvidia-cuda-nvcc-cu12==12.9.*" "numpy==2.4.*"              # 39 MB NVVM, about 17 MB numpy
     # on the GPU machine (no network), two calls on the same (warm) machine, from the repository root:
     #   carry [".cu12a"]:
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pnex-cu12a .cu12a/*.whl

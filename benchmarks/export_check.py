@@ -25,7 +25,7 @@ Prints a table last and writes JSON (GPU, driver, versions, date) to
 
 from __future__ import annotations
 
-import datetime as _dt
+import argparse
 import json
 import os
 import statistics
@@ -40,9 +40,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import device_ms, gpu_info, per_call_us, versions  # noqa: E402
+from bench_common import device_seconds, result_header, write_result  # noqa: E402
+from overhead import per_call_us  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LOG = Path(os.environ["OUT"]) / "export_check.log" if os.environ.get("OUT") else None
 
 DEFS = textwrap.dedent(
@@ -178,8 +178,6 @@ def fresh_per_call(path: Path) -> dict:
 
 
 def main() -> int:
-    import argparse
-
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("export_check.py needs an NVIDIA GPU; nothing measured.")
@@ -188,13 +186,7 @@ def main() -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="pnex-export-"))
     arch = "sm_%d%d" % torch.cuda.get_device_capability()
-    result: dict = {
-        "benchmark": "export_check",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": gpu_info(),
-        "versions": versions(),
-        "errors": {},
-    }
+    result: dict = {**result_header("export_check"), "errors": {}}
     rows: list[tuple[str, str]] = []
 
     def section(name, fn):
@@ -295,21 +287,20 @@ def main() -> int:
         times: dict[str, list[float]] = {"defined": [], "loaded": []}
         for _ in range(3):
             exec(DEFS.replace("SALT", "bench"), ns)
-            times["defined"].append(device_ms(ns["muladd"], (a, b, c)))
+            times["defined"].append(device_seconds(ns["muladd"], (a, b, c)))
             op = pnex.load(muladd_path)
             torch.testing.assert_close(op(a, b, c), a * b + c)
-            times["loaded"].append(device_ms(op, (a, b, c)))
-        return {"samples_ms": times, **{f"{k}_ms": statistics.median(v) for k, v in times.items()}}
+            times["loaded"].append(device_seconds(op, (a, b, c)))
+        return {"samples_s": times, **{f"{k}_s": statistics.median(v) for k, v in times.items()}}
 
     dev = section("device_time", device)
     if dev:
         result["device_time"] = dev
         rows.append(("device time, 1 GiB a*b+c: defined / loaded",
-                     f"{dev['defined_ms']:.3f} / {dev['loaded_ms']:.3f} ms ({dev['defined_ms'] / dev['loaded_ms']:.3f}x)"))
+                     f"{dev['defined_s'] * 1e3:.3f} / {dev['loaded_s'] * 1e3:.3f} ms "
+                     f"({dev['defined_s'] / dev['loaded_s']:.3f}x)"))
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"export-{_dt.date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=1))
+    path = write_result(result, "export")
     log(f"\n{result['gpu']['name']}, driver {result['gpu']['driver']}, torch {torch.__version__}")
     width = max(len(r[0]) for r in rows)
     for label, value in rows:

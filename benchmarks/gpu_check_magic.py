@@ -11,6 +11,7 @@ Exit status 0 when every check passed.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -27,8 +28,6 @@ def check(name: str, ok: bool, detail: str = "") -> None:
 
 
 def main() -> int:
-    import argparse
-
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU visible to PyTorch: nothing to check")

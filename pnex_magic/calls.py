@@ -32,6 +32,7 @@ __all__ = [
     "overlaps",
     "internal_overlap_message",
     "alias_message",
+    "inmut_grad_error",
 ]
 
 
@@ -154,6 +155,28 @@ def alias_message(spec: KernelSpec, written: str, other: str) -> str:
         f"overlapping views of one): the kernel writes {written!r} while it {reads}, so threads would race. "
         f"Pass separate tensors (e.g. {other}.clone()), or, if the kernel is written for it, declare the "
         f"aliasing allowed: {written}: InMut(..., may_alias={other!r})"
+    )
+
+
+def inmut_grad_error(kernel: str, name: str, leaf: bool) -> ArgumentTypeError:
+    """The error for an ``InMut`` argument ``name`` that requires grad while grad mode
+    is on.  Every launcher raises it at the Autograd dispatch key, before the kernel
+    runs (the C++ launcher calls this function for it, so the message is one)."""
+    if leaf:
+        why = (
+            "it is a leaf tensor that requires grad, which torch's own in-place operations refuse: autograd "
+            "cannot see the kernel's writes"
+        )
+    else:
+        why = (
+            f"it requires grad (it was computed from tensors that do), and autograd cannot see the kernel's "
+            f"writes, so gradients through {name!r} would silently be wrong"
+        )
+    return ArgumentTypeError(
+        f"{kernel}(): argument {name!r} is written in place by the kernel (InMut) while grad mode is on, but {why}. "
+        f"Call the op under torch.no_grad() (or torch.inference_mode()), e.g. to update a buffer; to "
+        f"differentiate through the kernel, write a functional kernel instead: {name} as an Out that the op "
+        f"returns, with a backward attached (pnex.attach_backward)"
     )
 
 

@@ -22,10 +22,11 @@ import sys
 from typing import Any
 
 import torch
+from torch._library import autograd as _autograd
 from torch._library.custom_ops import CustomOpDef
 
 from . import launch
-from .calls import bind_arguments, check_arguments, launch_grid, output_shapes
+from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
 from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelIndexError, KernelLaunchError
 from .launch.kernel import Kernel
 from .spec import KernelSpec, ScalarParam, TensorParam
@@ -168,8 +169,6 @@ class PnexOp(CustomOpDef):
             # calls run no Python; a formula now exists: swap in CustomOpDef's autograd kernel.
             launch.autograd_registered(self._pnex)
             if not torch._C._dispatch_has_kernel_for_dispatch_key(self._qualname, "Autograd"):
-                from torch._library import autograd as _autograd
-
                 self._lib.impl(self._name, _autograd.make_autograd_impl(self._opoverload, self), "Autograd", with_keyset=True)
 
     def _register_autograd_dispatcher_impl(self) -> None:
@@ -292,6 +291,8 @@ def make_op(definition: Kernel) -> PnexOp:
     _name_pnex_files_for_inspect()
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
+    if spec.mutated and not op._native:  # the C++ launcher checks in its own autograd kernel
+        _register_inmut_grad_check(op)
     op.register_kernel(None)(impl)
     _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
@@ -343,6 +344,30 @@ def _skip_dynamo_until_imported(op: PnexOp) -> None:
         return plain(*args, **kwargs)
 
     op._backend_fns[None] = backend
+
+
+def _register_inmut_grad_check(op: PnexOp) -> None:
+    """Refuse, with grad mode on, a call whose ``InMut`` argument requires grad
+    (:func:`pnex_magic.calls.inmut_grad_error`): autograd cannot see the kernel's writes.
+
+    The check runs at the autograd dispatch keys of CPU and CUDA tensors, so every call
+    crosses it (the op object, ``torch.ops.pnex``, ``torch.compile``'s tracing on fake
+    tensors); below them grad mode is off.  It then runs ``CustomOpDef``'s own autograd
+    kernel, which it takes precedence over (registered for the ``Autograd`` alias key)."""
+    spec = op._pnex.spec
+    inmut = tuple((i, p.name) for i, p in enumerate(spec.arguments) if p.role == "inmut")
+    autograd_kernel = _autograd.make_autograd_impl(op._opoverload, op)
+
+    def checked_autograd_kernel(keyset, *args, **kwargs):
+        if torch.is_grad_enabled():
+            for i, name in inmut:
+                t = args[i]
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    raise inmut_grad_error(spec.name, name, t.is_leaf)
+        return autograd_kernel(keyset, *args, **kwargs)
+
+    for key in ("AutogradCPU", "AutogradCUDA"):
+        op._lib.impl(op._name, checked_autograd_kernel, key, with_keyset=True)
 
 
 def _translate(exc: BaseException, name: str) -> BaseException:

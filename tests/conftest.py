@@ -4,7 +4,9 @@
   (``$PNEX_CACHE_DIR``), set here before pnex compiles anything, unless the
   caller already chose one.  Subprocesses started by tests inherit it.
 * ``@pytest.mark.gpu`` tests are skipped where ``torch.cuda.is_available()`` is
-  False.
+  False (or raises).  With ``PNEX_EXPECT_GPU=1`` (set by ``benchmarks/gpu_tests.sh``
+  on the GPU machine) they fail instead, each with what CUDA said: a broken CUDA
+  set-up there must not pass as "no GPU".
 * Fixtures: ``fresh_cache`` (an empty cache directory, as ``$PNEX_CACHE_DIR``,
   and zeroed hit/miss counters for one test; yields its path), ``pnex_env``
   (an environment for subprocesses that import pnex_magic: the session's cache,
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import pytest
 
@@ -39,21 +42,44 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"browser test screenshots: {folder}")
 
 
-def _cuda_available() -> bool:
+def _no_gpu() -> str | None:
+    """None where torch can use a GPU, else why not (what CUDA raised or warned)."""
     try:
         import torch
 
-        return bool(torch.cuda.is_available())
-    except Exception:  # a broken CUDA set-up counts as no GPU
-        return False
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if torch.cuda.is_available():
+                return None
+    except Exception as exc:  # a broken CUDA set-up: no GPU, unless one is expected
+        return f"torch.cuda.is_available() raised {type(exc).__name__}: {exc}"
+    said = "; ".join(str(w.message) for w in caught)
+    return "torch.cuda.is_available() is False" + (f" ({said})" if said else "")
+
+
+def _gpu_expected() -> bool:
+    return os.environ.get("PNEX_EXPECT_GPU", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    if any("gpu" in item.keywords for item in items) and not _cuda_available():
-        skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
-        for item in items:
-            if "gpu" in item.keywords:
-                item.add_marker(skip)
+    if not any("gpu" in item.keywords for item in items):
+        return
+    why = _no_gpu()
+    if why is None:
+        return
+    if _gpu_expected():
+        config.pnex_no_gpu = why  # every gpu test fails with it (pytest_runtest_setup)
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    why = getattr(item.config, "pnex_no_gpu", None)
+    if why is not None and "gpu" in item.keywords:
+        pytest.fail(f"PNEX_EXPECT_GPU=1 but no usable GPU: {why}", pytrace=False)
 
 
 @pytest.fixture

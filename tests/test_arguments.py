@@ -5,7 +5,10 @@
   unless the aliasing is declared with ``InMut(..., may_alias=...)``;
 * scalar parameters may have defaults (``s: float = 1.0``, schema ``float s=1.0``),
   in every way of calling the op; nothing else may;
-* a kernel with no ``Out`` and no ``InMut`` can have no effect and is refused.
+* a kernel with no ``Out`` and no ``InMut`` can have no effect and is refused;
+* with grad mode on, an ``InMut`` tensor that requires grad is refused (autograd cannot
+  see the kernel's writes), through the op object, ``torch.ops.pnex`` and
+  ``torch.compile``; under ``torch.no_grad()`` or ``inference_mode`` it is written.
 
 CPU tests run the op's Python path (the simulator); the ``gpu`` tests at the end run
 the same checks in the C++ launcher and the Python driver launcher."""
@@ -378,6 +381,106 @@ def test_kernel_without_out_or_inmut_is_refused():
         pnex.jit(n_threads="a.numel()")(reads_only)
 
 
+# ---------------------------------------------------------------- InMut tensors that require grad
+
+
+def make_accumulate_double():
+    """acc += a; out = 2 * a: an InMut and an Out."""
+
+    @pnex.jit(n_threads="a.numel()")
+    def accumulate_double(a: pnex.In("f32", (None,)), acc: pnex.InMut("f32", "a"), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            acc[i] += a[i]
+            out[i] = a[i] * 2.0
+
+    return accumulate_double
+
+
+def grad_words(name):
+    return (
+        rf"argument '{name}' is written in place by the kernel \(InMut\) while grad mode is on.*"
+        rf"torch\.no_grad\(\).*{name} as an Out that the op returns, with a backward attached"
+    )
+
+
+REQUIRING_GRAD = {
+    "leaf": lambda n, device: torch.randn(n, device=device, requires_grad=True),
+    "non-leaf": lambda n, device: torch.randn(n, device=device, requires_grad=True) * 1.5,
+}
+
+
+def _callers(op):
+    return {"op object": op, "torch.ops": getattr(torch.ops.pnex, op.definition.op_name)}
+
+
+def check_inmut_requiring_grad(op, device):
+    """The refusals and what stays allowed, through the op object and torch.ops."""
+    n = 257
+    for kind, make in REQUIRING_GRAD.items():
+        for how, call in _callers(op).items():
+            a, acc = torch.randn(n, device=device), make(n, device)
+            before = acc.detach().clone()
+            with pytest.raises(ArgumentTypeError, match=rf"accumulate_double\(\): {grad_words('acc')}") as caught:
+                call(a, acc)
+            assert ("a leaf tensor" if kind == "leaf" else "computed from tensors that do") in str(caught.value)
+            assert torch.equal(acc.detach(), before), f"{kind}, {how}: the refused call wrote acc"
+            for mode in (torch.no_grad, torch.inference_mode):
+                expected = acc.detach() + a
+                with mode():
+                    out = call(a, acc)
+                torch.testing.assert_close(acc.detach(), expected)
+                torch.testing.assert_close(out, a * 2)
+            assert acc.requires_grad
+    # Only the In requires grad: allowed; autograd's "not implemented" answer stays for the Out.
+    a, acc = torch.randn(n, device=device, requires_grad=True), torch.randn(n, device=device)
+    expected = acc + a.detach()
+    out = op(a, acc)
+    torch.testing.assert_close(acc, expected)
+    torch.testing.assert_close(out.detach(), a.detach() * 2)
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match="not implemented|no autograd formula"):
+        out.sum().backward()
+
+
+def check_inmut_requiring_grad_under_compile(op, device):
+    compiled = torch.compile(lambda a, acc: op(a, acc) + 1, fullgraph=True)
+    a, acc = torch.randn(300, device=device), REQUIRING_GRAD["non-leaf"](300, device)
+    with pytest.raises(Exception, match=grad_words("acc")) as caught:  # at tracing, on fake tensors
+        compiled(a, acc)
+    chain, error = [], caught.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__
+    assert any(isinstance(e, ArgumentTypeError) for e in chain), chain
+    expected = acc.detach() + a
+    with torch.no_grad():
+        out = compiled(a, acc)
+    torch.testing.assert_close(acc.detach(), expected)
+    torch.testing.assert_close(out, a * 2 + 1)
+
+
+def test_inmut_requiring_grad_is_refused_with_grad_mode_on():
+    check_inmut_requiring_grad(make_accumulate_double(), "cpu")
+
+
+def test_inmut_requiring_grad_under_torch_compile():
+    check_inmut_requiring_grad_under_compile(make_accumulate_double(), "cpu")
+
+
+def test_the_refusal_names_the_inmut_that_requires_grad():
+    swap = make_swap()
+    x, y = torch.randn(40), torch.randn(40, requires_grad=True) * 3
+    with pytest.raises(ArgumentTypeError, match=rf"swap\(\): {grad_words('y')}"):
+        swap(x, y)
+    with pytest.raises(ArgumentTypeError, match=rf"swap\(\): {grad_words('x')}"):
+        swap(y, x)
+    with torch.no_grad():
+        x0, y0 = x.clone(), y.detach().clone()
+        swap(x, y)
+    assert torch.equal(x, y0) and torch.equal(y.detach(), x0)
+
+
 # ---------------------------------------------------------------- the same on a GPU
 
 
@@ -423,3 +526,11 @@ def test_defaults_on_gpu(gpu_launcher):
     torch.testing.assert_close(op(a, -2.0, flip=True), axpb_reference(a, s=-2.0, flip=True))
     packet = getattr(torch.ops.pnex, op.definition.op_name)
     torch.testing.assert_close(packet(a, n=5), axpb_reference(a, n=5))  # the dispatcher fills s and flip
+
+
+@pytest.mark.gpu
+def test_inmut_requiring_grad_on_gpu(gpu_launcher):
+    op = make_accumulate_double()
+    assert op._native == (gpu_launcher == "native")
+    check_inmut_requiring_grad(op, "cuda")
+    check_inmut_requiring_grad_under_compile(op, "cuda")

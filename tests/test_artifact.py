@@ -11,6 +11,7 @@ runs loaded ops on a GPU.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -459,6 +460,44 @@ def test_newer_format_and_missing_files_are_named(good_artifact, tmp_path):
         pnex.load(tmp_path)
 
 
+# --------------------------------------------------------------------------- the expected digest
+
+
+def test_load_with_the_files_sha256_registers_it(good_artifact, tmp_path):
+    path = tmp_path / "trusted.pnex"
+    path.write_bytes(good_artifact)
+    digest = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout.split()[0]
+    for given in (digest, digest.upper(), f" {digest}\n"):
+        loaded = pnex.load(path, sha256=given)
+        with FakeTensorMode():
+            assert loaded(torch.empty(6)).shape == (6,)
+
+
+def test_load_refuses_a_file_whose_sha256_differs(good_artifact, tmp_path):
+    original = make_copy()
+    path = tmp_path / "swapped.pnex"
+    trusted = hashlib.sha256(good_artifact).hexdigest()
+    for changed in (  # another op's intact artifact, a damaged one, one byte flipped
+        pnex.save(make_rich(), tmp_path / "rich.pnex", archs=("sm_80",)).read_bytes(),
+        good_artifact[: len(good_artifact) // 2],
+        good_artifact[:-1] + bytes([good_artifact[-1] ^ 1]),
+    ):
+        path.write_bytes(changed)
+        actual = hashlib.sha256(changed).hexdigest()
+        with pytest.raises(ArtifactError, match=rf"swapped.pnex: its SHA-256 is {actual}, not the expected {trusted}"):
+            pnex.load(path, sha256=trusted)
+    x = torch.randn(6)  # still the op defined here (a loaded one cannot run on CPU): nothing was registered
+    torch.testing.assert_close(getattr(torch.ops.pnex, original.definition.op_name)(x), x)
+
+
+@pytest.mark.parametrize("given", ["abc", "g" * 64, 12345, b"0" * 64], ids=["short", "not-hex", "int", "bytes"])
+def test_load_names_a_malformed_sha256(good_artifact, tmp_path, given):
+    path = tmp_path / "copy.pnex"
+    path.write_bytes(good_artifact)
+    with pytest.raises(ArtifactError, match=r"pnex.load\(sha256=...\) takes the file's SHA-256 as 64 hexadecimal digits"):
+        pnex.load(path, sha256=given)
+
+
 # --------------------------------------------------------------------------- %pnex_save and the launcher's build record
 
 
@@ -516,3 +555,36 @@ def test_a_recorded_build_is_imported_without_cpp_extension(tmp_path, pnex_env):
         """,
         pnex_env,
     )
+
+
+# --------------------------------------------------------------------------- AOTInductor
+
+
+@pytest.mark.slow
+def test_aot_inductor_package_of_a_model_calling_a_pnex_op_runs_on_cpu(tmp_path):
+    # The op defined in this process (the simulator runs it); the GPU test runs a package
+    # after pnex.load in a fresh process.
+    rich = make_rich()
+
+    class Model(torch.nn.Module):
+        def forward(self, a, acc):
+            out, counts, rowmax = rich(a, acc, 0.5, 2, True)
+            return torch.relu(out) + 1, counts.float().sum(), rowmax * 2
+
+    a = torch.randn(29, 41)
+    acc = torch.randn(29, dtype=torch.float64)
+    package = torch._inductor.aoti_compile_and_package(
+        torch.export.export(Model(), (a, acc.clone())), package_path=str(tmp_path / "model.pt2")
+    )
+    runner = torch._inductor.aoti_load_package(package)
+    a = torch.randn(29, 41)  # fresh inputs of the same shape
+    acc = torch.randn(29, dtype=torch.float64)
+    got_acc = acc.clone()
+    got = runner(a, got_acc)
+    v = a * 0.5  # the kernel's effect, written with torch
+    expected_counts = torch.zeros(29 * 2 + 1, dtype=torch.int32)
+    expected_counts[0:58:2] = 41
+    torch.testing.assert_close(got[0], torch.relu(v) + 1)
+    torch.testing.assert_close(got[1], expected_counts.float().sum())
+    torch.testing.assert_close(got[2], torch.clamp(v.amax(1), min=-1.5) * 2)
+    torch.testing.assert_close(got_acc, acc + v.double().sum(1))  # the InMut argument, updated in place

@@ -1,4 +1,5 @@
-"""The workload notebooks (notebooks/02-06): they execute headless, top to bottom.
+"""The notebooks: the workload notebooks (notebooks/02-06) execute headless, top to bottom;
+all six (01 too) ship the outputs of a GPU run.
 
 Without a GPU each notebook sizes itself down (``FULL = torch.cuda.is_available()``)
 and its kernels run in numba-cuda's CUDA simulator.  The notebooks are executed in
@@ -76,7 +77,19 @@ def test_notebook_kernels_are_the_benchmarked_ones(name, kernels):
         assert found[kernel] == ast.dump(fn, annotate_fields=False), f"{name}: {kernel} differs from workloads.py"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+ALL_NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+# The saved outputs must be those of a GPU run made with autotuning and the bandwidth bars
+# (issue 16: the outputs saved before, on 2026-11-21, predate both).
+GPU_OUTPUTS_SINCE = "2026-11-24"
+
+
+def test_all_six_notebooks_are_there():
+    assert [p.name for p in ALL_NOTEBOOKS] == ["01_quickstart.ipynb", *EXPECTED]
+    assert [p.name for p in run_notebooks.NOTEBOOKS] == [p.name for p in ALL_NOTEBOOKS], "run_notebooks.py runs all six"
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: p.name)
 def test_saved_outputs_need_no_kernel(path):
     """GitHub, nbviewer, nbconvert and a reopened notebook show saved outputs without a
     kernel: no widget view (it would show "Loading widget..."), the reports' HTML instead."""
@@ -84,9 +97,37 @@ def test_saved_outputs_need_no_kernel(path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if run_notebooks.WIDGET_VIEW in o.get("data", {})]
     assert "widgets" not in nb.metadata
-    if "pnex_run" in nb.metadata:  # saved from a run (benchmarks/run_notebooks.py)
-        reports = [o for o in outputs if "pnex kernel" in str(o.get("data", {}).get("text/html", ""))]
-        assert reports, "the notebook shows at least one %%pnex report"
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: p.name)
+def test_saved_outputs_come_from_one_gpu_run(path):
+    """Each shipped notebook carries the outputs of one complete run on a GPU, saved by
+    ``benchmarks/run_notebooks.py`` on the GPU machine (it refuses to save without one):
+    the run's record names an NVIDIA device and a date, every code cell was executed in
+    that run, the notebook's own device line says it ran on the GPU, and a %%pnex report
+    shows timings taken with CUDA events (a report made through the simulator has none)."""
+    nb = nbformat.read(path, as_version=4)
+    fix = f"re-execute it on the GPU machine: python benchmarks/run_notebooks.py {path.relative_to(REPO)}"
+    run = nb.metadata.get("pnex_run")
+    assert run, f"{path.name} has no saved run (no pnex_run metadata); {fix}"
+    assert str(run.get("device", "")).startswith("NVIDIA "), f"{path.name} was saved from {run.get('device')!r}; {fix}"
+    assert str(run.get("date", "")) >= GPU_OUTPUTS_SINCE, (
+        f"{path.name}'s outputs date from {run.get('date')}, before {GPU_OUTPUTS_SINCE} (autotuning, bandwidth bars); {fix}"
+    )
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.get("execution_count") for c in code]
+    assert counts == list(range(1, len(code) + 1)), (
+        f"{path.name}: not every code cell was executed in one run (execution counts {counts}); {fix}"
+    )
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert re.search(r"(?i)running on:? (cuda|nvidia)", text), f"{path.name} does not say it ran on the GPU; {fix}"
+    errors = [c for c in code if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert all("raises-exception" in c.metadata.get("tags", []) for c in errors), f"{path.name} saved an error; {fix}"
+    html = [str(o.get("data", {}).get("text/html", "")) for o in outputs]
+    assert any("pnex kernel" in h and "CUDA events" in h for h in html), (
+        f"{path.name} shows no %%pnex report timed on the GPU; {fix}"
+    )
 
 
 def test_colab_install_cell_has_no_placeholder():

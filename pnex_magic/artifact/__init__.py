@@ -191,7 +191,7 @@ def save(
     return write_archive(path, manifest, files)
 
 
-def load(path: str | os.PathLike) -> PnexOp:
+def load(path: str | os.PathLike, *, sha256: str | None = None) -> PnexOp:
     """Register the op saved in ``path`` (and its backward op) and return it.
 
     The op is ``torch.ops.pnex.<name>`` again, with the same schema, checks, errors
@@ -201,13 +201,35 @@ def load(path: str | os.PathLike) -> PnexOp:
     has no Python source for the CUDA simulator).  Loading an op whose name is
     registered already replaces it, as re-running a definition does.
 
+    An artifact carries GPU code (cubins and PTX the driver runs on your GPU), so
+    load only files you trust, as you would a pickle.  Its internal checksums catch
+    damage, not tampering: anyone who can write the file can rewrite them too.
+
+    Parameters
+    ----------
+    path
+        The ``.pnex`` file, as written by :func:`save`.
+    sha256
+        The SHA-256 of the whole file you expect (64 hexadecimal digits, as
+        ``sha256sum`` prints or ``hashlib.sha256(data).hexdigest()`` gives), taken
+        where the file was made or from a source you trust.  A file whose digest
+        differs is refused before anything in it is parsed or registered.
+
     Raises
     ------
     ArtifactError
-        The file is missing, not an artifact, truncated or damaged, or from a newer
-        artifact format than this pnex_magic reads.
+        The file is missing, not an artifact, truncated or damaged, from a newer
+        artifact format than this pnex_magic reads, or (with ``sha256``) not the
+        file expected: the message names both digests.
+
+    Examples
+    --------
+    >>> import hashlib
+    >>> path = pnex.save(muladd, "muladd.pnex")                   # doctest: +SKIP
+    >>> digest = hashlib.sha256(path.read_bytes()).hexdigest()    # doctest: +SKIP
+    >>> muladd = pnex.load("muladd.pnex", sha256=digest)          # doctest: +SKIP
     """
-    manifest, files = read_archive(path)
+    manifest, files = read_archive(path, sha256=sha256)
     where = str(path)
     raw_ops = manifest.get("ops")
     if not isinstance(raw_ops, list) or not raw_ops:

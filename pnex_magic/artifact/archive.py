@@ -5,7 +5,8 @@ Reading checks, in this order, that the file is a zip, that it holds a manifest
 which is a JSON object of the pnex artifact format, that its format version is one
 this pnex_magic reads (a newer one is refused, naming both versions), and that
 every listed file is present, intact (zip CRC, size, SHA-256) and of the listed
-size; every failure is one :class:`~pnex_magic.errors.ArtifactError`.  Nothing in
+size; every failure is one :class:`~pnex_magic.errors.ArtifactError`.  Given the
+file's expected SHA-256, reading first checks the whole file against it.  Nothing in
 the file is ever executed: the manifest is JSON, the rest is bytes handed to the
 CUDA driver.  Writing goes through a temporary file renamed into place, so a
 killed process never leaves half an artifact under the name.
@@ -14,6 +15,7 @@ killed process never leaves half an artifact under the name.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -65,6 +67,16 @@ def write_archive(path: str | os.PathLike, manifest: dict[str, Any], files: Mapp
     return path
 
 
+def _expected_digest(sha256: Any) -> str:
+    digest = sha256.strip().lower() if isinstance(sha256, str) else None
+    if digest is None or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ArtifactError(
+            f"pnex.load(sha256=...) takes the file's SHA-256 as 64 hexadecimal digits (what sha256sum prints, or "
+            f"hashlib.sha256(data).hexdigest()), got {sha256!r}"
+        )
+    return digest
+
+
 def _corrupt(path: Path, problem: str) -> ArtifactError:
     return ArtifactError(f"{path} is not a usable pnex artifact: {problem}")
 
@@ -99,13 +111,26 @@ def _check_format(path: Path, manifest: Any) -> None:
         )
 
 
-def read_archive(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and every file it lists, checked (see the module docstring)."""
+def read_archive(path: str | os.PathLike, *, sha256: str | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and every file it lists, checked (see the module docstring).  With
+    ``sha256`` (64 hexadecimal digits), the whole file must have that SHA-256 first: it
+    is read once, hashed and opened from memory, so what was checked is what is read."""
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: no such artifact file" + (" (it is a folder)" if path.is_dir() else ""))
+    source: Path | io.BytesIO = path
+    if sha256 is not None:
+        expected = _expected_digest(sha256)
+        data = path.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected:
+            raise ArtifactError(
+                f"{path}: its SHA-256 is {actual}, not the expected {expected}; refusing to load it. The file "
+                f"was altered, damaged or replaced (an artifact carries GPU code: load only files you trust)"
+            )
+        source = io.BytesIO(data)
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
         raise _corrupt(path, f"it is not a zip file, or a truncated one ({exc})") from None
     with zf:

@@ -31,6 +31,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Half.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/SmallVector.h>
@@ -770,6 +771,68 @@ void drop_autograd_fallback(const std::string& name) {
   if (it != registry().end()) it->second.autograd.reset();
 }
 
+// With grad mode on, a call whose InMut argument requires grad is refused: autograd cannot see
+// the kernel's writes (on a leaf, torch refuses in-place writes; on any other tensor the
+// gradients would silently be wrong).  The check runs at the Autograd key, the last point where
+// grad mode is the caller's, for every call (the op object, torch.ops.pnex, torch.compile's
+// tracing on fake tensors).  pnex_magic.calls.inmut_grad_error makes the error, as it does for
+// the Python launchers, so the message and the type (pnex's ArgumentTypeError) are the same; it is
+// raised as the Python exception it is.  Then the call goes on to torch's "not implemented"
+// autograd fallback, which register_autograd puts at AutogradOther for this op: the lowest
+// autograd key, which pnex's dense CPU and CUDA tensors never dispatch to (AutogradCPU and
+// AutogradCUDA take the Autograd alias's kernel: this one), so only this redispatch reaches it.
+class InMutGradCheck final : public c10::OperatorKernel {
+ public:
+  explicit InMutGradCheck(std::shared_ptr<const Spec> spec) : spec_(std::move(spec)) {
+    for (size_t a = 0; a < spec_->arguments.size(); ++a) {
+      if (spec_->params[spec_->arguments[a]].kind == INMUT) inmut_.push_back(a);
+    }
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    if (c10::GradMode::is_enabled()) {
+      const size_t first = stack->size() - op.schema().arguments().size();
+      for (size_t a : inmut_) {
+        const c10::IValue& value = (*stack)[first + a];
+        if (value.isTensor() && value.toTensor().requires_grad()) {
+          refuse(spec_->params[spec_->arguments[a]].name, value.toTensor().is_leaf());
+        }
+      }
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::AutogradOther) | (keys & c10::after_autograd_keyset),
+                       stack);
+  }
+
+ private:
+  [[noreturn]] void refuse(const std::string& param, bool leaf) const {
+    py::gil_scoped_acquire gil;
+    py::object error = py::module_::import("pnex_magic.calls").attr("inmut_grad_error")(spec_->kernel, param, leaf);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    throw py::error_already_set();
+  }
+
+  std::shared_ptr<const Spec> spec_;
+  std::vector<size_t> inmut_;
+};
+
+// The op's C++ autograd kernels (so that a call runs no Python): torch's "not implemented"
+// fallback, and for an op with an InMut argument the grad check above in front of it.  One
+// Library holds them, so dropping it (an autograd formula attached) drops both.
+std::unique_ptr<torch::Library> register_autograd(const std::string& name, const std::shared_ptr<const Spec>& spec,
+                                                  bool mutates) {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", std::nullopt, __FILE__, __LINE__);
+  if (!mutates) {
+    lib->impl(name.c_str(), torch::dispatch(c10::DispatchKey::Autograd,
+                                            torch::autograd::autogradNotImplementedFallback()));
+    return lib;
+  }
+  lib->impl(name.c_str(), torch::dispatch(c10::DispatchKey::AutogradOther,
+                                          torch::autograd::autogradNotImplementedFallback()));
+  lib->impl(name.c_str(), torch::dispatch(c10::DispatchKey::Autograd,
+                                          torch::CppFunction::makeFromBoxedFunctor(std::make_unique<InMutGradCheck>(spec))));
+  return lib;
+}
+
 // spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
 // block, get_image and, for an autotuned op, candidates, key, key_text, key_bucket and choose.  Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that
 // nothing Python runs per call) for pnex::<name>.
@@ -860,11 +923,7 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   reg.cuda->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PnexKernel>(spec)));
   DropOverrideWarning quiet(name);
   c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-  if (autograd_fallback) {
-    reg.autograd = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::Autograd,
-                                                    __FILE__, __LINE__);
-    reg.autograd->impl(name.c_str(), torch::autograd::autogradNotImplementedFallback());
-  }
+  if (autograd_fallback) reg.autograd = register_autograd(name, spec, mutates);
   if (mutates) {
     reg.inplace = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex",
                                                    c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
