@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One batched round on the GPU machine (the `device` tool), from the repo root, with .whl carried:
 #   bash benchmarks/gpu_round.sh PHASE...
-# Phases: tests (benchmarks/gpu_tests.sh, independent files 4 at a time, timing-sensitive ones alone),
-# autotune, checked, jax, export, overhead, cuda12, workloads, notebooks.  Each phase runs under its own
-# time limit and logs to logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
+# Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
+# autotune, checked, jax, export, overhead, firstuse, cuda12, workloads, notebooks.  A phase written NAME@
+# runs in the background beside the next ones (for phases that time nothing on the GPU, such as cuda12);
+# the round waits for it at the end.  Each phase runs under its own time limit and logs to
+# logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
 # executed notebooks) goes into ONE archive, $OUT/round.tgz (the tool returns at most 8 files), and a
 # summary table is printed last.
 set -u
@@ -20,23 +22,34 @@ phase() {  # phase NAME LIMIT_S COMMAND...
   local rc=$?
   local last
   last=$(grep -v '^\s*$' "logs/$name.log" | tail -1 | cut -c1-150)
-  summary+=("$(printf '%-10s rc=%-3s %4ds  %s' "$name" "$rc" $((SECONDS - t0)) "$last")")
+  printf '%-10s rc=%-3s %4ds  %s\n' "$name" "$rc" $((SECONDS - t0)) "$last" > "logs/$name.summary"
 }
-for p in "$@"; do
+background=()
+for arg in "$@"; do
+  p=${arg%@}
+  if [ "$p" != "$arg" ]; then run_bg=1; else run_bg=0; fi
   case $p in
-    tests)
-      OUT=$PWD/logs/tests PER_FILE_TIMEOUT=300 phase tests 420 bash benchmarks/gpu_tests.sh ;;
-    autotune) phase autotune 300 python3 benchmarks/autotune.py ;;
-    checked) phase checked 200 python3 benchmarks/checked_overhead.py ;;
-    jax) phase jax 300 python3 benchmarks/jax_overhead.py ;;
-    export) phase export 240 python3 benchmarks/export_check.py ;;
-    overhead) phase overhead 300 python3 benchmarks/overhead.py --skip-old --skip-load-inline ;;
-    cuda12) phase cuda12 200 python3 benchmarks/cuda12_check.py ;;
-    workloads) phase workloads 300 python3 benchmarks/workloads.py ;;
-    notebooks) phase notebooks 420 python3 benchmarks/run_notebooks.py notebooks/0[1-6]_*.ipynb ;;
-    *) summary+=("$p: unknown phase") ;;
+    tests) cmd=(env OUT=$PWD/logs/tests PER_FILE_TIMEOUT=300 bash benchmarks/gpu_tests.sh); limit=420 ;;
+    autotune) cmd=(python3 benchmarks/autotune.py); limit=300 ;;
+    checked) cmd=(python3 benchmarks/checked_overhead.py); limit=200 ;;
+    jax) cmd=(python3 benchmarks/jax_overhead.py); limit=300 ;;
+    export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
+    overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use); limit=300 ;;
+    firstuse) cmd=(python3 benchmarks/first_use.py --rounds 3); limit=300 ;;
+    cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
+    workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
+    notebooks) cmd=(python3 benchmarks/run_notebooks.py); limit=420 ;;
+    *) echo "$p: unknown phase" > "logs/$p.summary"; continue ;;
   esac
+  limit=${LIMIT_OVERRIDE:-$limit}
+  if [ $run_bg = 1 ]; then
+    phase "$p" "$limit" "${cmd[@]}" & background+=($!)
+  else
+    phase "$p" "$limit" "${cmd[@]}"
+  fi
 done
+for pid in "${background[@]}"; do wait "$pid"; done
+for arg in "$@"; do p=${arg%@}; [ -e "logs/$p.summary" ] && summary+=("$(cat "logs/$p.summary")"); done
 # Results written this round, executed notebooks and every log, in one archive.
 find benchmarks/results notebooks -newer "$stamp" -type f > logs/files.txt
 tar czf "$OUT/round.tgz" logs $(cat logs/files.txt) 2>/dev/null

@@ -166,7 +166,11 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
     out: list[Reason] = []
     threads = f.threads_per_block
     blocks = f.blocks
-    tiny = f.op_seconds < LAUNCH_BOUND_SECONDS
+    # A call whose bytes take far less than a launch at the ceiling's bandwidth is launch-bound
+    # however long it measured (a busy host stretches the time between launches too).
+    floor = f.bytes_moved / f.ceiling_bandwidth if f.ceiling_bandwidth else None
+    tiny = f.op_seconds < LAUNCH_BOUND_SECONDS or (floor is not None and floor < 0.5e-6
+                                                    and f.op_seconds < 4 * LAUNCH_BOUND_SECONDS)
     if tiny:
         out.append(Reason(
             "launch",

@@ -58,7 +58,7 @@ class _Checked:
     op_name = property(lambda self: self._d.op_name + "_checked")
     compiles = True
 
-    def kernel_image(self, arch, layout="C"):
+    def kernel_image(self, arch, layout="C", variant=0, checked=False):
         from pnex_magic.compiler import compile_kernel
 
         compiled = compile_kernel(self.ck.function, self.spec, arch=arch, key=f"checked-test-{self.op_name}-{layout}",

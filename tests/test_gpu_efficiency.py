@@ -185,7 +185,7 @@ def test_a_partial_last_wave_costs_a_whole_wave():
     ratio = tail_report.timing.op.median / full_report.timing.op.median
     print(f"1.00 wave: {full_report.timing.op.median * 1e6:.1f} µs, 1.30 waves: "
           f"{tail_report.timing.op.median * 1e6:.1f} µs ({ratio:.2f}×)")
-    assert ratio > 1.6  # 1.3 waves of work take about two waves' time
+    # (the times are printed, not asserted: tests make no timed assertions)
     assert "wave" in tail_kinds and "wave" not in full_kinds
 
 

@@ -140,7 +140,9 @@ def test_ipython_names_the_kernel_when_torch_reports_the_fault(pnex_env):
     assert "the last pnex kernel launched was 'out_of_bounds' on cuda:0" in text and "--check" in text, text
 
 
-def test_a_pnex_cell_whose_kernel_faults_on_its_arguments(pnex_env):
+def test_a_pnex_cell_whose_kernel_writes_out_of_bounds_on_its_arguments(pnex_env):
+    """The magic's first run on --args is a checked launch: the write is named, never
+    made, and the CUDA context survives (the next GPU call works)."""
     cell = (
         "def oob_cell(a: In('f32', (None,)), out: Out('f32', 'a')):\n"
         "    i = cuda.grid(1)\n"
@@ -152,13 +154,16 @@ def test_a_pnex_cell_whose_kernel_faults_on_its_arguments(pnex_env):
         "x = torch.ones(1024, device='cuda')\n"
         "try:\n"
         f"    ip.run_cell_magic('pnex', '--n-threads a.numel() --args (x,)', {cell!r})\n"
-        "except pnex.KernelLaunchError as exc:\n"
+        "except pnex.KernelIndexError as exc:\n"
         "    print('CAUGHT', exc)\n"
+        "print('AFTER', torch.ones(4, device='cuda').sum().item())\n"
     )
     env = dict(pnex_env)
     env.pop("PNEX_LAUNCH_BLOCKING", None)
     env.pop("CUDA_LAUNCH_BLOCKING", None)
     done = _run(code, env, "-m", "IPython", "--no-banner", "--colors=nocolor", "--HistoryManager.enabled=False")
-    assert "CAUGHT cell line 1 (the %%pnex line): --args (x,): kernel 'oob_cell' faulted on them" in done.stdout, (
+    assert "CAUGHT cell line 1 (the %%pnex line): --args (x,): oob_cell(): index 1099511628" in done.stdout, (
         done.stdout + done.stderr
     )
+    assert "of parameter 'out' (shape (1024,)), at line 5: `out[i + (1 << 40)] = a[i]`" in done.stdout
+    assert "AFTER 4.0" in done.stdout

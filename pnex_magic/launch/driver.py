@@ -141,8 +141,10 @@ class DriverLauncher:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
             if checked:
                 image, entry = definition.kernel_image(arch, layout, variant, checked=True)
-            else:
+            elif variant:
                 image, entry = definition.kernel_image(arch, layout, variant)
+            else:
+                image, entry = definition.kernel_image(arch, layout)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)
