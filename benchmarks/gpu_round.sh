@@ -29,8 +29,8 @@ for arg in "$@"; do
   p=${arg%@}
   if [ "$p" != "$arg" ]; then run_bg=1; else run_bg=0; fi
   case $p in
-    tests) cmd=(env OUT=$PWD/logs/tests PER_FILE_TIMEOUT=300 bash benchmarks/gpu_tests.sh); limit=420 ;;
-    autotune) cmd=(python3 benchmarks/autotune.py); limit=300 ;;
+    tests) cmd=(env OUT=$PWD/logs/tests PER_FILE_TIMEOUT=${PER_FILE_TIMEOUT:-300} bash benchmarks/gpu_tests.sh ${TEST_FILES:-}); limit=${TESTS_LIMIT:-420} ;;
+    autotune) cmd=(python3 benchmarks/autotune.py); limit=${AUTOTUNE_LIMIT:-300} ;;
     checked) cmd=(python3 benchmarks/checked_overhead.py); limit=200 ;;
     jax) cmd=(python3 benchmarks/jax_overhead.py); limit=300 ;;
     export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
