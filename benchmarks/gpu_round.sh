@@ -32,13 +32,13 @@ for arg in "$@"; do
     tests) cmd=(env OUT=$PWD/logs/tests PER_FILE_TIMEOUT=${PER_FILE_TIMEOUT:-300} bash benchmarks/gpu_tests.sh ${TEST_FILES:-}); limit=${TESTS_LIMIT:-420} ;;
     autotune) cmd=(python3 benchmarks/autotune.py); limit=${AUTOTUNE_LIMIT:-300} ;;
     checked) cmd=(python3 benchmarks/checked_overhead.py); limit=200 ;;
-    jax) cmd=(python3 benchmarks/jax_overhead.py); limit=300 ;;
+    jax) cmd=(python3 benchmarks/jax_overhead.py); limit=${JAX_LIMIT:-300} ;;
     export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
-    overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use); limit=300 ;;
+    overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use --rounds ${ROUNDS:-5}); limit=${OVERHEAD_LIMIT:-300} ;;
     firstuse) cmd=(python3 benchmarks/first_use.py --rounds 3); limit=300 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
-    notebooks) cmd=(python3 benchmarks/run_notebooks.py); limit=420 ;;
+    notebooks) cmd=(python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-}); limit=${NOTEBOOKS_LIMIT:-420} ;;
     *) echo "$p: unknown phase" > "logs/$p.summary"; continue ;;
   esac
   limit=${LIMIT_OVERRIDE:-$limit}

@@ -104,10 +104,25 @@ def execute_notebook(path: Path | str, *, timeout: int = 1800, save: bool = Fals
             raise
     if save:
         static_outputs(nb)
-        nb.metadata["pnex_run"] = {"device": _device(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        nb.metadata["pnex_run"] = {
+            "device": _device(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "sources": code_digest(nb),  # the code these outputs came from (tests/test_notebooks.py)
+        }
         nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
         nbformat.write(nb, path)
     return nb
+
+
+def code_digest(nb) -> str:
+    """SHA-256 of the notebook's code cells' sources: what its saved outputs came from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            h.update(cell.source.encode() + b"\0")
+    return h.hexdigest()
 
 
 def _device() -> str:

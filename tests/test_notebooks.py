@@ -79,9 +79,10 @@ def test_notebook_kernels_are_the_benchmarked_ones(name, kernels):
 
 ALL_NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
-# The saved outputs must be those of a GPU run made with autotuning and the bandwidth bars
-# (issue 16: the outputs saved before, on 2026-11-21, predate both).
-GPU_OUTPUTS_SINCE = "2026-11-24"
+# The saved outputs must be those of a GPU run made with autotuning, the bandwidth bars,
+# pnex.Tune and checked launches (issue 16: the outputs saved on 2026-11-21 predate all of
+# them; the first run with all of them in the code was made at 2026-11-23 19:02 UTC).
+GPU_OUTPUTS_SINCE = "2026-11-23T18:50"
 
 
 def test_all_six_notebooks_are_there():
@@ -112,8 +113,13 @@ def test_saved_outputs_come_from_one_gpu_run(path):
     assert run, f"{path.name} has no saved run (no pnex_run metadata); {fix}"
     assert str(run.get("device", "")).startswith("NVIDIA "), f"{path.name} was saved from {run.get('device')!r}; {fix}"
     assert str(run.get("date", "")) >= GPU_OUTPUTS_SINCE, (
-        f"{path.name}'s outputs date from {run.get('date')}, before {GPU_OUTPUTS_SINCE} (autotuning, bandwidth bars); {fix}"
+        f"{path.name}'s outputs date from {run.get('date')}, before {GPU_OUTPUTS_SINCE} (autotuning, bandwidth bars, "
+        f"Tune, checked launches); {fix}"
     )
+    if "sources" in run:  # recorded since run_notebooks.py hashes the code it ran
+        assert run["sources"] == run_notebooks.code_digest(nb), (
+            f"{path.name}'s code cells changed since its outputs were saved; {fix}"
+        )
     code = [c for c in nb.cells if c.cell_type == "code"]
     counts = [c.get("execution_count") for c in code]
     assert counts == list(range(1, len(code) + 1)), (
