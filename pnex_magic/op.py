@@ -129,16 +129,21 @@ class PnexOp(CustomOpDef):
             raise self._superseded.error(self._pnex.spec.name)
         if kwargs or len(args) != self._nargs:
             args = self._bind_call(args, kwargs)
-        # Kind checks, precomputed per op (make_op) so that a call costs two isinstance()s.
-        for i in self._tensor_slots:
-            if not isinstance(args[i], torch.Tensor):
-                self._check_types(args)
-        for i in self._scalar_slots:
-            if type(args[i]) not in self._scalar_types[i]:
+        # Scalars' kinds are checked here (the dispatcher would take a bool for an int);
+        # tensors' by the dispatcher and the launcher, whose refusal brings the Python
+        # checks' clear message below.  Precomputed per op (make_op): a call costs one
+        # type() per scalar.
+        for i, kinds in self._scalar_kinds:
+            if type(args[i]) not in kinds:
                 self._check_types(args)
         try:
-            return self._opoverload(*args)
-        except (TypeError, ValueError, RuntimeError, IndexError) as exc:
+            if _is_compiling():  # Dynamo traces the OpOverload, not its C++ callable
+                return self._opoverload(*args)
+            return self._call(*args)  # the OpOverload's C++ callable, without its Python frame
+        except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            # (the dispatcher passes None for a Tensor on as an undefined tensor: AttributeError)
+            if not str(exc).startswith("pnex: "):
+                self._check_types(args)  # a non-tensor where a tensor goes: name the argument
             translated = _translate(exc, self._pnex.spec.name)
             if translated is exc:
                 raise
@@ -249,6 +254,9 @@ class PnexOp(CustomOpDef):
         return f"<pnex op {NAMESPACE}::{self._pnex.op_name}: {self._pnex.spec.python_signature()}>"
 
 
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
 def _tune_passed(name: str, param: str) -> str:
     return (
         f"{name}(): {param!r} is a Tune parameter: the autotuner chooses it among its choices (the simulator and "
@@ -280,14 +288,12 @@ def make_op(definition: Kernel) -> PnexOp:
     op._launchers_registered = False
     arguments = spec.arguments
     op._nargs = len(arguments)
-    op._tensor_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, TensorParam))
-    op._scalar_slots = tuple(i for i, p in enumerate(arguments) if isinstance(p, ScalarParam))
     # The exact Python types a scalar argument takes without the slow check (an int is a
     # fine float); anything else goes through _check_types.
-    op._scalar_types = {
-        i: (float, int) if p.dtype.python_type is float else (p.dtype.python_type,)
+    op._scalar_kinds = tuple(
+        (i, (float, int) if p.dtype.python_type is float else (p.dtype.python_type,))
         for i, p in enumerate(arguments) if isinstance(p, ScalarParam)
-    }
+    )
     _name_pnex_files_for_inspect()
     CustomOpDef.__init__(op, NAMESPACE, definition.op_name, spec.schema, impl)
     op._register_launchers()  # torch < 2.12 has no hook in __init__: register after it
@@ -296,6 +302,7 @@ def make_op(definition: Kernel) -> PnexOp:
     op.register_kernel(None)(impl)
     _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
+    op._call = getattr(op._opoverload, "_op", op._opoverload)
     return op
 
 
