@@ -19,19 +19,9 @@ __all__ = ["RESULTS", "versions", "gpu_info", "result_header", "write_result", "
 
 
 def device_seconds(fn, args, repeats: int = 20) -> float:
-    """Median device time of one call ``fn(*args)``, by CUDA events (after 3 warm-up calls)."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    """Median device time of one call ``fn(*args)``, by CUDA events around each call
+    (after 3 warm-up calls): :func:`queued_seconds` with one call between the events."""
+    return queued_seconds(fn, args, loops=1, repeats=repeats)
 
 
 def queued_seconds(fn, args, loops: int = 20, repeats: int = 7) -> float:
