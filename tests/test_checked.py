@@ -634,3 +634,18 @@ def test_checked_kernel_in_jax_names_the_access():
     f = pnex.jax_op(jshift)
     with pytest.raises(Exception, match=r"jshift\(\): index 9 is out of bounds for axis 0 of parameter 'r'"):
         jax.block_until_ready(f(np.ones(9, dtype=np.float32)))
+
+
+def test_checks_hold_through_torch_ops_and_torch_compile():
+    @pnex.jit(n_threads="a.numel()", threads_per_block=8, check=True)
+    def cshift(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i + 1] = a[i]
+
+    pattern = r"cshift\(\): index 9 is out of bounds for axis 0 of parameter 'r' \(shape \(9,\)\)"
+    with pytest.raises(pnex.KernelIndexError, match=pattern):
+        getattr(torch.ops.pnex, cshift.definition.op_name)(torch.randn(9))
+    compiled = torch.compile(lambda x: cshift(x) * 2, fullgraph=True)
+    with pytest.raises(pnex.KernelIndexError, match=pattern):
+        compiled(torch.randn(9))
