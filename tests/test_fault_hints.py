@@ -91,13 +91,13 @@ def test_an_op_call_that_meets_a_fault_raises_kernel_launch_error(ran_on_gpu, mo
     def raise_fault(*args):
         raise AcceleratorError(ILLEGAL)
 
-    monkeypatch.setattr(after_fault, "_opoverload", raise_fault)
+    monkeypatch.setattr(after_fault, "_call", raise_fault)  # where a call enters the dispatcher
     with pytest.raises(pnex.KernelLaunchError) as info:
         after_fault(torch.ones(4))
     text = str(info.value)
     assert text.startswith("after_fault(): CUDA reported at this call: CUDA error: an illegal memory access")
     assert "'bad_k' on cuda:1" in text and "PNEX_LAUNCH_BLOCKING=1" in text and "--check" in text
-    monkeypatch.setattr(after_fault, "_opoverload", lambda *a: (_ for _ in ()).throw(AcceleratorError("CUDA error: x")))
+    monkeypatch.setattr(after_fault, "_call", lambda *a: (_ for _ in ()).throw(AcceleratorError("CUDA error: x")))
     with pytest.raises(AcceleratorError):  # other CUDA errors pass through unchanged
         after_fault(torch.ones(4))
 
