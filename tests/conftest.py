@@ -8,7 +8,9 @@
   on the GPU machine) they fail instead, each with what CUDA said: a broken CUDA
   set-up there must not pass as "no GPU".
 * Fixtures: ``fresh_cache`` (an empty cache directory, as ``$PNEX_CACHE_DIR``,
-  and zeroed hit/miss counters for one test; yields its path), ``pnex_env``
+  and zeroed hit/miss counters for one test; yields its path), ``gpu_cache`` (the
+  same for GPU tests, sharing the session's C++ launcher build, autotuning on),
+  ``launcher`` (each GPU test once per GPU launcher, C++ and Python driver), ``pnex_env``
   (an environment for subprocesses that import pnex_magic: the session's cache,
   no inherited ``PYTHONOPTIMIZE``) and ``pip_target`` (pip-installs wheels into a
   folder for ``PYTHONPATH``: other versions beside this environment's).
@@ -21,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 import warnings
 
 import pytest
@@ -94,6 +97,29 @@ def fresh_cache(tmp_path, monkeypatch):
     cache.stats.reset()
     yield path
     cache.stats.reset()
+
+
+@pytest.fixture
+def gpu_cache(tmp_path, monkeypatch):
+    """A private, empty ``$PNEX_CACHE_DIR`` for one GPU test that shares the session's
+    C++ launcher build (so that neither the test nor its subprocesses build it again),
+    with autotuning on; returns its path."""
+    fresh = tmp_path / "pnex-cache"
+    fresh.mkdir()
+    session = os.environ.get("PNEX_CACHE_DIR")
+    if session:
+        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
+        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
+    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    return fresh
+
+
+@pytest.fixture(params=["native", "driver"])
+def launcher(request, monkeypatch):
+    """Run a test with each GPU launcher: the C++ one and the Python driver one."""
+    monkeypatch.setenv("PNEX_LAUNCHER", request.param)
+    return request.param
 
 
 @pytest.fixture

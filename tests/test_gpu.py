@@ -54,13 +54,6 @@ def _same(x, y):
     return x.shape == y.shape and torch.equal(x, y)
 
 
-@pytest.fixture(params=["native", "driver"])
-def launcher(request, monkeypatch):
-    """Run a test with each GPU launcher: the C++ one and the Python driver one."""
-    monkeypatch.setenv("PNEX_LAUNCHER", request.param)
-    return request.param
-
-
 def _copy_op(dtype, to_extension=False):
     @pnex.jit(n_threads="a.numel()", to_extension=to_extension)
     def copy_any(a: pnex.In(dtype, (None, None)), out: pnex.Out(dtype, "a")):

@@ -5,10 +5,8 @@ launchers are exercised: the C++ one (the choice made through its callback and
 kept in its table) and the Python driver-API one."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,24 +20,11 @@ pytestmark = pytest.mark.gpu
 TALL = (1_000_000, 4)  # 4 columns: a (16, 16) block leaves 12 of every 16 threads idle
 
 
-@pytest.fixture(params=["native", "driver"])
-def launcher(request, monkeypatch):
-    monkeypatch.setenv("PNEX_LAUNCHER", request.param)
-    return request.param
-
-
 @pytest.fixture(autouse=True)
-def tuning(tmp_path, monkeypatch):
-    """A private disk cache (sharing the session's C++ launcher build, so that
-    subprocesses do not build it again), autotuning on, fresh counters and warnings."""
-    fresh = tmp_path / "pnex-cache"
-    fresh.mkdir()
-    session = os.environ.get("PNEX_CACHE_DIR")
-    if session:
-        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
-        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+def tuning(gpu_cache):
+    """A private disk cache sharing the session's C++ launcher build (conftest's
+    ``gpu_cache``), autotuning on, fresh counters and warnings."""
+    fresh = gpu_cache
     autotune.stats.reset()
     autotune._WARNED.clear()
     yield fresh

@@ -10,8 +10,6 @@ is present (marker ``gpu``).  Each test prints the report's efficiency lines.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,16 +28,9 @@ SPILL_LIVE = 48  # with max_registers=32: about 470 B spilled per thread
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
+def private_cache(gpu_cache):
     """A private disk cache sharing the session's C++ launcher build."""
-    fresh = tmp_path / "pnex-cache"
-    fresh.mkdir()
-    session = os.environ.get("PNEX_CACHE_DIR")
-    if session:
-        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
-        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    return gpu_cache
 
 
 @pnex.jit(n_threads="a.numel()")

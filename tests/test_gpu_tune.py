@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic.launch import autotune
@@ -21,22 +20,9 @@ from pnex_magic.launch import autotune
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(params=["native", "driver"])
-def launcher(request, monkeypatch):
-    monkeypatch.setenv("PNEX_LAUNCHER", request.param)
-    return request.param
-
-
 @pytest.fixture(autouse=True)
-def tuning(tmp_path, monkeypatch):
-    fresh = tmp_path / "pnex-cache"
-    fresh.mkdir()
-    session = os.environ.get("PNEX_CACHE_DIR")
-    if session:
-        (Path(session) / "launcher").mkdir(parents=True, exist_ok=True)
-        (fresh / "launcher").symlink_to(Path(session) / "launcher", target_is_directory=True)
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(fresh))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+def tuning(gpu_cache):
+    fresh = gpu_cache
     autotune.stats.reset()
     yield fresh
 
