@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -123,7 +122,7 @@ def probe_copy() -> list[str]:
     sizes = (16 << 20, 256 << 20)
     data = {n: torch.randn(n, device="cuda") for n in sizes}
     clone = {n: _events(lambda n=n: data[n].clone()) for n in sizes}
-    rows.append(f"torch.clone: " + ", ".join(f"{n >> 20}M {clone[n] * 1e6:.1f} us ({8 * n / clone[n] / 1e12:.2f} TB/s)"
+    rows.append("torch.clone: " + ", ".join(f"{n >> 20}M {clone[n] * 1e6:.1f} us ({8 * n / clone[n] / 1e12:.2f} TB/s)"
                                          for n in sizes))
     for tpb in (256, 512, 1024):
         for items in (1, 2, 4, 8, 16):

@@ -33,7 +33,6 @@ from pnex_magic import autograd
 from pnex_magic.artifact import SavedKernel
 from pnex_magic.artifact.archive import FORMAT_VERSION
 from pnex_magic.errors import ArgumentShapeError, ArtifactError, KernelDefinitionError, KernelLaunchError
-from pnex_magic.launch import build
 from pnex_magic.launch.description import describe_launch
 from pnex_magic.linking import has_external_calls, link_cubin
 

@@ -23,7 +23,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from numba import cuda, float32, int32
+from numba import cuda, float32
 
 import pnex_magic as pnex
 from pnex_magic import checked as C

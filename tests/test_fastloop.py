@@ -18,7 +18,7 @@ import torch
 from numba import cuda as numba_cuda
 
 import pnex_magic as pnex
-from pnex_magic import cache, compiler
+from pnex_magic import compiler
 from pnex_magic.fingerprint import function_fingerprint
 from pnex_magic.lazycuda import LazyCudaModule, is_lazy_cuda
 from pnex_magic.lazycuda import cuda as lazy_cuda

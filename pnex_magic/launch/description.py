@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..calls import alias_message, internal_overlap_message
-from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
+from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["KINDS", "describe_launch"]
 
