@@ -4,7 +4,7 @@ the op, the launchers and the report read from it.
 
 What the stages after this one need of a definition is small, and a kernel loaded
 from a saved artifact provides the same: ``spec``, ``op_name``, ``options``,
-``kernel_image(arch, layout)`` (the code a GPU launcher loads) and, for CPU
+``kernel_image(arch, layout, variant, checked)`` (the code a GPU launcher loads) and, for CPU
 tensors, ``simulated_function()``."""
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ struct Spec {
   // Memory checks of InMut arguments (messages from Python, see description.py).
   std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
-  py::object get_image;  // callable(device_index, contiguous[, variant[, checked]]) -> (cubin or PTX bytes, entry)
+  py::object get_image;  // callable(device_index, contiguous, variant, checked) -> (cubin or PTX bytes, entry)
   py::object choose;     // callable(device_index, contiguous, key, args or None) -> (candidate, final)
   py::object describe;   // callable(error record as a list) -> message ("" for none)
   bool check_always = false;  // every launch runs the checked variant (check=True)
@@ -316,10 +316,7 @@ CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bo
   std::string entry;
   {
     py::gil_scoped_acquire gil;
-    auto result = (checked ? spec.get_image(device, contiguous, variant, true)
-                   : variant == 0 ? spec.get_image(device, contiguous)
-                                  : spec.get_image(device, contiguous, variant))
-                      .cast<std::tuple<py::bytes, std::string>>();
+    auto result = spec.get_image(device, contiguous, variant, checked).cast<std::tuple<py::bytes, std::string>>();
     *image = std::string(std::get<0>(result));  // cubin, or NUL-terminated PTX
     entry = std::get<1>(result);
   }

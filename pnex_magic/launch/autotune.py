@@ -475,9 +475,7 @@ def _resources(definition: Kernel, arch: str, layout: str, variant: int = 0) -> 
     """ptxas's figures for the code launched (``None`` where the kernel has none);
     compiles a ``Tune`` variant the first time it is asked for."""
     compiled = getattr(definition, "compiled", None)
-    if compiled is None:
-        return None
-    return compiled(arch, layout=layout, variant=variant).resources if variant else compiled(arch, layout=layout).resources
+    return compiled(arch, layout=layout, variant=variant).resources if compiled is not None else None
 
 
 def _benchmark(

@@ -139,12 +139,7 @@ class DriverLauncher:
             return fn
         with self._lock:
             arch = "sm_%d%d" % torch.cuda.get_device_capability(index)
-            if checked:
-                image, entry = definition.kernel_image(arch, layout, variant, checked=True)
-            elif variant:
-                image, entry = definition.kernel_image(arch, layout, variant)
-            else:
-                image, entry = definition.kernel_image(arch, layout)
+            image, entry = definition.kernel_image(arch, layout, variant, checked=checked)
             with torch.cuda.device(index):
                 _ensure_context(torch.device("cuda", index), definition.spec.name)
                 module = _check(driver.cuModuleLoadData(image), "loading the module", definition.spec.name)

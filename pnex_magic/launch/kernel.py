@@ -30,9 +30,11 @@ class Kernel(Protocol):
     def compiles(self) -> bool:
         """Whether GPU code exists (or can be made) for this kernel."""
 
-    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         """The code for ``arch`` and the entry name; ``layout`` "C" is the variant for
-        C-contiguous inputs, "A" for any strides.  The C++ launcher also loads
+        C-contiguous inputs, "A" for any strides; ``variant`` the values of the ``Tune``
+        parameters (``spec.tune_variants[variant]``); ``checked`` the checked variant
+        (:mod:`pnex_magic.checked`; a kernel without one raises a clear error).  The C++ launcher also loads
         NUL-terminated PTX, but pnex's own definitions hand cubins only."""
 
     def simulated_function(self) -> types.FunctionType | None:

@@ -107,10 +107,7 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
 
     def get_image(device_index: int, contiguous: bool, variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
-        layout = "C" if contiguous else "A"
-        if checked:
-            return definition.kernel_image(arch, layout, variant, checked=True)
-        return definition.kernel_image(arch, layout, variant) if variant else definition.kernel_image(arch, layout)
+        return definition.kernel_image(arch, "C" if contiguous else "A", variant, checked=checked)
 
     def describe(record: list[int]) -> str:
         error = definition.violation_error(record)

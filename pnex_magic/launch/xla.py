@@ -302,7 +302,7 @@ def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = Fa
             lib.pnex_jax_register(found, definition.spec.name.encode(), len(table) // 4, array)
             _archs[found] = set()
         for arch in sorted({arch_name(parse_arch(a)) for a in archs} - _archs[found]):
-            image, entry = definition.kernel_image(arch, "C", variant) if variant else definition.kernel_image(arch, "C")
+            image, entry = definition.kernel_image(arch, "C", variant)
             major, minor = parse_arch(arch)
             lib.pnex_jax_add_image(found, 10 * major + minor, image, len(image), entry.encode())
             _archs[found].add(arch)
