@@ -7,7 +7,9 @@
 # the round waits for it at the end.  Each phase runs under its own time limit and logs to
 # logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
 # executed notebooks) goes into ONE archive, $OUT/round.tgz (the tool returns at most 8 files), and a
-# summary table is printed last.
+# summary table is printed last.  Environment: JOBS, PER_FILE_TIMEOUT, TEST_FILES (tests), NOTEBOOKS,
+# ROUNDS (overhead), TESTS_LIMIT / AUTOTUNE_LIMIT / JAX_LIMIT / OVERHEAD_LIMIT / NOTEBOOKS_LIMIT (seconds per
+# phase), LIMIT_OVERRIDE (every phase).
 set -u
 . benchmarks/device_setup.sh || exit 1
 export PNEX_EXPECT_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false

@@ -313,7 +313,7 @@ class CellRun:
                         args_name=f"--args {opts.args}", eager_name=f"--eager {opts.eager}" if opts.eager else None,
                         check_first=True,
                     )
-                    if getattr(opts, "sanitize", False):
+                    if opts.sanitize:
                         from ..sanitize import run_sanitizer
 
                         step("running --args under compute-sanitizer in a child process")
