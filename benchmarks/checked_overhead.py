@@ -126,8 +126,8 @@ class _Image:
     def compiles(self) -> bool:
         return True
 
-    def kernel_image(self, arch: str, layout: str = "C") -> tuple[bytes, str]:
-        return self._image
+    def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
+        return self._image  # one build: the fast or the checked code, whichever it was made from
 
     def simulated_function(self) -> None:
         return None

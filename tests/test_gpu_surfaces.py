@@ -163,7 +163,7 @@ def test_a_pnex_cell_whose_kernel_writes_out_of_bounds_on_its_arguments(pnex_env
     env.pop("PNEX_LAUNCH_BLOCKING", None)
     env.pop("CUDA_LAUNCH_BLOCKING", None)
     done = _run(code, env, "-m", "IPython", "--no-banner", "--colors=nocolor", "--HistoryManager.enabled=False")
-    assert re.search(r"CAUGHT cell line 1 \(the %%pnex line\): --args \(x,\): oob_cell\(\): index 1099511627\d{3} ",
+    assert re.search(r"CAUGHT cell line 1 \(the %%pnex line\): --args \(x,\): oob_cell\(\): index 1099511\d{6} ",
                      done.stdout), done.stdout + done.stderr  # i + (1 << 40)
     assert "of parameter 'out' (shape (1024,)), at line 5: `out[i + (1 << 40)] = a[i]`" in done.stdout
     assert "AFTER 4.0" in done.stdout
