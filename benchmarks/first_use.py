@@ -49,15 +49,54 @@ GOALS = {"import": 0.1, "new kernel": 0.7, "cache hit": 0.15, "load": 0.1, "note
 __all__ = ["first_use_rounds", "summarise", "print_rows", "GOALS", "main"]
 
 
-def _child(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
-    """Run ``code`` in a fresh interpreter; it prints one ``RESULT {json}`` line."""
+def _child_output(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """Run ``code`` in a fresh interpreter; its standard output, which holds one
+    ``RESULT {json}`` line."""
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout,
         env=env or os.environ.copy(),
     )
     if done.returncode != 0 or "RESULT " not in done.stdout:
         raise RuntimeError(f"benchmark child failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    return done.stdout
+
+
+def _child(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+    """Run ``code`` in a fresh interpreter; the data of its ``RESULT {json}`` line."""
+    return json.loads(_child_output(code, env, timeout).split("RESULT ", 1)[1].splitlines()[0])
+
+
+def _profiled(code: str, lines: int = 30) -> str:
+    """``code`` with cProfile around its timed part (from its first ``t0 = ...`` to its
+    result check or its ``RESULT`` line); the profile (cumulative and own time) is printed
+    after everything else."""
+    start = "\nt0 = time.perf_counter()\n"
+    stop = next((s for s in ("\ntorch.testing.assert_close", '\nprint("RESULT "') if s in code), None)
+    if start not in code or stop is None:
+        raise ValueError("no timed part to profile")
+    code = code.replace(start, "\nimport cProfile, io, pstats\n_profile = cProfile.Profile()" + start
+                        + "_profile.enable()\n", 1)
+    head, tail = code.split(stop, 1)
+    report = (
+        "\n_profile.disable()\n_text = io.StringIO()\n"
+        f"pstats.Stats(_profile, stream=_text).sort_stats('cumulative').print_stats({lines})\n"
+        f"pstats.Stats(_profile, stream=_text).sort_stats('tottime').print_stats({lines // 2})\n"
+    )
+    return head + report + stop + tail + "\nprint('PROFILE'); print(_text.getvalue())\n"
+
+
+def profile_rows(device: str, log=print) -> None:
+    """One more fresh process per row (new kernel, cache hit, load) under cProfile: where
+    the time of each goes, printed (the timing of these runs is not a figure)."""
+    env = os.environ.copy()
+    with tempfile.TemporaryDirectory(prefix="pnex-first-use-profile-") as tmp:
+        artifact = _save_artifact(device, Path(tmp))
+        salt = 3.0 + (time.time_ns() % 1_000_000) / 1e7
+        for name, code in (("new kernel", _define_code(device, salt)), ("cache hit", _define_code(device, salt)),
+                           ("load", _load_code(device, artifact))):
+            out = _child_output(_profiled(code), env)
+            log(f"\n==== profile: {name} (one fresh process) ====")
+            log(out.split("PROFILE", 1)[1] if "PROFILE" in out else out)
 
 
 _PRELUDE = """
@@ -286,6 +325,9 @@ def main() -> int:
                         help="cuda (default where there is a GPU) or cpu (CUDA simulator)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every row (default 5)")
     parser.add_argument("--no-notebook", action="store_true", help="skip the Jupyter-kernel rows")
+    parser.add_argument("--profile", action="store_true",
+                        help="first, one more fresh process per row (new kernel, cache hit, load) under cProfile, "
+                             "its profile printed")
     opts = parser.parse_args()
 
     import torch
@@ -300,6 +342,8 @@ def main() -> int:
         except ImportError:
             print("nbclient is not installed: no notebook rows")
             notebook = False
+    if opts.profile:
+        profile_rows(device)
     samples = first_use_rounds(device, opts.rounds, notebook)
     rows = summarise(samples)
     if device == "cuda":

@@ -2,7 +2,8 @@
 # One batched round on the GPU machine (the `device` tool), from the repo root, with .whl carried:
 #   bash benchmarks/gpu_round.sh PHASE...
 # Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
-# autotune, checked, jax, export, overhead, firstuse, cuda12, workloads, notebooks.  A phase written NAME@
+# autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cuda12, workloads,
+# notebooks.  A phase written NAME@
 # runs in the background beside the next ones (for phases that time nothing on the GPU, such as cuda12);
 # the round waits for it at the end.  Each phase runs under its own time limit and logs to
 # logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
@@ -38,6 +39,7 @@ for arg in "$@"; do
     export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
     overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use --rounds ${ROUNDS:-5}); limit=${OVERHEAD_LIMIT:-300} ;;
     firstuse) cmd=(python3 benchmarks/first_use.py --rounds 3); limit=300 ;;
+    profile) cmd=(python3 benchmarks/first_use.py --profile --rounds 1 --no-notebook); limit=200 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
     notebooks) cmd=(python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-}); limit=${NOTEBOOKS_LIMIT:-420} ;;
