@@ -116,3 +116,50 @@ def test_a_build_left_running_by_a_killed_process_is_waited_for(tmp_path, capsys
         orphan.kill()
         orphan.wait()
     assert "waiting for the probe build that a killed process left running" in capsys.readouterr().err
+
+
+TINY_EXTENSION = r"""
+#include <Python.h>
+#define PNEX_STR2(x) #x
+#define PNEX_STR(x) PNEX_STR2(x)
+#define PNEX_CAT2(a, b) a##b
+#define PNEX_CAT(a, b) PNEX_CAT2(a, b)
+static PyModuleDef tiny = {PyModuleDef_HEAD_INIT, PNEX_STR(TORCH_EXTENSION_NAME), nullptr, -1, nullptr};
+PyMODINIT_FUNC PNEX_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&tiny); }
+"""
+
+IMPORT_BUILT = """
+import sys
+from pathlib import Path
+from pnex_magic.launch import build
+module = build.build_extension("pnex_tiny", [Path(sys.argv[1])], includes=[], what="test extension")
+print(module.__name__, "torch.utils.cpp_extension" in sys.modules, "setuptools" in sys.modules)
+"""
+
+
+def test_a_built_extension_is_imported_without_cpp_extension(tmp_path, pnex_env):
+    """The second process imports the recorded build straight from its folder: neither
+    ``torch.utils.cpp_extension`` nor setuptools is imported (0.4 s on the GPU image)."""
+    import shutil
+
+    if shutil.which("c++") is None or shutil.which("ninja") is None and not _has_ninja_module():
+        pytest.skip("no host C++ compiler or ninja to build a test extension")
+    source = tmp_path / "tiny.cpp"
+    source.write_text(TINY_EXTENSION)
+    env = dict(pnex_env, PNEX_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([__import__("sys").executable, "-c", IMPORT_BUILT, str(source)], env=env,
+                           capture_output=True, text=True, timeout=600) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr
+    first, second = (run.stdout.split() for run in runs)
+    assert first[0] == second[0] and first[0].startswith("pnex_tiny_")
+    assert first[1] == "True"  # the build used it
+    assert second[1:] == ["False", "False"], second
+
+
+def _has_ninja_module() -> bool:
+    try:
+        import ninja  # noqa: F401
+    except ImportError:
+        return False
+    return True

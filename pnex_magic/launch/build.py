@@ -259,8 +259,6 @@ def build_extension(
     """Build (first time) and import the extension ``stem`` from ``sources`` (which
     include ``headers``: part of the build key); ``what`` names it in progress lines
     and errors ("C++ launcher")."""
-    from torch.utils import cpp_extension
-
     key = build_key([*sources, *headers], includes, [*cflags, *ldflags])
     root = cache_dir() / "launcher"
     build_dir = root / (key if stem == "pnex_launcher" else f"{stem}-{key}")
@@ -268,6 +266,10 @@ def build_extension(
     module = _import_built(name, build_dir)
     if module is not None:
         return module
+    # Only a build needs cpp_extension: importing it imports setuptools (0.4 s on a
+    # machine whose site-packages hold no bytecode, as measured on the GPU image).
+    from torch.utils import cpp_extension
+
     with _build_lock(root, stem, key, build_dir, what):
         built = any(build_dir.glob(f"{name}*.so"))
         ctx = contextlib.nullcontext() if built else progress(f"building the {what}")
