@@ -20,7 +20,9 @@ Sections (each goal of the issue, in the order of its Goals table):
   ``lax.platform_dependent`` function is compiled too, to say whether XLA keeps a
   conditional on the platform (the old front end used one);
 * ``muladd_1gib``: ``a*b+c`` on 1 GiB per array, 10 back-to-back calls then one sync
-  (wall clock per call, median of 10), for the pnex kernel through JAX, the same kernel
+  (wall clock per call, median of 10), for the pnex kernel (written as the quickstart
+  teaches: ``ITEMS: pnex.Tune(1, 2, 4, 8)`` elements per thread, loads first; an eager
+  JAX call tunes it, the trace uses that choice) through JAX, the same kernel
   through the PyTorch op (also by CUDA events) and XLA's own fused ``a*b+c``.  Goal:
   JAX at most 1.03x the PyTorch op and at most XLA's;
 * ``donation``: an InMut kernel on 256 MiB called 10 times back to back, its InMut
@@ -188,7 +190,7 @@ def hlo_counts(text: str, shape: str | None = None) -> dict:
 KERNELS = textwrap.dedent(
     """
     import pnex_magic as pnex
-    from numba import cuda
+    from numba import cuda, float32
 
     @pnex.jit(n_threads="x.numel()")
     def add_one(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
@@ -196,12 +198,23 @@ KERNELS = textwrap.dedent(
         if i < x.shape[0]:
             out[i] = x[i] + 1
 
-    @pnex.jit(n_threads="a.numel()")
+    # The quickstart's bandwidth lesson: ITEMS elements per thread, all loads before any
+    # store, ITEMS and the block chosen by the autotuner (an eager call tunes; a trace
+    # uses the stored choice).
+    @pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block="auto")
     def muladd(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), c: pnex.In("f32", "a"),
-               result: pnex.Out("f32", "a")):
-        i = cuda.grid(1)
-        if i < a.shape[0]:
-            result[i] = a[i] * b[i] + c[i]
+               result: pnex.Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
+        base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+        n = a.shape[0]
+        v = cuda.local.array(ITEMS, float32)
+        for k in range(ITEMS):
+            j = base + k * cuda.blockDim.x
+            if j < n:
+                v[k] = a[j] * b[j] + c[j]
+        for k in range(ITEMS):
+            j = base + k * cuda.blockDim.x
+            if j < n:
+                result[j] = v[k]
 
     @pnex.jit(n_threads="a.numel()")
     def muladd_into(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), c: pnex.InMut("f32", "a")):
@@ -380,6 +393,7 @@ def muladd_1gib(result: dict, ns: dict, args) -> None:
 
     keys = jax.random.split(jax.random.key(2), 3)
     a, b, c = (jax.random.normal(k, (N_LARGE,), jnp.float32) for k in keys)
+    pnex.jax_op(ns["muladd"])(a, b, c).block_until_ready()  # eager: the autotuner chooses ITEMS and the block
     jax_pnex = jax.jit(pnex.jax_op(ns["muladd"]))
     jax_xla = jax.jit(lambda a, b, c: a * b + c)
     check("pnex through JAX", jax_pnex(a, b, c), a, b, c)
@@ -403,7 +417,8 @@ def muladd_1gib(result: dict, ns: dict, args) -> None:
         state["c"] = out
 
     seconds, samples = median_seconds(run_into, repeats)
-    section["jax_pnex_donated_inmut_ms"], section["jax_pnex_donated_inmut_samples"] = seconds / 10 * 1e3, samples
+    section["jax_pnex_donated_inmut_ms"] = seconds / 10 * 1e3
+    section["jax_pnex_donated_inmut_samples"] = [s / 10 * 1e3 for s in samples]
     del a, b, c, state
     ta, tb, tc = (torch.randn(N_LARGE, device="cuda") for _ in range(3))
     op = ns["muladd"]
