@@ -253,6 +253,15 @@ def diffusion_loops(step, jnp, jax, steps: int) -> dict:
         u, scratch = jax.lax.fori_loop(0, steps // 2, body, (u0, jnp.zeros_like(u0)))
         return step(u, scratch, COEFF) if steps % 2 else u
 
+    def pair_unrolled(u0):  # the same, 8 iterations per trip of XLA's while loop (fewer loop-condition checks)
+        def body(i, carry):
+            u, scratch = carry
+            scratch = step(u, scratch, COEFF)
+            return step(scratch, u, COEFF), scratch
+
+        u, scratch = jax.lax.fori_loop(0, steps // 2, body, (u0, jnp.zeros_like(u0)), unroll=8)
+        return step(u, scratch, COEFF) if steps % 2 else u
+
     def swapped(u0):  # the old notebook loop: the carry swaps its buffers every step
         def body(i, carry):
             u, scratch = carry
@@ -270,6 +279,7 @@ def diffusion_loops(step, jnp, jax, steps: int) -> dict:
     return {
         "pnex in JAX, pair carry (notebook 06)": jax.jit(pair),
         "pnex in JAX, pair carry, u0 donated": jax.jit(pair, donate_argnums=0),
+        "pnex in JAX, pair carry, fori_loop(unroll=8)": jax.jit(pair_unrolled),
         "pnex in JAX, swapped carry (old notebook)": jax.jit(swapped),
         "jax.numpy stencil (XLA fuses it)": jax.jit(jnp_stencil),
     }
@@ -321,7 +331,9 @@ def diffusion(result: dict, ns: dict, args) -> None:
                             "samples_s": samples})
     log(f"diffusion {n}^2: {'pnex PyTorch op, Python loop':45s} {seconds / steps * 1e6:7.2f} µs/step")
     per_step = {r["route"]: r["us_per_step"] for r in section["rows"]}
-    ours = per_step["pnex in JAX, pair carry (notebook 06)"]
+    pair_routes = [r for r in per_step if r.startswith("pnex in JAX, pair carry")]
+    section["best_jax_route"] = min(pair_routes, key=per_step.get)
+    ours = per_step[section["best_jax_route"]]
     section["goal_met"] = (ours <= per_step["pnex PyTorch op, Python loop"]
                            and ours <= per_step["jax.numpy stencil (XLA fuses it)"])
 
@@ -633,7 +645,7 @@ def format_table(result: dict) -> str:
     d = result.get("diffusion")
     if d:
         lines.append(f"diffusion {d['size']}², {d['steps']:,} steps    µs/step   goal: {GOALS['diffusion']}: "
-                     f"{_goal(d.get('goal_met'))}")
+                     f"{_goal(d.get('goal_met'))} (judged on the fastest pair-carry loop: {d.get('best_jax_route')})")
         lines += [f"  {r['route']:45s} {r['us_per_step']:8.2f}" for r in d["rows"]]
     h = result.get("stencil_hlo")
     if h:
