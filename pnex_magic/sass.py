@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 
 from . import cache
 
@@ -89,7 +90,41 @@ def disassemble(cubin: bytes | None, *, timeout: float = 60.0) -> Disassembly:
     """SASS of ``cubin`` via ``cuobjdump -sass`` (or ``nvdisasm -c``)."""
     if cubin is None:
         return Disassembly(None, None, "no cubin: nvJitLink was not available to assemble the PTX")
-    return _disassemble_cached(hashlib.sha256(cubin).hexdigest(), cubin, timeout)
+    digest = hashlib.sha256(cubin).hexdigest()
+    with _pending_lock:
+        running = _pending.get(digest)
+    if running is not None:  # started by prefetch(): its result lands in the memo below
+        running.join(timeout)
+    return _disassemble_cached(digest, cubin, timeout)
+
+
+_pending: dict[str, threading.Thread] = {}
+_pending_lock = threading.Lock()
+
+
+def prefetch(cubin: bytes | None, *, timeout: float = 60.0) -> None:
+    """Start disassembling ``cubin`` in a background thread, so that a later
+    :func:`disassemble` of it finds the listing made (the tool takes 0.2-0.5 s to
+    start, time the caller spends registering the op and running it meanwhile)."""
+    if cubin is None or find_disassembler() is None:
+        return
+    digest = hashlib.sha256(cubin).hexdigest()
+
+    def run() -> None:
+        try:
+            _disassemble_cached(digest, cubin, timeout)
+        except Exception:  # noqa: BLE001  (the foreground call reports the failure)
+            pass
+        finally:
+            with _pending_lock:
+                _pending.pop(digest, None)
+
+    with _pending_lock:
+        if digest in _pending:
+            return
+        thread = threading.Thread(target=run, name="pnex-sass", daemon=True)
+        _pending[digest] = thread
+    thread.start()
 
 
 _RECORD_KIND = "sass"

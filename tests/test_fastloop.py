@@ -507,3 +507,29 @@ def test_the_sass_listing_is_kept_for_the_next_process(fresh_cache, monkeypatch)
     again = sass.disassemble(cubin)
     assert (again.text, again.tool) == (first.text, first.tool)
     sass._disassemble_cached.cache_clear()
+
+
+def test_a_prefetched_sass_listing_is_made_once_in_the_background(fresh_cache, monkeypatch):
+    """The magic starts the disassembler as soon as the kernel is compiled; the report's
+    own call then waits for that run instead of starting a second one."""
+    import threading
+
+    from pnex_magic import sass
+
+    if sass.find_disassembler() is None:
+        pytest.skip("no cuobjdump or nvdisasm here")
+    cubin = make_with_device_function().definition.compiled().cubin
+    sass._disassemble_cached.cache_clear()
+    runs, real = [], sass._run_disassembler
+
+    def counted(*args):
+        runs.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(sass, "_run_disassembler", counted)
+    sass.prefetch(cubin)
+    sass.prefetch(cubin)  # already running (or done): no second thread
+    listing = sass.disassemble(cubin)
+    assert listing.text and listing.tool
+    assert runs == ["pnex-sass"]
+    sass._disassemble_cached.cache_clear()
