@@ -53,6 +53,50 @@ def test_kmeans_first_of_equal_distances_and_no_centroids():
     assert wl.kmeans_assign(X, torch.empty(0, 2)).tolist() == [-1, -1]
 
 
+def _autotune_kmeans(points_per_thread: int, tmp_path: Path):
+    """benchmarks/autotune.py's pnex.Tune k-means kernels with ``POINTS`` fixed to one of
+    its choices (the simulator runs the first choice only) and 32-thread blocks."""
+    import importlib
+    import textwrap
+
+    import autotune
+
+    src = autotune.KERNELS
+    body = src[src.index("def _kmeans(labels_type):"):src.index("kmeans_tuned_i32 = _kmeans")]
+    assert "POINTS: pnex.Tune(1, 2, 4, 8, 16)" in body and 'threads_per_block="auto"' in body
+    body = body.replace("POINTS: pnex.Tune(1, 2, 4, 8, 16)", f"POINTS: pnex.Tune({points_per_thread})")
+    body = body.replace('threads_per_block="auto"', "threads_per_block=32")
+    name = f"autotune_kmeans_{points_per_thread}"
+    (tmp_path / f"{name}.py").write_text(
+        "import math\nimport pnex_magic as pnex\nfrom numba import cuda, float32, int32\n"
+        + textwrap.dedent(body) + "i32 = _kmeans('i32')\ni64 = _kmeans('i64')\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("points_per_thread", [1, 2, 4, 8, 16])
+def test_autotune_kmeans_kernel_every_choice_matches_eager(points_per_thread, tmp_path):
+    # Every POINTS choice of the benchmark's tuned kernel, at sizes around a block's points
+    # (ragged last blocks and threads), three centroids: the labels are eager's, exactly.
+    kernels = _autotune_kmeans(points_per_thread, tmp_path)
+    block = 32 * points_per_thread
+    for n in (1, block - 1, block + 1, 3 * block + 17):
+        X, means = wl.kmeans_data(n, "cpu", seed=n)
+        means = torch.cat([means, torch.tensor([[7.5, 7.5]])])
+        expected = wl.kmeans_reference(X, means)
+        for op, dtype in ((kernels.i32, torch.int32), (kernels.i64, torch.int64)):
+            labels = op(X, means)
+            assert labels.dtype == dtype and torch.equal(labels, expected.to(dtype)), (n, op)
+    X = torch.tensor([[0.0, 0.0], [2.0, 0.0]])
+    assert kernels.i32(X, torch.tensor([[1.0, 0.0], [1.0, 0.0]])).tolist() == [0, 0]  # ties: the first
+    assert kernels.i64(X, torch.empty(0, 2)).tolist() == [-1, -1]
+    assert torch.equal(kernels.i32(X.t().contiguous().t(), X), torch.tensor([0, 1], dtype=torch.int32))
+
+
 def test_check_labels_rejects_a_wrong_label():
     X, means = wl.kmeans_data(10, "cpu")
     expected = wl.kmeans_reference(X, means)
