@@ -9,7 +9,7 @@
 # logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
 # executed notebooks) goes into ONE archive, $OUT/round.tgz (the tool returns at most 8 files), and a
 # summary table is printed last.  Environment: JOBS, PER_FILE_TIMEOUT, TEST_FILES (tests), NOTEBOOKS,
-# ROUNDS (overhead), TESTS_LIMIT / AUTOTUNE_LIMIT / JAX_LIMIT / OVERHEAD_LIMIT / NOTEBOOKS_LIMIT (seconds per
+# ROUNDS (overhead), FIRSTUSE_ROUNDS, JAX_ARGS (e.g. "--only diffusion"), TESTS_LIMIT / AUTOTUNE_LIMIT / JAX_LIMIT / OVERHEAD_LIMIT / NOTEBOOKS_LIMIT (seconds per
 # phase), LIMIT_OVERRIDE (every phase).
 set -u
 . benchmarks/device_setup.sh || exit 1
@@ -35,10 +35,10 @@ for arg in "$@"; do
     tests) cmd=(env OUT=$PWD/logs/tests PER_FILE_TIMEOUT=${PER_FILE_TIMEOUT:-300} bash benchmarks/gpu_tests.sh ${TEST_FILES:-}); limit=${TESTS_LIMIT:-420} ;;
     autotune) cmd=(python3 benchmarks/autotune.py); limit=${AUTOTUNE_LIMIT:-300} ;;
     checked) cmd=(python3 benchmarks/checked_overhead.py); limit=200 ;;
-    jax) cmd=(python3 benchmarks/jax_overhead.py); limit=${JAX_LIMIT:-300} ;;
+    jax) cmd=(python3 benchmarks/jax_overhead.py ${JAX_ARGS:-}); limit=${JAX_LIMIT:-300} ;;
     export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
     overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use --rounds ${ROUNDS:-5}); limit=${OVERHEAD_LIMIT:-300} ;;
-    firstuse) cmd=(python3 benchmarks/first_use.py --rounds 3); limit=300 ;;
+    firstuse) cmd=(python3 benchmarks/first_use.py --rounds ${FIRSTUSE_ROUNDS:-3}); limit=300 ;;
     profile) cmd=(python3 benchmarks/first_use.py --profile --rounds 1 --no-notebook); limit=200 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
