@@ -15,12 +15,16 @@
 * A jitted function's trace launches the block the PyTorch op's tuner stored for
   its key (here with the stored choice and the GPU stubbed).
 * A built handler library is found again without importing ``torch.utils.cpp_extension``.
+* First use through the GPU's lowering: a new kernel is compiled once (when defined; JAX
+  registers that code), the unchanged kernel in a fresh process is a cache hit that runs no
+  Numba compile, and a kernel the PyTorch op already ran is not compiled again.
 """
 
 import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -360,3 +364,59 @@ def test_a_built_handler_is_found_without_looking_for_the_cuda_headers(pnex_env)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=pnex_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["libpnex_jax_ffi.so", "False"]
+
+
+_FIRST_USE = """
+import torch
+from pnex_magic import cache, compiler
+from numba import cuda
+
+def no_compile(*args, **kwargs):
+    raise AssertionError("Numba compiled a kernel")
+
+cache.stats.reset()  # the harness's workloads defined kernels of their own
+
+if sys.argv[1] == "hit":  # nothing may compile: the definition loads the cache entry, JAX reuses it
+    compiler._numba_ptx = no_compile
+source = '''
+@pnex.jit(n_threads="x.numel()")
+def add_salt(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = x[i] + SALT
+'''.replace("SALT", sys.argv[2])
+exec(compile(source, "<first use>", "exec"))
+if sys.argv[1] == "torch-first":
+    assert float(add_salt(torch.ones(4))[0]) == 1 + float(sys.argv[2])
+    compiler._numba_ptx = no_compile  # JAX must reuse what the PyTorch op has
+defined = dict(variants=len(add_salt.definition._compiled), hits=cache.stats.hits, misses=cache.stats.misses)
+compiled = jax.jit(pnex.jax_op(add_salt)).lower(jnp.ones(4)).compile()  # the GPU's lowering: the kernel registered
+print("DEFINED", defined["variants"], defined["hits"], defined["misses"])
+print("JAX", len(add_salt.definition._compiled) - defined["variants"], cache.stats.hits - defined["hits"],
+      cache.stats.misses - defined["misses"], "pnex_magic_launch" in compiled.as_text())
+"""
+
+
+@pytest.mark.slow
+@needs_headers
+def test_first_use_in_jax_compiles_once_and_a_cache_hit_compiles_nothing(pnex_env, tmp_path):
+    """Issue 17's first use, through the GPU's lowering (XLA's CPU compiler): a new kernel
+    is compiled once, when it is defined, and JAX registers that code with the handler
+    (no second compile, no cache lookup); the unchanged kernel in a fresh process is a
+    disk-cache hit that runs no Numba compile; a kernel the PyTorch op already ran is
+    reused likewise.  PNEX_ARCH stands in for the GPU's architecture (sm_90, as the
+    handler is told the GPU is)."""
+    salt = str(uuid.uuid4().int % 1000)
+    env = {**pnex_env, "PNEX_ARCH": "sm_90"}
+    script = _CPU_XLA.format(benchmarks=str(ROOT / "benchmarks")) + _FIRST_USE
+
+    def first_use(mode: str, salt: str) -> list[list[str]]:
+        out = subprocess.run([sys.executable, "-c", script, mode, salt], capture_output=True, text=True,
+                             env={**env, "JAX_PLATFORMS": "cpu"}, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return [line.split()[1:] for line in out.stdout.splitlines() if line.startswith(("DEFINED", "JAX"))]
+
+    # (compiled variants, cache hits, cache misses) after the definition; then what JAX added
+    assert first_use("new", salt) == [["1", "0", "1"], ["0", "0", "0", "True"]]
+    assert first_use("hit", salt) == [["1", "1", "0"], ["0", "0", "0", "True"]]
+    assert first_use("torch-first", f"{salt}.5") == [["1", "0", "1"], ["0", "0", "0", "True"]]
