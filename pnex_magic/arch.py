@@ -42,7 +42,44 @@ def default_arch() -> str:
         import torch
 
         if torch.cuda.is_available():
-            return arch_name(torch.cuda.get_device_capability())
+            return arch_name(_current_capability(torch))
     except Exception:  # a broken CUDA set-up still allows CPU use
         pass
     return DEFAULT_ARCH
+
+
+def _current_capability(torch) -> tuple[int, int]:
+    """The current GPU's compute capability.  Once PyTorch's CUDA is initialised, from
+    it (its current device); before that, from the driver for device 0 (what PyTorch's
+    current device will be): ``torch.cuda.get_device_capability`` would initialise
+    PyTorch's CUDA, 0.2-0.3 s that a process which only compiles, or a JAX program
+    that never uses PyTorch's CUDA, should not pay."""
+    if not torch.cuda.is_initialized():
+        found = _driver_capability(0)
+        if found is not None:
+            return found
+    return torch.cuda.get_device_capability()
+
+
+def _driver_capability(index: int) -> tuple[int, int] | None:
+    try:
+        from cuda.bindings import driver
+
+        ok = driver.CUresult.CUDA_SUCCESS
+        (err,) = driver.cuInit(0)
+        if err != ok:
+            return None
+        err, device = driver.cuDeviceGet(index)
+        if err != ok:
+            return None
+        attrs = driver.CUdevice_attribute
+        found = []
+        for attr in (attrs.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                     attrs.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
+            err, value = driver.cuDeviceGetAttribute(attr, device)
+            if err != ok:
+                return None
+            found.append(int(value))
+        return found[0], found[1]
+    except Exception:  # no cuda-bindings, or an old one: PyTorch answers
+        return None

@@ -350,3 +350,19 @@ def test_ddp_two_processes():
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("DDP gradients through pnex op match") == 2, proc.stdout
+
+
+def test_the_default_arch_starts_no_pytorch_cuda_context(pnex_env):
+    """Defining (and compiling) a kernel asks the driver for the GPU's architecture:
+    PyTorch's CUDA is not initialised by it (a JAX program, or a process that only
+    compiles, never pays for that), and the answer is the GPU's."""
+    code = (
+        "import torch\nfrom pnex_magic.arch import default_arch\n"
+        "arch = default_arch()\nstarted = torch.cuda.is_initialized()\n"
+        "print(arch, started, 'sm_%d%d' % torch.cuda.get_device_capability(0))"
+    )
+    env = {k: v for k, v in pnex_env.items() if k != "PNEX_ARCH"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    arch, started, expected = proc.stdout.split()
+    assert started == "False" and arch == expected

@@ -255,3 +255,25 @@ def test_occupancy():
     assert occupancy("sm_90", 32, 0, 1024) == 1.0
     assert occupancy("sm_30", 32, 0, 256) is None
     assert occupancy("sm_75", 32, 0, 0) is None
+
+
+def test_the_default_arch_is_read_from_the_driver_before_pytorch_starts_cuda(monkeypatch):
+    """Until PyTorch's CUDA is initialised the driver answers (for device 0: what
+    PyTorch's current device will be), so that compiling starts no CUDA context; once it
+    is, PyTorch's current device answers; without a driver answer, PyTorch does."""
+    import torch
+
+    from pnex_magic import arch
+
+    monkeypatch.delenv("PNEX_ARCH", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 6))
+    asked = []
+    monkeypatch.setattr(arch, "_driver_capability", lambda index: asked.append(index) or (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert arch.default_arch() == "sm_90" and asked == [0]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert arch.default_arch() == "sm_86" and asked == [0]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(arch, "_driver_capability", lambda index: None)
+    assert arch.default_arch() == "sm_86"
