@@ -319,23 +319,36 @@ _HELPERS = {_LOAD: __pnex_load, _STORE: __pnex_store, _CHECK: __pnex_check, _ZER
 def _emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank: Any, dims: list[Any]) -> None:
     """The first violation wins slot 0 (compare-and-swap) and fills the record."""
     from llvmlite import ir
-    from numba.cuda import nvvmutils
 
     i64 = ir.IntType(64)
     won = builder.cmpxchg(rec, ir.Constant(i64, 0), ir.Constant(i64, 1), "monotonic", "monotonic")
     with builder.if_then(builder.extract_value(won, 1)):
 
-        def put(slot: int, value: Any) -> None:
-            builder.store(value, builder.gep(rec, [ir.Constant(ir.IntType(32), slot)]))
+        i32 = ir.IntType(32)
+        words = builder.bitcast(rec, i32.as_pointer())
 
-        put(SITE_SLOT, site)
-        put(AXIS, axis)
+        def put(slot: int, value: Any) -> None:
+            builder.store(value, builder.gep(rec, [ir.Constant(i32, slot)]))
+
+        def put_small(slot: int, value: Any) -> None:
+            # A value below 2**32 as two 32-bit words, the high one zero (little-endian):
+            # no register pair to fill for it.
+            builder.store(value, builder.gep(words, [ir.Constant(i32, 2 * slot)]))
+            builder.store(ir.Constant(i32, 0), builder.gep(words, [ir.Constant(i32, 2 * slot + 1)]))
+
+        put_small(SITE_SLOT, builder.trunc(site, i32))
+        put_small(AXIS, builder.trunc(axis, i32))
         put(INDEX, index)
-        put(RANK, rank)
+        put_small(RANK, builder.trunc(rank, i32))
         for k, dim in enumerate(dims):
             put(SHAPE + k, dim)
+        # The thread's and block's coordinates are read here, by volatile inline PTX:
+        # NVVM hoists the llvm.nvvm.read.ptx.sreg intrinsics of every cold block into
+        # the kernel's entry, where they (and their zero high words) then hold
+        # registers for the whole kernel.
         for k, reg in enumerate(("tid.x", "tid.y", "tid.z", "ctaid.x", "ctaid.y", "ctaid.z")):
-            put(THREAD + k, builder.zext(nvvmutils.call_sreg(builder, reg), i64))
+            asm = ir.InlineAsm(ir.FunctionType(i32, []), f"mov.u32 $0, %{reg};", "=r", side_effect=True)
+            put_small(THREAD + k, builder.call(asm, []))
 
 
 @functools.lru_cache(maxsize=1)
