@@ -108,6 +108,7 @@ def _adopt(op: PnexOp) -> None:
             # Keep the old object's own attributes (its definition, for messages and
             # reports) but make every call raise: its signature no longer exists.
             old._superseded = Superseded(old_spec.python_signature(), new_spec.python_signature(), _where(op._pnex))
+            old._fast = None  # every call takes __call__, which raises
             continue
         _point_at(old, op)
     entry.current = op

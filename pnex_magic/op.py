@@ -122,7 +122,8 @@ class PnexOp(CustomOpDef):
 
     _pnex: Kernel
     _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
-    _superseded: Superseded | None = None
+    _superseded: Superseded | None = None  # set with _fast = None (see pnex_magic.define)
+    _fast: tuple | None = None  # the C call slot's entry (see _fast_entry)
 
     def __call__(self, *args, **kwargs):
         if self._superseded is not None:
@@ -140,14 +141,28 @@ class PnexOp(CustomOpDef):
             if _is_compiling():  # Dynamo traces the OpOverload, not its C++ callable
                 return self._opoverload(*args)
             return self._call(*args)  # the OpOverload's C++ callable, without its Python frame
-        except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
-            # (the dispatcher passes None for a Tensor on as an undefined tensor: AttributeError)
-            if not str(exc).startswith("pnex: "):
-                self._check_types(args)  # a non-tensor where a tensor goes: name the argument
-            translated = _translate(exc, self._pnex.spec.name)
-            if translated is exc:
-                raise
-            raise translated from None
+        except Exception as exc:  # noqa: BLE001 (what is not translated is raised as it is)
+            return self._call_failed(exc, args)
+
+    def _call_failed(self, exc: BaseException, args: tuple) -> Any:
+        """Raise the error a failed call gives (the C call slot's and ``__call__``'s path):
+        the C++ launcher's and the dispatcher's errors become pnex's exception types."""
+        if not isinstance(exc, (TypeError, ValueError, RuntimeError, IndexError, AttributeError)):
+            raise exc
+        # (the dispatcher passes None for a Tensor on as an undefined tensor: AttributeError)
+        if not str(exc).startswith("pnex: "):
+            self._check_types(args)  # a non-tensor where a tensor goes: name the argument
+        translated = _translate(exc, self._pnex.spec.name)
+        if translated is exc:
+            raise exc
+        raise translated from None
+
+    def _fast_entry(self) -> tuple | None:
+        """What the C call slot (see :func:`pnex_magic.launch.install_fast_call`) calls
+        and checks: (the OpOverload's C++ entry, the number of arguments, the scalars'
+        exact types), or None while the op has no entry yet."""
+        call = self.__dict__.get("_call")
+        return None if call is None else (call, self._nargs, self._scalar_kinds)
 
     def _check_types(self, args: tuple) -> None:
         """Python-side checks of the arguments' kinds (a tensor where a tensor goes, an
@@ -303,6 +318,9 @@ def make_op(definition: Kernel) -> PnexOp:
     _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
     op._call = getattr(op._opoverload, "_op", op._opoverload)
+    op._fast = op._fast_entry()
+    if op._native:
+        launch.install_fast_call(PnexOp)  # calls skip __call__'s Python frame (checks stay)
     return op
 
 

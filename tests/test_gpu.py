@@ -279,6 +279,103 @@ def test_autograd_through_the_native_launcher():
     torch.testing.assert_close(x.grad, 2 * x.detach())
 
 
+def _python_frames_of(fn, *args, **kwargs):
+    """The code names of the Python frames a call runs (sys.setprofile's 'call' events)."""
+    names = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname") else frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return result, names
+
+
+def test_the_op_objects_call_runs_no_python_with_the_native_launcher():
+    """With the C++ launcher, a positional call goes from the C call slot straight to the
+    OpOverload's C++ entry: no Python frame (not PnexOp.__call__); keywords, a scalar of
+    another type, a superseded op and every error still take the Python checks."""
+    from pnex_magic.errors import KernelDefinitionError
+
+    @pnex.jit(n_threads="a.numel()")
+    def fast_axpb(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), s: float, k: int, out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] * s + b[i] + k
+
+    a, b = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    expected = a.double() * 0.5 + b.double() + 3
+    fast_axpb(a, b, 0.5, 3)  # first call: loads the module
+    out, frames = _python_frames_of(fast_axpb, a, b, 0.5, 3)
+    assert not [f for f in frames if "__call__" in f], frames
+    torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6)
+    out, frames = _python_frames_of(fast_axpb, a, b, 2, 3)  # an int for a float: the exact-type check sends it on
+    torch.testing.assert_close(out.double(), a.double() * 2 + b.double() + 3, rtol=1e-6, atol=1e-6)
+    out, frames = _python_frames_of(fast_axpb, a, b, s=0.5, k=3)
+    assert any("__call__" in f for f in frames), frames
+    torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6)
+    # Errors from the fast path are the Python path's, with pnex's types and messages.
+    with pytest.raises(ArgumentTypeError, match=r"argument 'k' must be a Python int"):
+        fast_axpb(a, b, 0.5, True)
+    with pytest.raises(ArgumentTypeError, match=r"argument 'b' must be a torch.Tensor"):
+        fast_axpb(a, [1.0], 0.5, 3)
+    with pytest.raises(ArgumentShapeError, match=r"argument 'b'"):
+        fast_axpb(a, torch.randn(7, device="cuda"), 0.5, 3)
+    with pytest.raises(ArgumentTypeError, match=r"argument 'b' must be a float32 tensor"):
+        fast_axpb(a, b.double(), 0.5, 3)
+    with pytest.raises(ArgumentTypeError, match=r"missing argument\(s\) .k."):
+        fast_axpb(a, b, 0.5)
+    # Under torch.compile, Dynamo reads the class's Python __call__.
+    compiled = torch.compile(lambda a, b: fast_axpb(a, b, 0.5, 3) * 2, fullgraph=True)
+    torch.testing.assert_close(compiled(a, b).double(), expected * 2, rtol=1e-6, atol=1e-5)
+    old = fast_axpb
+
+    @pnex.jit(n_threads="a.numel()")
+    def fast_axpb(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):  # noqa: F811 (a new signature)
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i]
+
+    with pytest.raises(KernelDefinitionError, match="earlier definition"):
+        old(a, b, 0.5, 3)
+    torch.testing.assert_close(fast_axpb(a), a)
+
+
+def test_the_native_autograd_kernel():
+    """No input requires grad: the output has no grad_fn (the call skips autograd's
+    fallback).  An input that requires grad, or carries a forward-mode gradient: the
+    not-implemented fallback records the call and backward refuses."""
+    import torch.autograd.forward_ad as fwAD
+
+    @pnex.jit(n_threads="x.numel()")
+    def twice(x: pnex.In("f32", (None,)), y: pnex.In("f32", "x"), out: pnex.Out("f32", "x")):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            out[i] = 2 * x[i] + y[i]
+
+    x, y = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    out = twice(x, y)
+    assert out.grad_fn is None and not out.requires_grad
+    torch.testing.assert_close(out, 2 * x + y)
+    w = y.clone().requires_grad_()
+    out = twice(x, w)
+    assert out.requires_grad and out.grad_fn is not None
+    with pytest.raises(RuntimeError, match="not implemented|autograd"):
+        out.sum().backward()
+    with torch.no_grad():
+        assert twice(x, w).grad_fn is None
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.ones_like(x))
+        with pytest.raises(RuntimeError, match="forward AD|not support"):
+            twice(dual, y)
+    view = x[:32]  # a view (autograd metadata, no grad): the fast path
+    assert twice(view, y[:32]).grad_fn is None
+
+
 def test_kernel_uses_a_cubin_for_the_device_and_respects_max_registers():
     @pnex.jit(n_threads="a.numel()", max_registers=32)
     def poly(a: pnex.In("f64", (None,)), out: pnex.Out("f64", "a")):

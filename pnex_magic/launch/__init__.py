@@ -27,13 +27,14 @@ import torch
 from ..errors import KernelLaunchError
 from .faults import fault_sentence, is_fault
 from .kernel import Kernel
+from . import native
 from .native import NativeLauncher
 from .simulator import SimulatorLauncher
 
 
 __all__ = [
     "Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered",
-    "last_kernel", "is_fault", "fault_hint",
+    "last_kernel", "is_fault", "fault_hint", "install_fast_call",
 ]
 
 
@@ -111,6 +112,12 @@ def register(definition: Kernel) -> frozenset[str]:
 def unregister(op_name: str) -> None:
     for launcher in _all():
         launcher.unregister(op_name)
+
+
+def install_fast_call(cls: type) -> bool:
+    """Give the op class ``cls`` the C++ launcher's call slot, once it is loaded (see
+    :func:`pnex_magic.launch.native.install_fast_call`)."""
+    return native.install_fast_call(cls)
 
 
 def autograd_registered(definition: Kernel) -> None:

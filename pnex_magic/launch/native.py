@@ -87,6 +87,13 @@ def force_checked(op_name: str) -> None:
         _module.force_checked(op_name)
 
 
+def install_fast_call(cls: type) -> bool:
+    """Give the op class ``cls`` the launcher's C call slot (calls with positional
+    arguments go to each object's ``_fast`` entry with no Python frame); False where the
+    launcher is not loaded."""
+    return _module is not None and bool(_module.install_fast_call(cls))
+
+
 def last_kernel(device: int) -> str:
     """The kernel the C++ launcher launched last on cuda:``device`` ("" if none)."""
     return _module.last_kernel(device) if _module is not None else ""
