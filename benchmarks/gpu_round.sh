@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu_round.sh PHASE...
 # Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
 # autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cuda12, workloads,
-# notebooks.  A phase written NAME@
+# notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu).  A phase written NAME@
 # runs in the background beside the next ones (for phases that time nothing on the GPU, such as cuda12);
 # the round waits for it at the end.  Each phase runs under its own time limit and logs to
 # logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
@@ -42,6 +42,7 @@ for arg in "$@"; do
     profile) cmd=(python3 benchmarks/first_use.py --profile --rounds 1 --no-notebook); limit=200 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
+    probe) cmd=(env OUT=$PWD/logs/probes python3 benchmarks/probes.py ${PROBES:-muladd-ncu}); limit=${PROBE_LIMIT:-300} ;;
     notebooks) cmd=(python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-}); limit=${NOTEBOOKS_LIMIT:-420} ;;
     *) echo "$p: unknown phase" > "logs/$p.summary"; continue ;;
   esac
