@@ -775,8 +775,8 @@ void drop_autograd_fallback(const std::string& name) {
 // "not implemented" autograd fallback, which register_autograd puts at AutogradOther for this
 // op: the lowest autograd key, which pnex's dense CPU and CUDA tensors never dispatch to
 // (AutogradCPU and AutogradCUDA take the Autograd alias's kernel: this one), so only this
-// redispatch reaches it.  The fallback walks the schema and allocates on every call (0.2 us
-// per call on an H200's host); this kernel reads a flag per tensor.
+// redispatch reaches it.  The fallback walks the schema and allocates on every call; this
+// kernel reads a pointer per tensor argument.
 //
 // With grad mode on, a call whose InMut argument requires grad is refused: autograd cannot see
 // the kernel's writes (on a leaf, torch refuses in-place writes; on any other tensor the
@@ -858,7 +858,8 @@ std::unique_ptr<torch::Library> register_autograd(const std::string& name, const
 // The op object's call in C (pnex_magic.op.PnexOp's tp_call slot, installed by
 // install_fast_call): a call with all its arguments positional, as many as the op takes, and
 // every scalar of a type the op takes as it is, goes straight to the OpOverload's C++ entry,
-// with no Python frame; 0.3-0.5 us per call on an H200's host, a tenth of a small op's cost.
+// with no Python frame (PnexOp.__call__'s frame and checks cost about as much as the whole
+// C++ entry's argument handling: benchmarks/overhead.py's "checks" and "frame" columns).
 // The object's `_fast` attribute, (entry, number of arguments, ((index, types), ...)) or None,
 // says what to call and check; PnexOp keeps it.  Anything else (keywords, a superseded op, a
 // scalar to check, Dynamo tracing the op, which reads the class's Python __call__) takes
