@@ -7,8 +7,8 @@ That is about 1.5 s on two cores, against well under 0.1 s for each later kernel
 ``%load_ext pnex_magic`` calls :func:`start`, which does all of it in a daemon
 thread by compiling and linking a trivial kernel, so that the notebook's first
 ``%%pnex`` cell, typed a few seconds later, compiles at the later kernels' speed.
-It then makes the report's syntax highlighters (their regular expressions compile
-on first use).
+It then loads the C++ launcher when it is built already, and makes the report's
+syntax highlighters (their regular expressions compile on first use).
 
 It is invisible: the thread prints nothing, lets no exception out (a broken
 compiler set-up is reported by the real compile, with its usual message) and does
@@ -90,7 +90,19 @@ def _warm() -> None:
     try:
         _warm_numba()
     finally:
-        _warm_report()
+        try:
+            _warm_launcher()
+        finally:
+            _warm_report()
+
+
+def _warm_launcher() -> None:
+    # The C++ launcher, if it is built already (a first build is left to the first cell,
+    # which says it is building): its header search and library load are then done.
+    from .launch import native
+
+    if native.native_wanted():
+        native.load_launcher(built_only=True)
 
 
 def _warm_numba() -> None:

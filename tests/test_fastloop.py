@@ -412,6 +412,29 @@ def test_a_failing_warmup_stays_silent(monkeypatch, capfd):
     assert (out, err, hooked) == ("", "", [])
 
 
+def test_the_warmup_loads_a_built_launcher_and_builds_none(monkeypatch, tmp_path):
+    """Where the C++ launcher is wanted, the warm-up imports it if it is built, and
+    never starts a build (that is the first cell's, which says so)."""
+    from pnex_magic import warmup
+    from pnex_magic.launch import build, native
+
+    monkeypatch.setattr(native, "native_wanted", lambda: False)
+    calls = []
+    monkeypatch.setattr(native, "load_launcher", lambda **kw: calls.append(kw))
+    warmup._warm_launcher()
+    assert calls == []  # no CUDA: nothing to load
+    monkeypatch.setattr(native, "native_wanted", lambda: True)
+    warmup._warm_launcher()
+    assert calls == [{"built_only": True}]
+    # built_only: a build folder with nothing built in it gives None, and no compiler runs.
+    monkeypatch.setattr(build, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr("torch.utils.cpp_extension.load", lambda **kw: pytest.fail("built"), raising=False)
+    src = tmp_path / "x.cpp"
+    src.write_text("int x;\n")
+    assert build.build_extension("pnex_probe", [src], includes=[], what="probe", built_only=True) is None
+    assert not any(tmp_path.rglob("*.so"))
+
+
 def test_the_warmup_can_be_turned_off(monkeypatch):
     from pnex_magic import warmup
 

@@ -59,8 +59,9 @@ def _ldflags() -> list[str]:
     return [f"-L{torch_lib}", "-lc10_cuda", "-ldl"]
 
 
-def load_launcher(verbose: bool = False):
-    """Build (first time) and import the launcher extension."""
+def load_launcher(verbose: bool = False, built_only: bool = False):
+    """Build (first time) and import the launcher extension; ``built_only``: import
+    it only if it is built already (``None`` otherwise)."""
     global _module
     if _module is not None:
         return _module
@@ -77,14 +78,9 @@ def load_launcher(verbose: bool = False):
             headers=[HEADER],
             what="C++ launcher",
             verbose=verbose,
+            built_only=built_only,
         )
         return _module
-
-
-def force_checked(op_name: str) -> None:
-    """Launches of ``op_name`` on this thread run its checked variant ("": none)."""
-    if _module is not None:
-        _module.force_checked(op_name)
 
 
 def install_fast_call(cls: type) -> bool:
