@@ -20,6 +20,9 @@ before building it (not a benchmark of the product; those are the other scripts)
   profiled after the autotuner chose (duration, DRAM throughput, grid, block,
   registers, instructions, the width of the global loads): where JAX's 3% and XLA's
   4% come from (issue 17);
+* ``muladd-chain``: the same 1 GiB ``a*b+c``, ten calls: from Python (JAX and the
+  PyTorch op) and as a ``fori_loop`` of ten inside one ``jax.jit`` (one dispatch):
+  whether JAX's gap is per dispatch or per kernel (issue 17);
 * ``tools``: compute-sanitizer, ncu, nvdisasm on the machine.
 
 Prints a short table per probe; logs under ``$OUT`` when set.
@@ -432,7 +435,9 @@ def probe_muladd_ncu() -> list[str]:
     path = OUT / "probe_muladd_ncu.py"
     path.write_text(MULADD_NCU.replace("HERE_DIR", repr(str(HERE))))
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    r = subprocess.run(["ncu", "--profile-from-start", "off", "--metrics", NCU_METRICS, "--csv", "--print-units", "base",
+    # --clock-control none: the GPU's own clocks, so durations compare with wall-clock figures
+    r = subprocess.run(["ncu", "--profile-from-start", "off", "--clock-control", os.environ.get("NCU_CLOCK", "none"),
+                        "--metrics", NCU_METRICS, "--csv", "--print-units", "base",
                         sys.executable, str(path)], capture_output=True, text=True, timeout=400, env=env)
     (OUT / "muladd_ncu.csv").write_text(r.stdout)
     (OUT / "muladd_ncu.err").write_text(r.stderr)
@@ -452,9 +457,85 @@ def probe_muladd_ncu() -> list[str]:
     return out
 
 
+MULADD_CHAIN = '''
+import os, sys, time, statistics, shutil
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+sys.path.insert(0, HERE_DIR)
+import jax, jax.numpy as jnp, torch
+import pnex_magic as pnex
+import jax_overhead as jo
+
+print("nsys:", shutil.which("nsys"), "| ncu:", shutil.which("ncu"), flush=True)
+ns = {}
+exec(jo.KERNELS, ns)
+n = jo.N_LARGE
+keys = jax.random.split(jax.random.key(2), 3)
+a, b, c = (jax.random.normal(k, (n,), jnp.float32) for k in keys)
+k = pnex.jax_op(ns["muladd"])
+k(a, b, c).block_until_ready()
+jax_pnex = jax.jit(k)
+jax_xla = jax.jit(lambda a, b, c: a * b + c)
+
+def chain(f):
+    def run(a, b, c):
+        return jax.lax.fori_loop(0, 10, lambda i, acc: f(a, b, acc), c)
+    return jax.jit(run)
+
+pnex_chain, xla_chain = chain(k), chain(lambda a, b, c: a * b + c)
+ta, tb, tc = (torch.randn(n, device="cuda") for _ in range(3))
+op = ns["muladd"]
+
+def med(run, reps=10):
+    run()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter(); run(); out.append(time.perf_counter() - t)
+    return statistics.median(out) / 10 * 1e3
+
+def calls(f):
+    def run():
+        o = None
+        for _ in range(10):
+            o = f(a, b, c)
+        o.block_until_ready()
+    return run
+
+def torch_calls():
+    for _ in range(10):
+        op(ta, tb, tc)
+    torch.cuda.synchronize()
+
+def torch_chain():
+    o = tc
+    for _ in range(10):
+        o = op(ta, tb, o)
+    torch.cuda.synchronize()
+
+rows = {
+    "torch op, 10 calls": med(torch_calls),
+    "torch op, 10 chained calls": med(torch_chain),
+    "JAX pnex, 10 jit calls": med(calls(jax_pnex)),
+    "JAX pnex, fori_loop of 10 in one jit": med(lambda: pnex_chain(a, b, c).block_until_ready()),
+    "XLA a*b+c, 10 jit calls": med(calls(jax_xla)),
+    "XLA a*b+c, fori_loop of 10 in one jit": med(lambda: xla_chain(a, b, c).block_until_ready()),
+}
+for name, ms in rows.items():
+    print(f"{name:40s} {ms:.4f} ms per kernel", flush=True)
+'''
+
+
+def probe_muladd_chain() -> list[str]:
+    path = OUT / "probe_muladd_chain.py"
+    path.write_text(MULADD_CHAIN.replace("HERE_DIR", repr(str(HERE))))
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, env=env)
+    return r.stdout.strip().splitlines() + ([f"rc={r.returncode}"] + r.stderr.strip().splitlines()[-8:] if r.returncode else [])
+
+
 
 PROBES = {"tools": probe_tools, "copy": probe_copy, "jax": probe_jax, "first-use": probe_first_use,
-          "per-call": probe_per_call, "muladd-ncu": probe_muladd_ncu}
+          "per-call": probe_per_call, "muladd-ncu": probe_muladd_ncu,
+          "muladd-chain": probe_muladd_chain}
 
 
 def main(argv: list[str] | None = None) -> int:
