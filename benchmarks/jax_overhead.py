@@ -20,9 +20,9 @@ Sections (each goal of the issue, in the order of its Goals table):
   ``lax.platform_dependent`` function is compiled too, to say whether XLA keeps a
   conditional on the platform (the old front end used one);
 * ``muladd_1gib``: ``a*b+c`` on 1 GiB per array, 10 back-to-back calls then one sync
-  (wall clock per call, median of 10), for the pnex kernel (written as the quickstart
-  teaches: ``ITEMS: pnex.Tune(1, 2, 4, 8)`` elements per thread, loads first; an eager
-  JAX call tunes it, the trace uses that choice) through JAX, the same kernel
+  (wall clock per call, median of 10), for the pnex kernel (16-byte vector loads and
+  stores, ``pnex.vload``/``pnex.vstore``, ``GROUPS: pnex.Tune(1, 2)`` of them per
+  thread; an eager JAX call tunes it, the trace uses that choice) through JAX, the same kernel
   through the PyTorch op (also by CUDA events) and XLA's own fused ``a*b+c``.  Goal:
   JAX at most 1.03x the PyTorch op and at most XLA's;
 * ``donation``: an InMut kernel on 256 MiB called 10 times back to back, its InMut
@@ -209,23 +209,26 @@ KERNELS = textwrap.dedent(
         if i < x.shape[0]:
             out[i] = x[i] + 1
 
-    # The quickstart's bandwidth lesson: ITEMS elements per thread, all loads before any
-    # store, ITEMS and the block chosen by the autotuner (an eager call tunes; a trace
-    # uses the stored choice).
-    @pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block="auto")
+    # Bandwidth-bound, written to reach the memory's limit: 16-byte vector loads and
+    # stores (pnex.vload / pnex.vstore, four floats each, as XLA's own fused kernel reads),
+    # GROUPS of them per thread; GROUPS and the block chosen by the autotuner (an eager
+    # call tunes; a trace uses the stored choice).
+    @pnex.jit(n_threads="(a.numel() + 4 * GROUPS - 1) // (4 * GROUPS)", threads_per_block="auto")
     def muladd(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), c: pnex.In("f32", "a"),
-               result: pnex.Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
-        base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
+               result: pnex.Out("f32", "a"), GROUPS: pnex.Tune(1, 2)):
         n = a.shape[0]
-        v = cuda.local.array(ITEMS, float32)
-        for k in range(ITEMS):
-            j = base + k * cuda.blockDim.x
-            if j < n:
-                v[k] = a[j] * b[j] + c[j]
-        for k in range(ITEMS):
-            j = base + k * cuda.blockDim.x
-            if j < n:
-                result[j] = v[k]
+        base = (cuda.blockIdx.x * cuda.blockDim.x * GROUPS + cuda.threadIdx.x) * 4
+        for g in range(GROUPS):
+            i = base + g * cuda.blockDim.x * 4
+            if i + 4 <= n:
+                x = pnex.vload(a, i, 4)
+                y = pnex.vload(b, i, 4)
+                z = pnex.vload(c, i, 4)
+                pnex.vstore(result, i, (x[0] * y[0] + z[0], x[1] * y[1] + z[1], x[2] * y[2] + z[2],
+                                        x[3] * y[3] + z[3]))
+            else:
+                for j in range(i, min(i + 4, n)):
+                    result[j] = a[j] * b[j] + c[j]
 
     @pnex.jit(n_threads="a.numel()")
     def muladd_into(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), c: pnex.InMut("f32", "a")):

@@ -7,6 +7,8 @@ operator with :func:`jit` (or the ``%%pnex`` cell magic: ``%load_ext pnex_magic`
 The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
 graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 :func:`inspect` reports the schema, PTX and resource usage without a GPU.
+Inside a kernel, :func:`vload` and :func:`vstore` read and write several
+consecutive elements in one vector instruction (what bandwidth-bound kernels need).
 :func:`jax_op` makes the same op a JAX function (``jax.jit``, ``grad``, ``vmap``);
 JAX is imported only then.
 :func:`save` writes an op as one self-contained file that :func:`load` registers
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .annotations import In, InMut, Out, Scalar, Tune, Unused
+from .vector import vload, vstore
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
@@ -82,6 +85,8 @@ __all__ = [
     "Scalar",
     "Unused",
     "Tune",
+    "vload",
+    "vstore",
     "inspect",
     "build_report",
     "save",

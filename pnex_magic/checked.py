@@ -110,6 +110,7 @@ _SHAPE_SLOTS = 4
 _RESERVED = "__pnex_"
 _LOAD, _STORE, _CHECK, _ZERO = "__pnex_load", "__pnex_store", "__pnex_check", "__pnex_zero"
 _LOAD_ON_CHIP = "__pnex_load_on_chip"  # a shared or local array's load
+_VLOAD, _VSTORE = "__pnex_vload", "__pnex_vstore"  # pnex.vload / pnex.vstore
 _FACTORY = "__pnex_factory"
 
 _ATOMICS_WITH_INDEX = frozenset(
@@ -328,8 +329,28 @@ def __pnex_store(x, err, site, idx, value):  # noqa: N807
         x[idx] = value
 
 
+def _py_strict(x: Any, err: Any, site: int, i: int) -> bool:
+    """Whether element ``i`` of the 1-D array ``x`` exists, as for a slice's bounds (no
+    wrap-around, what pnex.vload and pnex.vstore take); records the first violation."""
+    shape = _py_shape(x)
+    if shape is None or 0 <= i < shape[0]:
+        return True
+    _py_record(err, site, 0, i, shape)
+    return False
+
+
+def __pnex_vload(x, err, site, idx, width):  # noqa: N807
+    return tuple(x[idx + k] if _py_strict(x, err, site, idx + k) else _py_zero(x) for k in range(width))
+
+
+def __pnex_vstore(x, err, site, idx, values):  # noqa: N807
+    for k, value in enumerate(values):
+        if _py_strict(x, err, site, idx + k):
+            x[idx + k] = value
+
+
 _HELPERS = {_LOAD: __pnex_load, _LOAD_ON_CHIP: __pnex_load_on_chip, _STORE: __pnex_store, _CHECK: __pnex_check,
-            _ZERO: __pnex_zero}
+            _ZERO: __pnex_zero, _VLOAD: __pnex_vload, _VSTORE: __pnex_vstore}
 
 
 def _emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank: Any, dims: list[Any]) -> None:
@@ -602,6 +623,48 @@ def _register_cuda() -> None:
 
         return store
 
+    # pnex.vload / pnex.vstore: the vector access when every element exists (0 <= idx,
+    # idx + width <= len), else each element checked as for a slice (no wrap-around:
+    # the index is tested as unsigned, so a negative one is out of bounds, and the
+    # record shows it as written).
+    from numba.cuda.core.errors import TypingError
+
+    from .vector import vload, vstore
+
+    def strict(k: int) -> str:
+        return f"_in_bounds(x, err, site, uint64(idx + {k}))"
+
+    def generated(code: str) -> Any:
+        namespace = {"_in_bounds": _in_bounds, "_null": _null, "uint64": types.uint64, "vload": vload, "vstore": vstore}
+        exec(code, namespace)  # noqa: S102 - the source above, for one width
+        return namespace["impl"]
+
+    @overload(__pnex_vload, target="cuda", prefer_literal=True)
+    def _vload_checked(x, err, site, idx, width):
+        if not isinstance(width, types.IntegerLiteral):
+            raise TypingError("pnex.vload: the width must be a constant (2, 4, 8 or 16), not a variable")
+        w = width.literal_value
+        items = ", ".join(f"(x[uint64(idx + {k})] if {strict(k)} else _null(x))" for k in range(w))
+        return generated(
+            "def impl(x, err, site, idx, width):\n"
+            f"    if idx >= 0 and idx + {w} <= x.shape[0]:\n"
+            f"        return vload(x, idx, {w})\n"
+            f"    return ({items},)\n"
+        )
+
+    @overload(__pnex_vstore, target="cuda")
+    def _vstore_checked(x, err, site, idx, values):
+        if not isinstance(values, types.BaseTuple):
+            raise TypingError(f"pnex.vstore: the values must be a tuple, got {values}")
+        w = len(values)
+        body = "".join(f"        if {strict(k)}:\n            x[uint64(idx + {k})] = values[{k}]\n" for k in range(w))
+        return generated(
+            "def impl(x, err, site, idx, values):\n"
+            f"    if idx >= 0 and idx + {w} <= x.shape[0]:\n"
+            "        vstore(x, idx, values)\n"
+            "    else:\n" + body
+        )
+
 
 # ----------------------------------------------------------------------------- rewrite
 
@@ -812,7 +875,24 @@ class _Rewriter(ast.NodeTransformer):
                 return [*pre, ast.copy_location(ast.If(test=check, body=body, orelse=[]), node)]
         return self.generic_visit(node)
 
+    def _vector(self, call: ast.Call) -> str | None:
+        """The checked helper for a ``pnex.vload(x, i, w)`` / ``pnex.vstore(x, i, v)``
+        call (by name, as ``vload(...)`` too) on a plain name, else ``None``."""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name not in ("vload", "vstore") or call.keywords or len(call.args) != 3:
+            return None
+        if not isinstance(call.args[0], ast.Name):
+            return None
+        return _VLOAD if name == "vload" else _VSTORE
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        helper = self._vector(node)
+        if helper is not None:
+            array, index, last = node.args
+            site = self._site(node, array, "load" if helper == _VLOAD else "store")
+            args = [self.visit(array), _name(ERR_PARAM), site, self.visit(index), self.visit(last)]
+            return ast.copy_location(self._call(helper, *args), node)
         # An atomic whose result is used: (atomic(x, i, v) if check(x, err, S, i) else zero(x)).
         # Its index is evaluated twice (Numba 0.30 cannot type a walrus there): an index
         # whose evaluation has side effects would see them twice.

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import cache, warmup
+from . import cache, vector, warmup
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
 from .linking import has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry
@@ -155,6 +155,11 @@ def _condense_numba_error(exc: BaseException) -> str:
         keep.append(stripped)
         if len(keep) >= 4:
             break
+    # pnex's own kernel helpers (pnex.vload, pnex.vstore) say what is wrong in their message:
+    # the first such line first (Numba then retries without literals, and says so too).
+    own = [m.group(1) for m in (re.match(r"\s*\w*Error: (pnex\.\w+.*)", ln) for ln in lines) if m]
+    if own:
+        keep = [own[0], *[ln for ln in keep if ln != own[0]][:3]]
     specific = [ln.strip() for ln in lines if re.match(r"\s*(Numba\w*Error|TypeError|NameError|KeyError):", ln)]
     for line in specific[:2]:
         if line not in keep:
@@ -230,6 +235,7 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str,
     warmup.wait()  # never beside the background warm-up (%load_ext): it does this first compile's set-up
     from numba import cuda
 
+    vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     sig = numba_signature(spec, layout, variant)
     try:
         with warnings.catch_warnings(), _target_device(cc):
