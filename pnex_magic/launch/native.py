@@ -83,6 +83,12 @@ def load_launcher(verbose: bool = False, built_only: bool = False):
         return _module
 
 
+def force_checked(op_name: str) -> None:
+    """Launches of ``op_name`` on this thread run its checked variant ("": none)."""
+    if _module is not None:
+        _module.force_checked(op_name)
+
+
 def install_fast_call(cls: type) -> bool:
     """Give the op class ``cls`` the launcher's C call slot (calls with positional
     arguments go to each object's ``_fast`` entry with no Python frame); False where the
