@@ -34,9 +34,20 @@ import textwrap
 import time
 from pathlib import Path
 
-import torch
 
-from bench_common import device_seconds, queued_seconds, result_header, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    build_parser().parse_args()  # prints the help and exits, before the imports below (no torch needed)
+
+import torch  # noqa: E402
+
+from bench_common import device_seconds, queued_seconds, result_header, write_result  # noqa: E402
 
 # One module holds every kernel twice, pinned (the default block) and autotuned, so
 # that a new process importing it has the same kernels (the same builds and keys).
@@ -263,7 +274,7 @@ def log(text: str) -> None:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    build_parser().parse_args()
     if not torch.cuda.is_available():
         print("autotune.py needs an NVIDIA GPU; nothing measured.")
         return 1

@@ -37,9 +37,19 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    build_parser().parse_args()  # prints the help and exits, before the imports below (no torch needed)
+
+import torch  # noqa: E402
+
 from bench_common import device_seconds, result_header, write_result  # noqa: E402
 from overhead import per_call_us  # noqa: E402
 
@@ -178,7 +188,7 @@ def fresh_per_call(path: Path) -> dict:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    build_parser().parse_args()
     if not torch.cuda.is_available():
         print("export_check.py needs an NVIDIA GPU; nothing measured.")
         return 1

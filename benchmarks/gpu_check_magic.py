@@ -17,7 +17,19 @@ import sys
 import tempfile
 import time
 
-import torch
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    build_parser().parse_args()  # prints the help and exits, before the imports below (no torch needed)
+
+import torch  # noqa: E402
 
 CHECKS: list[tuple[str, bool, str]] = []
 
@@ -28,7 +40,7 @@ def check(name: str, ok: bool, detail: str = "") -> None:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    build_parser().parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU visible to PyTorch: nothing to check")
         return 2

@@ -75,8 +75,6 @@ from pathlib import Path
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # PyTorch shares the GPU
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import device_seconds, gpu_info, versions  # noqa: E402
-from bench_common import write_result  # noqa: E402
 
 N_SMALL = 1024
 N_LARGE = (1 << 30) // 4  # 1 GiB of float32 per array
@@ -104,6 +102,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=10_000, help="diffusion steps per timed run (default 10,000)")
     parser.add_argument("--quick", action="store_true", help="fewer steps and repeats: a smoke run, not for the README")
     return parser.parse_args(argv)
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    parse_args()  # prints the help and exits, before bench_common imports torch
+
+from bench_common import device_seconds, gpu_info, versions, write_result  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -49,16 +49,38 @@ import textwrap
 import time
 from collections.abc import Callable
 
-import torch
+from pathlib import Path
 
-from bench_common import device_seconds, gpu_info, result_header, versions, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROUNDS = 5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds of every row (default {ROUNDS})")
+    parser.add_argument("--signatures-only", action="store_true", help="only the signature table and the LLTM row")
+    parser.add_argument("--skip-lltm", action="store_true", help="skip the LLTM row")
+    parser.add_argument("--skip-max-autotune", action="store_true",
+                        help="LLTM: compile the eager model in the default and reduce-overhead modes only")
+    parser.add_argument("--skip-first-use", action="store_true", help="skip the first-use rows (fresh processes)")
+    parser.add_argument("--no-notebook", action="store_true", help="first use: skip the Jupyter-kernel rows")
+    parser.add_argument("--skip-old", action="store_true", help="skip pytorch-numba-extension-jit")
+    parser.add_argument("--skip-load-inline", action="store_true", help="skip the hand-written CUDA op")
+    return parser
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    build_parser().parse_args()  # prints the help and exits, before the imports below (no torch needed)
+
+import torch  # noqa: E402
+
+from bench_common import device_seconds, gpu_info, result_header, versions, write_result  # noqa: E402
 
 __all__ = ["per_call_us", "per_call_args_us", "device_ms", "device_seconds", "gpu_info", "versions", "rounds_of",
-           "signature_table", "main", "GOAL"]
+           "signature_table", "main", "GOAL", "build_parser"]
 
 N_SMALL = 1024
 GOAL = 1.05  # pnex per call / the closest native op's
-ROUNDS = 5
 
 
 def per_call_us(fn, arg, calls: int = 2000, repeats: int = 7) -> float:
@@ -501,17 +523,7 @@ def print_device_rows(rows: list[dict]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds of every row (default {ROUNDS})")
-    parser.add_argument("--signatures-only", action="store_true", help="only the signature table and the LLTM row")
-    parser.add_argument("--skip-lltm", action="store_true", help="skip the LLTM row")
-    parser.add_argument("--skip-max-autotune", action="store_true",
-                        help="LLTM: compile the eager model in the default and reduce-overhead modes only")
-    parser.add_argument("--skip-first-use", action="store_true", help="skip the first-use rows (fresh processes)")
-    parser.add_argument("--no-notebook", action="store_true", help="first use: skip the Jupyter-kernel rows")
-    parser.add_argument("--skip-old", action="store_true", help="skip pytorch-numba-extension-jit")
-    parser.add_argument("--skip-load-inline", action="store_true", help="skip the hand-written CUDA op")
-    opts = parser.parse_args()
+    opts = build_parser().parse_args()
     if not torch.cuda.is_available():
         print("overhead.py needs an NVIDIA GPU; nothing measured (benchmarks/first_use.py --device cpu runs "
               "the first-use rows on CPU tensors).")

@@ -46,10 +46,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from numba import cuda, float32, int64
+DEFAULT_ROUNDS = 5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes, to check the script runs (on CPU through the simulator); writes no results")
+    parser.add_argument("--only", nargs="+", choices=["diffusion", "lltm", "kmeans"],
+                        default=["diffusion", "lltm", "kmeans"], help="workloads to run")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"interleaved rounds of every variant; a time is the minimum of the rounds' medians "
+                             f"(default {DEFAULT_ROUNDS}; 2 with --smoke)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the JSON (default: benchmarks/results/workloads-<date>.json; "
+                             "with --smoke, nothing is written unless given)")
+    return parser
+
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    build_parser().parse_args()  # prints the help and exits, before the imports below (no torch needed)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from numba import cuda, float32, int64  # noqa: E402
 
 import pnex_magic as pnex
 from pnex_magic.autograd import attach_backward
@@ -301,7 +323,7 @@ def _check_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> t
 _TRACEBACKS = False  # the command line prints the traceback of a failed variant
 
 
-ROUNDS = 5  #: rounds of every variant, interleaved (``--rounds``)
+ROUNDS = DEFAULT_ROUNDS  #: rounds of every variant, interleaved (``--rounds``)
 
 
 def _run_rounds(rows: list[Row], variants: list[tuple[str, Callable[[], Row | float]]], rounds: int | None = None) -> None:
@@ -1225,19 +1247,7 @@ def run(only: list[str], smoke: bool, compile_variants: bool = True) -> list[Wor
 
 def main(argv: list[str] | None = None) -> int:
     global _TRACEBACKS, ROUNDS
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny sizes, to check the script runs (on CPU through the simulator); writes no results")
-    parser.add_argument("--only", nargs="+", choices=["diffusion", "lltm", "kmeans"],
-                        default=["diffusion", "lltm", "kmeans"], help="workloads to run")
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help=f"interleaved rounds of every variant; a time is the minimum of the rounds' medians "
-                             f"(default {ROUNDS}; 2 with --smoke)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where to write the JSON (default: benchmarks/results/workloads-<date>.json; "
-                             "with --smoke, nothing is written unless given)")
-    opts = parser.parse_args(argv)
+    opts = build_parser().parse_args(argv)
     _TRACEBACKS = True
     ROUNDS = opts.rounds or (2 if opts.smoke else ROUNDS)
     env = environment()

@@ -34,3 +34,28 @@ def test_help_exits_0_without_a_gpu(script, pnex_env):
     )
     assert run.returncode == 0, f"{script.name} --help exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     assert run.stdout.startswith(f"usage: {script.name}"), run.stdout[:500]
+
+
+# What a script may import before it answers --help: the standard library only.
+_BLOCK_HEAVY = """
+import runpy, sys
+class _Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"torch", "numpy", "numba", "jax", "pnex_magic", "IPython"}:
+            raise ImportError(f"{name} is not installed here (the test blocks it)")
+        return None
+sys.meta_path.insert(0, _Blocked())
+sys.argv = [sys.argv[1], "--help"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", _scripts(), ids=lambda p: p.name)
+def test_help_needs_neither_torch_nor_the_script_folder_on_the_path(script, tmp_path):
+    """--help answers in an isolated interpreter (``-I``: no script folder on sys.path)
+    where torch, numpy, numba, JAX and pnex cannot be imported: a reviewer's machine."""
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", _BLOCK_HEAVY, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert run.returncode == 0, f"{script.name} --help exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    assert "usage:" in run.stdout, run.stdout[:500]
