@@ -16,16 +16,18 @@ import logging
 import os
 import threading
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, parse_arch
-from .compiler import CompiledKernel, compile_kernel
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
 from .fingerprint import function_fingerprint, referenced_names
 from .lazycuda import resolve as resolve_lazy_cuda
 from .spec import KernelSpec
+
+if TYPE_CHECKING:  # the compile stage is imported when a kernel is compiled (pnex.load never compiles)
+    from .compiler import CompiledKernel
 
 __all__ = ["JitOptions", "KernelDefinition", "toolchain_versions"]
 
@@ -200,6 +202,8 @@ class KernelDefinition:
 
                 fn, spec = self.checked_kernel().function, checked_spec(self.spec)
                 cache_id = None if cache_id is None else f"{cache_id}-checked"
+            from .compiler import compile_kernel
+
             result = compile_kernel(
                 fn,
                 spec,

@@ -23,7 +23,6 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from .arch import arch_name, parse_arch
-from .compiler import ltoir_objects
 from .definition import KernelDefinition
 from .errors import KernelCompileError, KernelDefinitionError
 from .linking import has_external_calls, link_cubin, link_ptx, ptx_entry
@@ -78,6 +77,8 @@ def build_images(
     max_registers = definition.options.max_registers
     cubins: dict[str, bytes] = {}
     if has_external_calls(ptx):
+        from .compiler import ltoir_objects  # building images compiles; loading them does not
+
         objects = ltoir_objects(definition.fn, definition.spec, parse_arch(ptx_arch), layout, variant)
         ptx = link_ptx(objects, ptx_arch, name)
         found = ptx_entry(ptx)

@@ -218,6 +218,8 @@ def test_load_in_a_process_without_numba_nvvm_or_nvjitlink(tmp_path, pnex_env):
         import pnex_magic as pnex
         op = pnex.load({str(path)!r})
         report = {{"schema": str(op._opoverload._schema), "blocked": imported_blocked()}}
+        import sys
+        report["compile_stage"] = [m for m in ("pnex_magic.compiler", "pnex_magic.report") if m in sys.modules]
 
         ep = torch.export.load({str(tmp_path / "model.pt2")!r})
         node = next(n for n in ep.graph.nodes if n.op == "call_function" and "pnex" in str(n.target))
@@ -246,6 +248,7 @@ def test_load_in_a_process_without_numba_nvvm_or_nvjitlink(tmp_path, pnex_env):
     report = json.loads(result.stdout.split("REPORT ", 1)[1])
     assert report["schema"] == schema
     assert report["blocked"] == [] and report["blocked_after"] == []
+    assert report["compile_stage"] == []  # loading imports no compile stage (nor the report)
     # The fake implementation's shape rules, on the symbolic batch size s: (s, 6), (3 * s + 1,), (max(s, 1),)
     out, counts, rowmax = report["exported_shapes"]
     symbol = re.fullmatch(r"\((s\d+), 6\)", out).group(1)
