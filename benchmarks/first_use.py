@@ -85,9 +85,10 @@ def _profiled(code: str, lines: int = 30) -> str:
     return head + report + stop + tail + "\nprint('PROFILE'); print(_text.getvalue())\n"
 
 
-def profile_rows(device: str, log=print) -> None:
-    """One more fresh process per row (new kernel, cache hit, load) under cProfile: where
-    the time of each goes, printed (the timing of these runs is not a figure)."""
+def profile_rows(device: str, notebook: bool = False, log=print) -> None:
+    """One more fresh process per row (new kernel, cache hit, load, and with ``notebook``
+    the notebook's new-kernel cell, in the Jupyter kernel) under cProfile: where the time
+    of each goes, printed (the timing of these runs is not a figure)."""
     env = os.environ.copy()
     with tempfile.TemporaryDirectory(prefix="pnex-first-use-profile-") as tmp:
         artifact = _save_artifact(device, Path(tmp))
@@ -97,6 +98,11 @@ def profile_rows(device: str, log=print) -> None:
             out = _child_output(_profiled(code), env)
             log(f"\n==== profile: {name} (one fresh process) ====")
             log(out.split("PROFILE", 1)[1] if "PROFILE" in out else out)
+        if notebook:
+            sample = _notebook_seconds(salt + 1 / 4096, {}, profile=True)
+            log(f"\n==== profile: notebook, new kernel (the cell, in a fresh Jupyter kernel; {sample['seconds']:.3f} s "
+                f"under the profiler, warm-up {sample['warmup_s']}) ====")
+            log(sample["profile"])
 
 
 _PRELUDE = """
@@ -193,9 +199,10 @@ def _notebook_cell(salt: float) -> str:
     )
 
 
-def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0) -> dict:
+def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, profile: bool = False) -> dict:
     """Execute [setup] [%load_ext] [sleep] [%%pnex cell] in a fresh Jupyter kernel (this
-    interpreter); the cell's time is from the client's execute request to its reply."""
+    interpreter); the cell's time is from the client's execute request to its reply.
+    ``profile``: the cell runs under cProfile, whose table is returned as ``profile``."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -205,9 +212,14 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0) -> d
     cells = [
         "import time, torch\nif torch.cuda.is_available():\n    torch.ones(1, device='cuda')",
         "%load_ext pnex_magic",
-        f"time.sleep({pause})  # the user types the next cell",
+        f"time.sleep({pause})  # the user types the next cell"
+        + ("\nimport cProfile\n_profile = cProfile.Profile()\n_profile.enable()" if profile else ""),
         _notebook_cell(salt),
-        "from pnex_magic import cache\n"
+        ("_profile.disable()\nimport io, pstats\n_out = io.StringIO()\n"
+         "pstats.Stats(_profile, stream=_out).sort_stats('cumulative').print_stats(60)\n"
+         "pstats.Stats(_profile, stream=_out).sort_stats('tottime').print_stats(20)\n"
+         "print('PROFILE' + _out.getvalue() + 'END PROFILE')\n" if profile else "")
+        + "from pnex_magic import cache\n"
         "try:\n    from pnex_magic.warmup import state\nexcept ImportError:  # a pnex without the warm-up\n"
         "    state = dict\n"
         "print('STATS', cache.stats.hits, cache.stats.misses, state().get('seconds'))",
@@ -235,8 +247,11 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0) -> d
     text = "".join(o.get("text", "") for o in nb.cells[4].outputs if o.get("output_type") == "stream")
     hits, misses, warm = text.split("STATS", 1)[1].split()[:3]
     shown = any(o.get("output_type") == "display_data" for o in nb.cells[3].outputs)
-    return {"seconds": ends[3] - starts[3], "load_ext_s": ends[1] - starts[1], "hits": int(hits),
-            "misses": int(misses), "warmup_s": None if warm == "None" else float(warm), "report_shown": shown}
+    found = {"seconds": ends[3] - starts[3], "load_ext_s": ends[1] - starts[1], "hits": int(hits),
+             "misses": int(misses), "warmup_s": None if warm == "None" else float(warm), "report_shown": shown}
+    if profile:
+        found["profile"] = text.split("PROFILE", 1)[1].split("END PROFILE", 1)[0]
+    return found
 
 
 def _notebook_once(salt: float, env: dict[str, str], misses: int, log) -> dict:
@@ -326,8 +341,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of every row (default 5)")
     parser.add_argument("--no-notebook", action="store_true", help="skip the Jupyter-kernel rows")
     parser.add_argument("--profile", action="store_true",
-                        help="first, one more fresh process per row (new kernel, cache hit, load) under cProfile, "
-                             "its profile printed")
+                        help="first, one more fresh process per row (new kernel, cache hit, load, and the "
+                             "notebook cell unless --no-notebook) under cProfile, its profile printed")
+    parser.add_argument("--profile-only", action="store_true", help="the --profile runs only: no rounds, no results")
     opts = parser.parse_args()
 
     import torch
@@ -342,8 +358,10 @@ def main() -> int:
         except ImportError:
             print("nbclient is not installed: no notebook rows")
             notebook = False
-    if opts.profile:
-        profile_rows(device)
+    if opts.profile or opts.profile_only:
+        profile_rows(device, notebook)
+        if opts.profile_only:
+            return 0
     samples = first_use_rounds(device, opts.rounds, notebook)
     rows = summarise(samples)
     if device == "cuda":

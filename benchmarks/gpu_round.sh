@@ -39,7 +39,7 @@ for arg in "$@"; do
     export) cmd=(python3 benchmarks/export_check.py); limit=240 ;;
     overhead) cmd=(python3 benchmarks/overhead.py --signatures-only --skip-max-autotune --skip-first-use --rounds ${ROUNDS:-5}); limit=${OVERHEAD_LIMIT:-300} ;;
     firstuse) cmd=(python3 benchmarks/first_use.py --rounds ${FIRSTUSE_ROUNDS:-3}); limit=300 ;;
-    profile) cmd=(python3 benchmarks/first_use.py --profile --rounds 1 --no-notebook); limit=200 ;;
+    profile) cmd=(python3 benchmarks/first_use.py --profile-only); limit=200 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
     probe) cmd=(env OUT=$PWD/logs/probes python3 benchmarks/probes.py ${PROBES:-muladd-ncu}); limit=${PROBE_LIMIT:-300} ;;
