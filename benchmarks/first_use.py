@@ -19,9 +19,10 @@ median over the rounds):
   call, separately);
 * with ``--notebook`` (default when ``nbclient`` is installed): a ``%%pnex`` cell of a
   new kernel (no ``--args``), run 2 s after the ``%load_ext pnex_magic`` cell in a
-  fresh Jupyter kernel: the time from sending the cell to its reply (the report is
-  shown just before the reply), with the background warm-up and with
-  ``PNEX_WARMUP=0``, and the same cell as a cache hit.
+  fresh Jupyter kernel: the time from sending the cell to the report's arrival in the
+  notebook (the issue's "cell start to report shown"; the cell then fills in its SASS
+  listing, and ``cell_s`` is the time to its reply), with the background warm-up and
+  with ``PNEX_WARMUP=0``, and the same cell as a cache hit.
 
 Goals (issue 20, on the GPU machine): import <= 0.1 s, new kernel <= 0.7 s, cache hit
 <= 0.15 s, load <= 0.1 s, notebook cell <= 0.5 s.  On CPU tensors the first call runs
@@ -201,7 +202,9 @@ def _notebook_cell(salt: float) -> str:
 
 def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, profile: bool = False) -> dict:
     """Execute [setup] [%load_ext] [sleep] [%%pnex cell] in a fresh Jupyter kernel (this
-    interpreter); the cell's time is from the client's execute request to its reply.
+    interpreter); the cell's time (``seconds``) is from the client's execute request to
+    the report's arrival (the cell then fills in its SASS listing; ``cell_s``: to the
+    cell's reply).
     ``profile``: the cell runs under cProfile, whose table is returned as ``profile``."""
     import nbformat
     from nbclient import NotebookClient
@@ -234,12 +237,24 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
     def on_executed(cell, cell_index, execute_reply, **_):
         ends[cell_index] = time.perf_counter()
 
+    report_at: dict[int, float] = {}
+
+    class Client(NotebookClient):
+        # When the report first reaches the notebook (a display or an update of the
+        # cell's progress display holding it): the cell may go on after that, filling
+        # in the SASS listing in the same output.
+        def process_message(self, msg, cell, cell_index):
+            data = msg.get("content", {}).get("data", {})
+            if cell_index not in report_at and "pnex-report" in str(data.get("text/html", "")):
+                report_at[cell_index] = time.perf_counter()
+            return super().process_message(msg, cell, cell_index)
+
     old_env = os.environ.copy()
     os.environ.update(env)
     try:
         with this_python_kernel() as kernel_name:
-            client = NotebookClient(nb, kernel_name=kernel_name, timeout=600, on_cell_execute=on_execute,
-                                    on_cell_executed=on_executed)
+            client = Client(nb, kernel_name=kernel_name, timeout=600, on_cell_execute=on_execute,
+                            on_cell_executed=on_executed)
             client.execute()
     finally:
         os.environ.clear()
@@ -247,7 +262,9 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
     text = "".join(o.get("text", "") for o in nb.cells[4].outputs if o.get("output_type") == "stream")
     hits, misses, warm = text.split("STATS", 1)[1].split()[:3]
     shown = any(o.get("output_type") == "display_data" for o in nb.cells[3].outputs)
-    found = {"seconds": ends[3] - starts[3], "load_ext_s": ends[1] - starts[1], "hits": int(hits),
+    shown_at = report_at.get(3)
+    found = {"seconds": (shown_at if shown_at is not None else ends[3]) - starts[3],
+             "cell_s": ends[3] - starts[3], "load_ext_s": ends[1] - starts[1], "hits": int(hits),
              "misses": int(misses), "warmup_s": None if warm == "None" else float(warm), "report_shown": shown}
     if profile:
         found["profile"] = text.split("PROFILE", 1)[1].split("END PROFILE", 1)[0]

@@ -33,7 +33,7 @@ from .hardware import occupancy
 from .launch import autotune, is_fault
 from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
-from .sass import Disassembly, disassemble
+from .sass import Disassembly, PendingDisassembly, disassemble
 
 __all__ = ["KernelReport", "build_report", "inspect", "occupancy"]
 
@@ -217,7 +217,7 @@ def build_report(
     args: Sequence[Any] | None = None,
     eager: Callable[..., Any] | None = None,
     time: bool | None = None,
-    sass: bool = True,
+    sass: bool | str = True,
     args_name: str = "the example arguments",
     eager_name: str | None = None,
     progress: Callable[[str], None] | None = None,
@@ -228,7 +228,8 @@ def build_report(
     (results compared in float64) and, on CUDA tensors, timings of both.
 
     ``arch`` picks the architecture the PTX and resources are shown for (default:
-    the op's target).  ``time`` defaults to "the arguments are CUDA tensors".
+    the op's target); ``sass="later"`` leaves a :class:`~pnex_magic.sass.PendingDisassembly` in the
+    report's ``sass``, to be filled in once the report is shown.  ``time`` defaults to "the arguments are CUDA tensors".
     ``args_name`` and ``eager_name`` say how errors name the arguments and the
     reference (the magic passes its option text).  ``progress(step)`` is called
     before each slow step.  ``check_first``: on CUDA arguments, run the op's checked
@@ -300,9 +301,15 @@ def build_report(
                                      checked_run=checked_run)
     if sass:
         compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
-        found = disassemble(compiled.cubin) if compiled else Disassembly(None, None, report.not_compiled or "no cubin")
+        if not compiled:
+            found = Disassembly(None, None, report.not_compiled or "no cubin")
+        elif sass == "later":
+            found = PendingDisassembly(None, None, PendingDisassembly.NOTE, compiled.cubin)
+        else:
+            found = disassemble(compiled.cubin)
         report = dataclasses.replace(report, sass=found)
     return report
+
 
 
 def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -> KernelReport:

@@ -20,7 +20,7 @@ import threading
 
 from . import cache
 
-__all__ = ["Disassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE"]
+__all__ = ["Disassembly", "PendingDisassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,19 @@ class Disassembly:
 
     def __bool__(self) -> bool:
         return bool(self.text)
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingDisassembly(Disassembly):
+    """A listing still being made (the ``%%pnex`` cell shows its report before the
+    disassembler, 0.2-0.5 s to start, is done; :func:`prefetch` started it): falsy,
+    with a note; :meth:`result` waits for the listing."""
+
+    NOTE = "being disassembled; the listing appears here in a moment"
+    cubin: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+
+    def result(self) -> Disassembly:
+        return disassemble(self.cubin)
 
 
 def find_disassembler() -> tuple[str, str] | None:

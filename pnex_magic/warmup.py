@@ -7,8 +7,9 @@ That is about 1.5 s on two cores, against well under 0.1 s for each later kernel
 ``%load_ext pnex_magic`` calls :func:`start`, which does all of it in a daemon
 thread by compiling and linking a trivial kernel, so that the notebook's first
 ``%%pnex`` cell, typed a few seconds later, compiles at the later kernels' speed.
-It then loads the C++ launcher when it is built already, and makes the report's
-syntax highlighters (their regular expressions compile on first use).
+It then loads the C++ launcher when it is built already, makes the report's syntax
+highlighters (their regular expressions compile on first use) and imports ipywidgets
+(the cell's progress bar).
 
 It is invisible: the thread prints nothing, lets no exception out (a broken
 compiler set-up is reported by the real compile, with its usual message) and does
@@ -123,3 +124,6 @@ def _warm_report() -> None:
 
     for lexer in (python_lexer(), PtxLexer(), SassLexer()):
         highlight("x = 1\n", lexer)
+    # The cell's progress bar is an ipywidgets display: its import took 0.14 s of the
+    # first cell on the GPU machine (cProfile of the cell, benchmarks/first_use.py).
+    import ipywidgets  # noqa: F401

@@ -964,3 +964,32 @@ def test_magic_check_names_the_access_and_keeps_the_binding(ip):
     assert "overrun" not in ip.user_ns  # nothing bound
     with pytest.raises(UsageError, match="--sanitize needs --args"):
         ip.run_cell_magic("pnex", "--n-threads a.numel() --sanitize", OVERRUN_CELL)
+
+
+def test_in_a_notebook_the_report_shows_before_its_sass_listing_is_made(ip, monkeypatch):
+    """In a Jupyter kernel the cell shows its report as soon as it is built, with a note
+    where the SASS listing goes, then replaces it in the same output with the listing
+    (the disassembler takes 0.2-0.5 s to start); the bound report ends complete."""
+    from IPython.display import DisplayHandle
+
+    from pnex_magic.frontends import cell as cell_module
+    from pnex_magic.render.report import PnexReport
+    from pnex_magic.sass import PendingDisassembly, find_disassembler
+
+    if find_disassembler() is None:
+        pytest.skip("no cuobjdump/nvdisasm here (pip install 'pnex_magic[sass]')")
+    shown = []
+
+    def update(self, obj, **kwargs):
+        if isinstance(obj, PnexReport):
+            shown.append((type(obj.sass), bool(obj.sass), obj.kernel.sass == obj.sass))
+
+    monkeypatch.setattr(cell_module, "in_kernel", lambda shell: True)
+    monkeypatch.setattr(DisplayHandle, "update", update)
+    run(ip, "--n-threads 'out.size(1), out.size(0)' -o rep_later", SCALE_CELL)
+    if not ip.user_ns["rep_later"].kernel.ptx:
+        pytest.skip("no NVVM here: nothing to disassemble")
+    assert shown[0][0] is PendingDisassembly and shown[0][1] is False  # shown with the note first
+    assert shown[-1][1] is True and shown[-1][2] is True and len(shown) == 2  # then the listing
+    rep = ip.user_ns["rep_later"]
+    assert rep.sass and "LDG" in rep.sass.text

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import linecache
 import re
 import sys
@@ -232,16 +233,34 @@ class CellRun:
             if self.compile_log.strip():
                 print(self.compile_log)
             print(f"pnex: {report.binding_text()}")
-        if not progress.finish(report):
+        shown = progress.finish(report)
+        if not shown:
+            self._fill_sass(report)
             from IPython.display import display
 
             display(report)
+        elif self._fill_sass(report):
+            # The report showed with its SASS still being made (the disassembler takes
+            # 0.2-0.5 s to start); the listing replaces the note in the same output.
+            progress.handle.update(report)
         if self.sanitizer is not None:
             from IPython.display import display
 
             report.sanitizer = self.sanitizer
             display(self.sanitizer)
         return None
+
+    @staticmethod
+    def _fill_sass(report: PnexReport) -> bool:
+        """Put the finished SASS listing in a report shown before it was made; whether
+        there was one to wait for."""
+        pending = report.sass
+        if not isinstance(pending, sass.PendingDisassembly):
+            return False
+        found = pending.result()
+        report.sass = found
+        report.kernel = dataclasses.replace(report.kernel, sass=found)
+        return True
 
     def _finalise_error(self, failure: CellFailure) -> BaseException:
         error = failure.error
@@ -312,7 +331,7 @@ class CellRun:
                     kernel_report = build_report(
                         op, arch=opts.arch, args=args, eager=eager, progress=step,
                         args_name=f"--args {opts.args}", eager_name=f"--eager {opts.eager}" if opts.eager else None,
-                        check_first=True,
+                        check_first=True, sass="later" if in_kernel(self.shell) else True,
                     )
                     if opts.sanitize:
                         from ..sanitize import run_sanitizer
