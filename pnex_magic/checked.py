@@ -391,6 +391,9 @@ def _emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank:
 @functools.lru_cache(maxsize=1)
 def _register_cuda() -> None:
     """Register the helpers' CUDA implementations with Numba (once, on first use)."""
+    from . import warmup
+
+    warmup.wait()  # Numba's imports, never beside the background warm-up's
     from llvmlite import ir
     from numba.cuda import cgutils, types
     from numba.cuda.extending import intrinsic, overload

@@ -277,6 +277,11 @@ class KernelDefinition:
         ``@cuda.jit(device=True)`` functions are replaced by their simulated forms (made
         on the first call, which imports the simulator); ``checked``: the checked
         variant's (:meth:`checked_kernel`), which takes the error record last."""
+        from . import warmup
+
+        # Never import Numba beside the background warm-up (%load_ext): an import of the
+        # simulator racing it failed with "cannot import name" in a cell run at once.
+        warmup.wait()
         if checked:
             if self._simulated_checked is None:
                 with _SIMULABLE_LOCK:

@@ -38,6 +38,12 @@ class LazyCudaModule:
     @staticmethod
     def module() -> types.ModuleType:
         """The real ``numba.cuda`` (imported now if it was not)."""
+        import sys
+
+        if "numba.cuda" not in sys.modules:  # not beside the background warm-up's import of it
+            from . import warmup
+
+            warmup.wait()
         from numba import cuda as module
 
         return module

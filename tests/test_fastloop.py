@@ -556,3 +556,28 @@ def test_a_prefetched_sass_listing_is_made_once_in_the_background(fresh_cache, m
     assert listing.text and listing.tool
     assert runs == ["pnex-sass"]
     sass._disassemble_cached.cache_clear()
+
+
+def test_numba_is_imported_in_the_foreground_only_after_the_warmup(monkeypatch):
+    """A cell run right after %load_ext whose kernel is a cache hit compiles nothing, but
+    its simulated run imports Numba's simulator (and the lazy ``cuda`` numba.cuda): both
+    wait for the background warm-up first, so the two imports never race."""
+    from pnex_magic import definition as definition_module
+    from pnex_magic import lazycuda, warmup
+
+    waits = []
+    monkeypatch.setattr(warmup, "wait", lambda timeout=None: waits.append(timeout))
+
+    @pnex.jit(n_threads="a.numel()")
+    def after_warm(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = numba_cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] + 1
+
+    waits.clear()
+    after_warm.definition.simulated_function()
+    assert waits, "simulated_function imported the simulator without waiting for the warm-up"
+    monkeypatch.delitem(sys.modules, "numba.cuda")
+    waits.clear()
+    assert lazycuda.cuda.module() is not None and waits
+    assert isinstance(after_warm.definition, definition_module.KernelDefinition)
