@@ -29,6 +29,7 @@ import pnex_magic as pnex
 from pnex_magic import checked as C
 from pnex_magic.definition import _simulable
 from pnex_magic.errors import KernelDefinitionError, KernelIndexError, PnexError
+from toolchain import needs_nvvm
 
 RECORD = C.RECORD_SIZE
 
@@ -500,19 +501,6 @@ def test_checked_spec_appends_the_record():
 
 
 # ----------------------------------------------------------------------------- PTX and cubin
-
-
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv import nvvm
-
-        nvvm.NVVM()
-        return True
-    except Exception:
-        return False
-
-
-needs_nvvm = pytest.mark.skipif(not _nvvm_available(), reason="no NVVM (pip install numba-cuda[cu13])")
 
 
 def _signature(fn):

@@ -11,19 +11,7 @@ from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic.errors import KernelIndexError, KernelTypingError
-
-
-def _nvvm_available() -> bool:
-    try:
-        from numba.cuda.cudadrv import nvvm
-
-        nvvm.NVVM()
-        return True
-    except Exception:
-        return False
-
-
-needs_nvvm = pytest.mark.skipif(not _nvvm_available(), reason="no NVVM (pip install numba-cuda[cu13])")
+from toolchain import needs_nvvm
 
 
 def _axpb4(check: bool = False):
