@@ -123,7 +123,10 @@ class PnexOp(CustomOpDef):
     _pnex: Kernel
     _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
     _superseded: Superseded | None = None  # set with _fast = None (see pnex_magic.define)
-    _fast: tuple | None = None  # the C call slot's entry (see _fast_entry)
+    # What the C call slot (pnex_magic.launch.install_fast_call) calls and checks: (the
+    # OpOverload's C++ entry, the number of arguments, the scalars' exact types); None: use
+    # __call__.
+    _fast: tuple | None = None
 
     def __call__(self, *args, **kwargs):
         if self._superseded is not None:
@@ -156,13 +159,6 @@ class PnexOp(CustomOpDef):
         if translated is exc:
             raise exc
         raise translated from None
-
-    def _fast_entry(self) -> tuple | None:
-        """What the C call slot (see :func:`pnex_magic.launch.install_fast_call`) calls
-        and checks: (the OpOverload's C++ entry, the number of arguments, the scalars'
-        exact types), or None while the op has no entry yet."""
-        call = self.__dict__.get("_call")
-        return None if call is None else (call, self._nargs, self._scalar_kinds)
 
     def _check_types(self, args: tuple) -> None:
         """Python-side checks of the arguments' kinds (a tensor where a tensor goes, an
@@ -318,7 +314,7 @@ def make_op(definition: Kernel) -> PnexOp:
     _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
     op._call = getattr(op._opoverload, "_op", op._opoverload)
-    op._fast = op._fast_entry()
+    op._fast = (op._call, op._nargs, op._scalar_kinds)
     if op._native:
         launch.install_fast_call(PnexOp)  # calls skip __call__'s Python frame (checks stay)
     return op
