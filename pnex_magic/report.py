@@ -228,8 +228,9 @@ def build_report(
     (results compared in float64) and, on CUDA tensors, timings of both.
 
     ``arch`` picks the architecture the PTX and resources are shown for (default:
-    the op's target); ``sass="later"`` leaves a :class:`~pnex_magic.sass.PendingDisassembly` in the
-    report's ``sass``, to be filled in once the report is shown.  ``time`` defaults to "the arguments are CUDA tensors".
+    the op's target); ``sass="later"`` leaves a
+    :class:`~pnex_magic.sass.PendingDisassembly` in the report's ``sass``, to be filled
+    in once the report is shown.  ``time`` defaults to "the arguments are CUDA tensors".
     ``args_name`` and ``eager_name`` say how errors name the arguments and the
     reference (the magic passes its option text).  ``progress(step)`` is called
     before each slow step.  ``check_first``: on CUDA arguments, run the op's checked
@@ -309,7 +310,6 @@ def build_report(
             found = disassemble(compiled.cubin)
         report = dataclasses.replace(report, sass=found)
     return report
-
 
 
 def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -> KernelReport:
