@@ -568,6 +568,12 @@ def _register_cuda() -> None:
             return lambda x: _null(x)
         return None
 
+    def branching_load(x, err, site, idx):
+        # One branch around the load: the element, or zero with the violation recorded.
+        if _in_bounds(x, err, site, idx):
+            return x[idx]
+        return _null(x)
+
     @overload(__pnex_load, target="cuda", inline="always")  # a view cannot be returned from a call; and
     # a call is inlined by NVVM only when it calls nothing external (a bfloat16 conversion does)
     def _load_impl(x, err, site, idx):
@@ -577,13 +583,7 @@ def _register_cuda() -> None:
         if k == x.ndim:
             if _safe_load_fits(x):
                 return lambda x, err, site, idx: _load_or_zero(x, err, site, idx)
-
-            def load(x, err, site, idx):
-                if _in_bounds(x, err, site, idx):
-                    return x[idx]
-                return _null(x)
-
-            return load
+            return branching_load
 
         def view(x, err, site, idx):
             if _in_bounds(x, err, site, idx):
@@ -598,13 +598,7 @@ def _register_cuda() -> None:
         # a branch around the load (what the global loads avoid) costs fewer registers.
         if checked(x, idx) != getattr(x, "ndim", None):
             return _load_impl(x, err, site, idx)
-
-        def load(x, err, site, idx):
-            if _in_bounds(x, err, site, idx):
-                return x[idx]
-            return _null(x)
-
-        return load
+        return branching_load
 
     @overload(__pnex_store, target="cuda", inline="always")
     def _store_impl(x, err, site, idx, value):
