@@ -81,8 +81,10 @@ def register_cuda() -> None:
     def literal_width(width: Any) -> int | None:
         return width.literal_value if isinstance(width, types.IntegerLiteral) else None
 
-    def pointers(context: Any, builder: Any, aryty: Any, ary: Any, index: Any, width: int) -> tuple[Any, Any, list[Any]]:
-        """Whether the vector access can be made, the vector pointer, and each element's pointer."""
+    def pointers(context: Any, builder: Any, aryty: Any, ary: Any, index: Any, width: int
+                 ) -> tuple[Any, Any, list[Any], int]:
+        """Whether the vector access can be made, the vector pointer, each element's
+        pointer, and the vector's bytes (its alignment)."""
         data_ty = context.get_data_type(aryty.dtype)
         nbytes = width * context.get_abi_sizeof(data_ty)
         arr = context.make_array(aryty)(context, builder, ary)
@@ -99,7 +101,7 @@ def register_cuda() -> None:
         aligned = builder.icmp_unsigned("==", builder.and_(first, ir.Constant(i64, nbytes - 1)), ir.Constant(i64, 0))
         adjacent = builder.icmp_signed("==", stride, ir.Constant(i64, nbytes // width))
         vector = builder.bitcast(elements[0], ir.VectorType(data_ty, width).as_pointer())
-        return builder.and_(aligned, adjacent), vector, elements
+        return builder.and_(aligned, adjacent), vector, elements, nbytes
 
     @intrinsic
     def _vload(typingctx, array, index, width):
@@ -112,8 +114,7 @@ def register_cuda() -> None:
 
         def codegen(context, builder, signature, args):
             aryty = signature.args[0]
-            ok, vector, elements = pointers(context, builder, aryty, args[0], args[1], w)
-            nbytes = w * context.get_abi_sizeof(context.get_data_type(aryty.dtype))
+            ok, vector, elements, nbytes = pointers(context, builder, aryty, args[0], args[1], w)
             with builder.if_else(ok, likely=True) as (fast, slow):
                 with fast:
                     loaded = builder.load(vector, align=nbytes)
@@ -147,9 +148,8 @@ def register_cuda() -> None:
             aryty, _, tupty = signature.args
             items = cgutils.unpack_tuple(builder, args[2], w)
             items = [context.cast(builder, v, t, aryty.dtype) for v, t in zip(items, tupty.types)]
-            ok, vector, elements = pointers(context, builder, aryty, args[0], args[1], w)
+            ok, vector, elements, nbytes = pointers(context, builder, aryty, args[0], args[1], w)
             data_ty = context.get_data_type(aryty.dtype)
-            nbytes = w * context.get_abi_sizeof(data_ty)
             with builder.if_else(ok, likely=True) as (fast, slow):
                 with fast:
                     packed = ir.Constant(ir.VectorType(data_ty, w), ir.Undefined)
