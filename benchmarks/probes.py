@@ -388,8 +388,10 @@ def probe_tools() -> list[str]:
             rows.append(f"{cmd[0]}: {exc}")
     return rows
 
-MULADD_NCU = '''
-import os, sys
+# Both muladd probes: jax_overhead.py's 1 GiB a*b+c kernel, tuned by an eager JAX call, as
+# a jitted JAX function (k, jax_pnex), XLA's own a*b+c (jax_xla) and the PyTorch op (op).
+MULADD_SETUP = '''
+import os, sys, time, statistics, shutil
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 sys.path.insert(0, HERE_DIR)
 import jax, jax.numpy as jnp, torch
@@ -401,12 +403,16 @@ exec(jo.KERNELS, ns)
 n = jo.N_LARGE
 keys = jax.random.split(jax.random.key(2), 3)
 a, b, c = (jax.random.normal(k, (n,), jnp.float32) for k in keys)
-pnex.jax_op(ns["muladd"])(a, b, c).block_until_ready()      # the autotuner chooses, outside the profile
-jax_pnex = jax.jit(pnex.jax_op(ns["muladd"]))
+k = pnex.jax_op(ns["muladd"])
+k(a, b, c).block_until_ready()      # the autotuner chooses, before anything is measured
+jax_pnex = jax.jit(k)
 jax_xla = jax.jit(lambda a, b, c: a * b + c)
-jax_pnex(a, b, c).block_until_ready(); jax_xla(a, b, c).block_until_ready()
 ta, tb, tc = (torch.randn(n, device="cuda") for _ in range(3))
 op = ns["muladd"]
+'''
+
+MULADD_NCU = '''
+jax_pnex(a, b, c).block_until_ready(); jax_xla(a, b, c).block_until_ready()
 op(ta, tb, tc); torch.cuda.synchronize()
 cudart = torch.cuda.cudart()
 cudart.cudaProfilerStart()
@@ -422,6 +428,13 @@ cudart.cudaProfilerStop()
 print("done", flush=True)
 '''
 
+def _muladd_script(name: str, body: str) -> Path:
+    """A child script under $OUT: MULADD_SETUP, then ``body``."""
+    path = OUT / name
+    path.write_text((MULADD_SETUP + body).replace("HERE_DIR", repr(str(HERE))))
+    return path
+
+
 NCU_METRICS = ",".join([
     "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum",
     "dram__bytes_write.sum", "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
@@ -432,8 +445,7 @@ NCU_METRICS = ",".join([
 
 
 def probe_muladd_ncu() -> list[str]:
-    path = OUT / "probe_muladd_ncu.py"
-    path.write_text(MULADD_NCU.replace("HERE_DIR", repr(str(HERE))))
+    path = _muladd_script("probe_muladd_ncu.py", MULADD_NCU)
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     # --clock-control none: the GPU's own clocks, so durations compare with wall-clock figures
     r = subprocess.run(["ncu", "--profile-from-start", "off", "--clock-control", os.environ.get("NCU_CLOCK", "none"),
@@ -458,23 +470,7 @@ def probe_muladd_ncu() -> list[str]:
 
 
 MULADD_CHAIN = '''
-import os, sys, time, statistics, shutil
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-sys.path.insert(0, HERE_DIR)
-import jax, jax.numpy as jnp, torch
-import pnex_magic as pnex
-import jax_overhead as jo
-
 print("nsys:", shutil.which("nsys"), "| ncu:", shutil.which("ncu"), flush=True)
-ns = {}
-exec(jo.KERNELS, ns)
-n = jo.N_LARGE
-keys = jax.random.split(jax.random.key(2), 3)
-a, b, c = (jax.random.normal(k, (n,), jnp.float32) for k in keys)
-k = pnex.jax_op(ns["muladd"])
-k(a, b, c).block_until_ready()
-jax_pnex = jax.jit(k)
-jax_xla = jax.jit(lambda a, b, c: a * b + c)
 
 def chain(f):
     def run(a, b, c):
@@ -482,8 +478,6 @@ def chain(f):
     return jax.jit(run)
 
 pnex_chain, xla_chain = chain(k), chain(lambda a, b, c: a * b + c)
-ta, tb, tc = (torch.randn(n, device="cuda") for _ in range(3))
-op = ns["muladd"]
 
 def med(run, reps=10):
     run()
@@ -525,8 +519,7 @@ for name, ms in rows.items():
 
 
 def probe_muladd_chain() -> list[str]:
-    path = OUT / "probe_muladd_chain.py"
-    path.write_text(MULADD_CHAIN.replace("HERE_DIR", repr(str(HERE))))
+    path = _muladd_script("probe_muladd_chain.py", MULADD_CHAIN)
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, env=env)
     return r.stdout.strip().splitlines() + ([f"rc={r.returncode}"] + r.stderr.strip().splitlines()[-8:] if r.returncode else [])
