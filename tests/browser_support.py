@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,7 +162,15 @@ def console_errors(page) -> list[str]:
 def wait_kernel_idle(server: JupyterServer, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        kernels = server.api("kernels")
+        try:
+            kernels = server.api("kernels")
+        except urllib.error.HTTPError as error:
+            # jupyter_server answers 500 while a kernel it lists is still being
+            # started: the kernel is in its table before ``last_activity`` is set,
+            # and the model formats that None. Not idle yet, so ask again.
+            if error.code < 500:
+                raise
+            kernels = None
         if kernels and all(k.get("execution_state") == "idle" for k in kernels):
             return
         time.sleep(0.5)
