@@ -7,8 +7,9 @@ what line info (``-lineinfo``) costs.
 Three workloads, each compiled four ways for the GPU's architecture (``--arch``
 without a GPU, sm_90 by default) through pnex's own path (Numba's PTX, then
 nvJitLink): fast, fast with line info, checked, checked with line info.  For each:
-registers and stack (ptxas, through nvJitLink) and the number of SASS instructions
-(``cuobjdump``/``nvdisasm``).  On a GPU each fast and checked variant also runs at
+registers and stack (ptxas, through nvJitLink), the number of SASS instructions
+(``cuobjdump``/``nvdisasm``), and for the checked variant how many accesses it tests at
+run time and how many the source proves in bounds (:mod:`pnex_magic.index_ranges`).  On a GPU each fast and checked variant also runs at
 full size, device time by CUDA events around a CUDA graph of ``--loops`` launches
 (so that the Python launcher's own time never starves the GPU):
 
@@ -17,6 +18,7 @@ full size, device time by CUDA events around a CUDA graph of ``--loops`` launche
 * **kmeans**: ``benchmarks/workloads.py``'s assignment kernel, 20 M 2-D points, 2 centroids.
 
 The goal (issue 21): a checked variant within 1.5x of the fast one's device time.
+Both variants write a poisoned output, and their results must agree.
 The launcher is :class:`pnex_magic.launch.driver.DriverLauncher` on a stand-in
 kernel whose image is the cubin built here; the checked variant gets the error record
 as its trailing argument (zeroed once: the record is read, and checked to be empty,
@@ -50,6 +52,8 @@ class Build:
     stack_bytes: int | None
     sass_instructions: int | None
     ptx_lines: int
+    checked_sites: int | None = None  # accesses tested at run time (checked variant)
+    proven_sites: int | None = None  # accesses the source proves in bounds, left unchecked
     cubin: bytes = dataclasses.field(repr=False, default=b"")
     entry: str = ""
     seconds: float = 0.0
@@ -88,8 +92,10 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
     from pnex_magic.linking import linker_classes, ptx_entry
 
     cc = parse_arch(arch)
+    sites = None
     if checked:
-        fn, spec = checked_kernel(fn).function, checked_spec(spec)
+        sites = checked_kernel(fn, spec.block_candidates)  # as the op builds it: its blocks bound threadIdx
+        fn, spec = sites.function, checked_spec(spec)
     start = time.perf_counter()
     with warnings.catch_warnings(), _target_device(cc):
         warnings.simplefilter("ignore")
@@ -107,7 +113,9 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
     dis = sass.disassemble(cubin)
     count = len(_SASS_INSTRUCTION.findall(dis.text)) if dis.text else None
     return Build(name, "checked" if checked else "fast", lineinfo, res.registers if res else None,
-                 res.stack_bytes if res else None, count, len(ptx.splitlines()), cubin, ptx_entry(ptx) or "", seconds)
+                 res.stack_bytes if res else None, count, len(ptx.splitlines()),
+                 len(sites.sites) if sites else None, len(sites.proven) if sites else None,
+                 cubin, ptx_entry(ptx) or "", seconds)
 
 
 class _Image:
@@ -131,6 +139,10 @@ class _Image:
 
     def simulated_function(self) -> None:
         return None
+
+
+#: Which argument each workload writes: compared between the fast and checked runs.
+_OUTPUT = {"muladd": 3, "diffusion": 1, "kmeans": 2}
 
 
 def _inputs(name: str, device: str) -> tuple[list[Any], int]:
@@ -220,14 +232,24 @@ def main(argv: list[str] | None = None) -> int:
 
     timings: dict[tuple[str, str], float] = {}
     records: dict[str, list[int] | None] = {}
+    mismatches: dict[str, str] = {}
     if on_gpu:
         for name in names:
             values, loops = _inputs(name, "cuda")
+            out = _OUTPUT[name]
+            results = {}
             for variant in ("fast", "checked"):
+                values[out].fill_(-1)  # poisoned: each variant must write every element
                 seconds, record = time_variant(kernels[name][1], builds[(name, variant, False)], values, loops, args.repeat)
                 timings[(name, variant)] = seconds
+                results[variant] = values[out].clone()
                 if variant == "checked":
                     records[name] = record
+            try:  # the same code but for the checks: the same result (one FMA's rounding allowed)
+                torch.testing.assert_close(results["checked"].double(), results["fast"].double(), rtol=1e-6, atol=1e-6)
+            except AssertionError as exc:
+                mismatches[name] = str(exc).splitlines()[0]
+            del values, results
             del values
             torch.cuda.empty_cache()
 
@@ -236,12 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         t = timings.get((name, variant)) if not lineinfo else None
         fast = timings.get((name, "fast"))
         ratio = f"{t / fast:.2f}x" if t is not None and fast and variant == "checked" else ""
+        checks = f"{b.checked_sites}/{b.proven_sites}" if b.checked_sites is not None else ""
         rows.append([name, variant, "yes" if lineinfo else "no", b.registers, b.stack_bytes, b.sass_instructions,
-                     b.ptx_lines, f"{b.seconds:.2f}", f"{t * 1e6:.1f}" if t is not None else "", ratio])
+                     b.ptx_lines, checks, f"{b.seconds:.2f}", f"{t * 1e6:.1f}" if t is not None else "", ratio])
         result_rows.append({
             "workload": name, "variant": variant, "lineinfo": lineinfo, "registers": b.registers,
             "stack_bytes": b.stack_bytes, "sass_instructions": b.sass_instructions, "ptx_lines": b.ptx_lines,
             "compile_seconds": b.seconds, "device_seconds": t,
+            "checked_sites": b.checked_sites, "proven_sites": b.proven_sites,
         })
     if torch.cuda.is_available():
         result = result_header("checked-overhead")
@@ -252,18 +276,21 @@ def main(argv: list[str] | None = None) -> int:
 
         result = {"benchmark": "checked-overhead", "gpu": None, "versions": versions(),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    result.update({"arch": arch, "goal_ratio": GOAL, "rows": result_rows, "checked_records": records})
+    result.update({"arch": arch, "goal_ratio": GOAL, "rows": result_rows, "checked_records": records,
+                   "output_mismatches": mismatches})
     ratios = {n: timings[(n, "checked")] / timings[(n, "fast")] for n in names if (n, "fast") in timings}
     result["ratios"] = ratios
     path = write_result(result, "checked-overhead")
     bad = {n: r for n, r in records.items() if r and r[0]}
     if bad:
         print(f"a checked run recorded a violation (a bug in the kernel or in the checks): {bad}")
+    for name, message in mismatches.items():
+        print(f"{name}: the checked variant's result differs from the fast one's: {message}")
     print(f"written to {path}")
     print(f"\nchecked vs fast on {arch}" + ("" if on_gpu else " (compile only: no device times)") + f"; goal <= {GOAL}x")
-    print(_table(rows, ["workload", "variant", "lineinfo", "regs", "stack", "SASS", "PTX lines", "compile s",
-                        "us/launch", "checked/fast"]))
-    return 1 if bad or any(r > GOAL for r in ratios.values()) else 0
+    print(_table(rows, ["workload", "variant", "lineinfo", "regs", "stack", "SASS", "PTX lines", "checked/proven",
+                        "compile s", "us/launch", "checked/fast"]))
+    return 1 if bad or mismatches or any(r > GOAL for r in ratios.values()) else 0
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ How an access is made, measured on an H200 (``benchmarks/checked_overhead.py``):
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -85,6 +86,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import KernelDefinitionError, KernelIndexError
+from .index_ranges import IndexRanges
 
 __all__ = [
     "RECORD_SIZE",
@@ -138,6 +140,9 @@ class CheckedKernel:
 
     function: types.FunctionType
     sites: tuple[Site, ...]
+    #: Accesses left unchecked because the source proves them in bounds
+    #: (:mod:`pnex_magic.index_ranges`): on-chip arrays indexed within their constant shape.
+    proven: tuple[Site, ...] = ()
 
     def describe(self, record: Sequence[int]) -> str | None:
         """:func:`describe_violation` for this kernel (``None``: no violation)."""
@@ -707,23 +712,38 @@ def _array_roles(fdef: ast.FunctionDef) -> dict[str, str]:
 
 
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, lines: dict[int, str], params: set[str], roles: dict[str, str]):
+    def __init__(self, lines: dict[int, str], params: set[str], roles: dict[str, str], ranges: IndexRanges):
         self.lines = lines
         self.params = params
         self.roles = roles
+        self.ranges = ranges
         self.sites: list[Site] = []
+        self.proven: list[Site] = []
+        self._proven_ids: dict[int, bool] = {}
         self.temps = 0
 
     # -- bookkeeping
-    def _site(self, node: ast.Subscript | ast.Call, variable: ast.expr, kind: str) -> ast.Constant:
-        text = ast.unparse(variable)
+    def _describe(self, node: ast.Subscript | ast.Call, variable: ast.expr, kind: str, index: int) -> Site:
         if isinstance(variable, ast.Name):
             role = "parameter" if variable.id in self.params else self.roles.get(variable.id, "")
         else:
             role = ""
         line = node.lineno
-        self.sites.append(Site(len(self.sites), text, line, self.lines.get(line, "").strip(), kind, role))
+        return Site(index, ast.unparse(variable), line, self.lines.get(line, "").strip(), kind, role)
+
+    def _site(self, node: ast.Subscript | ast.Call, variable: ast.expr, kind: str) -> ast.Constant:
+        self.sites.append(self._describe(node, variable, kind, len(self.sites)))
         return ast.Constant(len(self.sites) - 1)
+
+    def _proven(self, node: ast.Subscript) -> bool:
+        """Whether the source proves this access in bounds (it is then left as written)."""
+        found = self._proven_ids.get(id(node))
+        if found is None:
+            found = self._proven_ids[id(node)] = self.ranges.in_bounds(node)
+            if found:
+                kind = "store" if isinstance(node.ctx, ast.Store) else "load"
+                self.proven.append(self._describe(node, node.value, kind, len(self.proven)))
+        return found
 
     def _load_helper(self, variable: ast.expr) -> str:
         """The load helper for an array: on-chip (a shared or local array) or not."""
@@ -736,7 +756,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def _checkable(self, node: ast.AST) -> bool:
         """A subscript of a plain name (or of a subscript of one) without slices."""
-        if not isinstance(node, ast.Subscript) or _bad_index(node.slice):
+        if not isinstance(node, ast.Subscript) or _bad_index(node.slice) or self._proven(node):
             return False
         value = node.value
         while isinstance(value, ast.Subscript):  # x[i][j], x[0:2][k]: the view is checked too
@@ -957,8 +977,12 @@ def _build(code: types.CodeType, namespace: dict[str, Any], fn: types.FunctionTy
     return new
 
 
-def checked_kernel(fn: Callable) -> CheckedKernel:
+def checked_kernel(fn: Callable, blocks: Sequence[Sequence[int]] | None = None) -> CheckedKernel:
     """The checked variant of kernel ``fn`` (see the module's docstring).
+
+    ``blocks``: the block shapes the kernel is launched with (the op's
+    :attr:`~pnex_magic.spec.KernelSpec.block_candidates`), which bound ``cuda.threadIdx``
+    when accesses are proven in bounds (:mod:`pnex_magic.index_ranges`); ``None``: any.
 
     Raises
     ------
@@ -984,7 +1008,11 @@ def checked_kernel(fn: Callable) -> CheckedKernel:
         )
     params = {a.arg for a in args.posonlyargs + args.args}
     numbered = {first + k: line.rstrip("\n") for k, line in enumerate(lines)}
-    rewriter = _Rewriter(numbered, params, _array_roles(fdef))
+    values = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        with contextlib.suppress(ValueError):  # an empty cell: _build says so below
+            values[name] = cell.cell_contents
+    rewriter = _Rewriter(numbered, params, _array_roles(fdef), IndexRanges(fdef, values, blocks))
     body = [rewriter.visit(stmt) for stmt in fdef.body]
     flat: list[ast.stmt] = []
     for stmt in body:
@@ -1020,4 +1048,4 @@ def checked_kernel(fn: Callable) -> CheckedKernel:
     namespace.update(_HELPERS)
     _register_cuda()
     function = _build(code, namespace, fn)
-    return CheckedKernel(function=function, sites=tuple(rewriter.sites))
+    return CheckedKernel(function=function, sites=tuple(rewriter.sites), proven=tuple(rewriter.proven))
