@@ -396,6 +396,37 @@ def test_a_compile_racing_the_warmup_is_correct(tmp_path, pnex_env):
     assert result.stderr == ""
 
 
+def test_a_cell_naming_numba_waits_for_the_warmup_and_others_do_not(monkeypatch):
+    """A cell that imports Numba itself runs after the warm-up, never beside it; a
+    cell that does not name Numba runs at once; %unload_ext removes the hook."""
+    import threading
+
+    from IPython.testing.globalipapp import get_ipython
+
+    from pnex_magic import warmup
+
+    release = threading.Event()
+    monkeypatch.setattr(warmup, "_thread", None)
+    monkeypatch.setattr(warmup, "_warm", lambda: release.wait(30))  # a warm-up that runs until released
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "pnex_magic")
+    ip.run_line_magic("reload_ext", "pnex_magic")  # registered once, however often loaded
+    try:
+        assert warmup._thread is not None and warmup._thread.is_alive()
+        ip.user_ns["_warm_alive"] = lambda: warmup._thread.is_alive()
+        ip.run_cell("seen_plain = _warm_alive()")
+        assert ip.user_ns["seen_plain"] is True  # ran beside the warm-up
+        threading.Timer(0.3, release.set).start()
+        ip.run_cell("seen_numba = _warm_alive()  # then: from numba import cuda")
+        assert ip.user_ns["seen_numba"] is False  # waited for it
+    finally:
+        release.set()
+        ip.run_line_magic("unload_ext", "pnex_magic")
+    from pnex_magic.frontends.magic import _numba_cell_waits
+
+    assert _numba_cell_waits not in ip.events.callbacks["pre_run_cell"]
+
+
 def test_a_failing_warmup_stays_silent(monkeypatch, capfd):
     from pnex_magic import warmup
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import keyword
+import re
 import shutil
+from typing import Any
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
@@ -414,10 +416,27 @@ def load_ipython_extension(ip) -> None:
     error = _accelerator_error()
     if error is not None and not ip.custom_exceptions:
         ip.set_custom_exc((error,), show_fault)
-    warmup.start()  # Numba's one-time set-up, in the background while the first cell is typed
+    if warmup.start() is not None:  # Numba's one-time set-up, in the background while the first cell is typed
+        if _numba_cell_waits not in ip.events.callbacks["pre_run_cell"]:
+            ip.events.register("pre_run_cell", _numba_cell_waits)
+
+
+_NUMBA_WORD = re.compile(r"\bnumba\b")
+
+
+def _numba_cell_waits(info: Any) -> None:
+    """Before a cell that names Numba runs (``from numba import cuda``, ``import numba``):
+    wait for the warm-up, as pnex does before its own calls, so that the cell's imports
+    never run beside the background thread's (two threads importing one package's
+    modules can deadlock on the module locks or see a half-initialised module).
+    A cell that does not name Numba runs at once."""
+    if _NUMBA_WORD.search(getattr(info, "raw_cell", "") or ""):
+        warmup.wait()
 
 
 def unload_ipython_extension(ip) -> None:
+    if _numba_cell_waits in ip.events.callbacks["pre_run_cell"]:
+        ip.events.unregister("pre_run_cell", _numba_cell_waits)
     magics = ip.magics_manager.magics
     for kind, name in (("cell", "pnex"), ("line", "pnex_save"), ("line", "pnex_cache"), ("line", "pnex_doctor")):
         magics[kind].pop(name, None)
