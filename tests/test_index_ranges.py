@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32
 
+import pnex_magic as pnex
 from pnex_magic import checked as C
 from pnex_magic.index_ranges import IndexRanges, Interval
 from pnex_magic.lazycuda import cuda as lazy_cuda
@@ -272,3 +273,23 @@ def test_a_bug_beside_proven_accesses_is_still_caught():
     message = ck.describe(err)
     assert message is not None and "tile" in message and "16" in message
     assert ck.sites[int(err[C.SITE_SLOT])].source_text.startswith("out[i] = tile[t] + tile[t + 1]")
+
+
+def test_the_reports_checked_run_says_what_was_tested_and_what_was_proven():
+    import torch
+
+    from pnex_magic import report
+
+    @pnex.jit(n_threads="a.numel()", threads_per_block=16)
+    def mirrored(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        tile = cuda.shared.array(16, float32)
+        t = cuda.threadIdx.x
+        i = cuda.grid(1)
+        tile[t] = a[i] if i < a.shape[0] else 0.0
+        cuda.syncthreads()
+        if i < a.shape[0]:
+            out[i] = tile[15 - t]
+
+    note = report._run_checked(mirrored, (torch.rand(32),), "args")  # CPU tensors: the simulator
+    assert note.startswith("a checked run on args found no access out of bounds (2 accesses tested, "
+                           "2 more proven in bounds from the source; "), note
