@@ -336,7 +336,7 @@ def test_the_simulator_sees_device_functions_and_arrays_as_they_were_at_definiti
 
 def test_load_ext_warms_numba_up_in_the_background_unseen(tmp_path, pnex_env):
     """%load_ext starts the warm-up (import pnex_magic does not); it says nothing, and a
-    new kernel's compile afterwards is a later kernel's compile."""
+    new kernel's compile afterwards finds Numba's contexts built."""
     env = dict(pnex_env, PNEX_CACHE_DIR=str(tmp_path / "cache"), PYTHONWARNINGS="always")
     result = run(
         """
@@ -350,6 +350,9 @@ def test_load_ext_warms_numba_up_in_the_background_unseen(tmp_path, pnex_env):
         from pnex_magic import cache, warmup
         warmup.wait()
         assert "error" not in warmup.state() and warmup.state()["seconds"] > 0, warmup.state()
+        from numba.cuda.descriptor import cuda_target
+        # Numba's one-time set-up, done by the warm-up: the CUDA typing and target contexts
+        print("CONTEXTS", cuda_target._typingctx is not None, cuda_target._targetctx is not None)
         CELL = (
             'def after_warmup(a: In("f32", (None,)), out: Out("f32", "a")):\\n'
             '    i = cuda.grid(1)\\n'
@@ -363,10 +366,11 @@ def test_load_ext_warms_numba_up_in_the_background_unseen(tmp_path, pnex_env):
         env,
     )
     assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    # The cell's compile found Numba set up (what makes it a later kernel's compile; the
+    # times are benchmarks/first_use.py's), and compiled: it was a new kernel.
+    assert "CONTEXTS True True" in result.stdout, result.stdout
     seconds, misses, warmup_seconds = result.stdout.split("COMPILE ")[1].split()
-    assert misses == "1"
-    # a cold process's first compile is the warm-up's (1-2 s on two cores); this one is a later one's
-    assert float(seconds) < float(warmup_seconds) / 2, (seconds, warmup_seconds)
+    assert misses == "1" and float(seconds) > 0 and float(warmup_seconds) > 0
 
 
 def test_a_compile_racing_the_warmup_is_correct(tmp_path, pnex_env):
