@@ -269,7 +269,7 @@ class IndexRanges:
 
     def _attribute(self, node: ast.Attribute) -> Interval | None:
         path = self._cuda_path(node)
-        if path is None or len(path) > 2:
+        if path is None or not 1 <= len(path) <= 2:
             return None
         if len(path) == 1:
             return {"laneid": Interval(0, 31), "warpsize": Interval(32, 32)}.get(path[0])

@@ -139,6 +139,7 @@ def test_the_cuda_module_is_recognised_however_it_is_named():
     assert _proven(body.format("cuda.threadIdx.x"), cuda=cuda) == [True]  # numba.cuda itself
     assert _proven(body.format("threadIdx.x"), threadIdx=threadIdx) == [True]
     assert _proven(body.format("numba.cuda.threadIdx.x"), numba=numba) == [True]
+    assert _proven(body.format("numba.cuda"), numba=numba) == [False]  # no attribute left: not an index
     assert _proven(body.format("cuda.threadIdx.x"), cuda=np) == [False]  # some other "cuda"
     assert _proven(body.format("cuda.threadIdx.x"), blocks=None) == [False]
 
