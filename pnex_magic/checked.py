@@ -740,15 +740,23 @@ class _Rewriter(ast.NodeTransformer):
         self.sites.append(self._describe(node, variable, kind, len(self.sites)))
         return ast.Constant(len(self.sites) - 1)
 
-    def _proven(self, node: ast.Subscript) -> bool:
-        """Whether the source proves this access in bounds (it is then left as written)."""
-        found = self._proven_ids.get(id(node))
+    def _proven(self, node: ast.Subscript, call: ast.Call | None = None) -> bool:
+        """Whether the source proves this access (``call``: an atomic's, on ``node``'s array
+        and index) in bounds; it is then left as written."""
+        key = id(call if call is not None else node)
+        found = self._proven_ids.get(key)
         if found is None:
-            found = self._proven_ids[id(node)] = self.ranges.in_bounds(node)
+            found = self._proven_ids[key] = self.ranges.in_bounds(node)
             if found:
-                kind = "store" if isinstance(node.ctx, ast.Store) else "load"
-                self.proven.append(self._describe(node, node.value, kind, len(self.proven)))
+                kind = "atomic" if call is not None else "store" if isinstance(node.ctx, ast.Store) else "load"
+                self.proven.append(self._describe(call or node, node.value, kind, len(self.proven)))
         return found
+
+    def _proven_atomic(self, call: ast.Call, array: ast.expr, index: ast.expr | None) -> bool:
+        if index is None:
+            return False
+        access = ast.copy_location(ast.Subscript(value=array, slice=index, ctx=ast.Load()), call)
+        return self._proven(access, call)
 
     def _load_helper(self, variable: ast.expr) -> str:
         """The load helper for an array: on-chip (a shared or local array) or not."""
@@ -869,7 +877,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def _guarded_atomic(self, call: ast.Call) -> tuple[list[ast.stmt], ast.Call, ast.Call] | None:
         found = self._atomic(call)
-        if found is None:
+        if found is None or self._proven_atomic(call, *found):
             return None
         array, index = found
         site = self._site(call, array, "atomic")
@@ -919,7 +927,7 @@ class _Rewriter(ast.NodeTransformer):
         # Its index is evaluated twice (Numba 0.30 cannot type a walrus there): an index
         # whose evaluation has side effects would see them twice.
         found = self._atomic(node)
-        if found is None:
+        if found is None or self._proven_atomic(node, *found):
             return self.generic_visit(node)
         array, index = found
         site = self._site(node, array, "atomic")

@@ -30,9 +30,10 @@ construction and deliberately small:
   is unknown.  ``x % d`` and ``x & m`` with ``d``/``m`` known and positive are known
   whatever ``x`` is.
 
-An access is proven when it indexes such an array by its name with one integer per
-axis, each known to lie in ``[0, n)`` for that axis's length ``n``.  Anything else is
-left to the run-time check.
+An access (a load, a store, or a ``cuda.atomic`` operation's index) is proven when it
+indexes such an array by its name with one integer per axis, each known to lie in
+``[0, n)`` for that axis's length ``n``: a shared-memory histogram's
+``cuda.atomic.add(bins, x[i] % 64, 1)`` is.  Anything else is left to the run-time check.
 """
 
 from __future__ import annotations

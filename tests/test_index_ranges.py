@@ -21,7 +21,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 import pnex_magic as pnex
 from pnex_magic import checked as C
@@ -294,3 +294,28 @@ def test_the_reports_checked_run_says_what_was_tested_and_what_was_proven():
     note = report._run_checked(mirrored, (torch.rand(32),), "args")  # CPU tensors: the simulator
     assert note.startswith("a checked run on args found no access out of bounds (2 accesses tested, "
                            "2 more proven in bounds from the source; "), note
+
+
+def histogram(x, counts):
+    bins = cuda.shared.array(64, int32)
+    t = cuda.threadIdx.x
+    bins[t] = 0
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        cuda.atomic.add(bins, x[i] % 64, 1)  # Python's modulo: 0 to 63 whatever x[i] is
+        cuda.atomic.add(bins, x[i] % 65 - 1, 0)  # may be -1: checked
+    cuda.syncthreads()
+    cuda.atomic.add(counts, t, bins[t])
+
+
+def test_a_shared_histograms_atomic_is_proven_and_counts_right():
+    ck = C.checked_kernel(histogram, [(64,)])
+    assert [(s.variable, s.kind) for s in ck.proven] == [("bins", "store"), ("bins", "atomic"), ("bins", "load")]
+    assert sorted((s.variable, s.kind) for s in ck.sites) == [("bins", "atomic"), ("counts", "atomic"),
+                                                              ("x", "load"), ("x", "load")]
+    x = np.random.default_rng().integers(-1000, 1000, 4 * 64).astype(np.int64)
+    counts = np.zeros(64, np.int32)
+    err = _simulate(ck.function, 4, 64, x, counts)
+    assert err[C.FLAG] == 0
+    np.testing.assert_array_equal(counts, np.bincount(x % 64, minlength=64))
