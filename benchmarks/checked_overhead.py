@@ -94,7 +94,7 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
     cc = parse_arch(arch)
     sites = None
     if checked:
-        sites = checked_kernel(fn, spec.block_candidates)  # as the op builds it: its blocks bound threadIdx
+        sites = checked_kernel(fn, spec)  # as the op builds it: its blocks and shapes
         fn, spec = sites.function, checked_spec(spec)
     start = time.perf_counter()
     with warnings.catch_warnings(), _target_device(cc):

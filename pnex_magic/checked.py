@@ -70,11 +70,13 @@ How an access is made, measured on an H200 (``benchmarks/checked_overhead.py``):
   from the array's definition) branches around the load: the branch-free form cost
   more registers there and was slower (the diffusion stencil 1.94x against 1.78x);
 * a store branches once: store, or record;
-* an access of a shared or local array of constant shape that the kernel's source
-  proves in bounds (:mod:`pnex_magic.index_ranges`, with ``cuda.threadIdx`` bounded by
-  the op's block shapes) is left as written, unchecked (:attr:`CheckedKernel.proven`):
-  the cold record blocks of the stencil's tile loads had kept NVVM from unrolling its
-  loop (5 shared loads per trip issued instead of 20).
+* an access the kernel's source proves in bounds (:mod:`pnex_magic.index_ranges`: a
+  shared or local array indexed within its constant shape, ``cuda.threadIdx`` bounded by
+  the op's block shapes; a tensor indexed under a guard on its size, ``if i <
+  a.shape[0]``) is left as written, unchecked (:attr:`CheckedKernel.proven`): the cold
+  record blocks of the stencil's tile loads had kept NVVM from unrolling its loop (5
+  shared loads per trip issued instead of 20).  The rewrite follows the guards in
+  statement order (``_Rewriter.visit_block``) to know which facts hold where.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import KernelDefinitionError, KernelIndexError
-from .index_ranges import IndexRanges
+from .index_ranges import Fact, IndexRanges, bound_names, tensor_dims
 
 __all__ = [
     "RECORD_SIZE",
@@ -726,6 +728,64 @@ class _Rewriter(ast.NodeTransformer):
         self.proven: list[Site] = []
         self._proven_ids: dict[int, bool] = {}
         self.temps = 0
+        self.facts: list[Fact] = []  # what the enclosing guards establish where the visit is
+
+    # -- guards: the facts (i < x.shape[0], i >= 0) that hold in a region of the body
+    def _holding(self, facts: list[Fact], region: list[ast.AST]) -> list[Fact]:
+        """The facts still true throughout ``region``: none about a name it rebinds."""
+        rebound = bound_names(region)
+        return [f for f in facts if f.name not in rebound]
+
+    def visit_block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """Rewrite a list of statements; after ``if test: return`` (or ``continue``,
+        ``break``, ``raise``), what ``test`` being false establishes holds for the rest."""
+        out: list[ast.stmt] = []
+        depth = len(self.facts)
+        for k, stmt in enumerate(stmts):
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
+            if (isinstance(stmt, ast.If) and not stmt.orelse and stmt.body
+                    and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))):
+                self.facts += self._holding(self.ranges.exit_facts(stmt.test), [stmt.test, *stmts[k + 1:]])
+        del self.facts[depth:]
+        return out
+
+    def visit_If(self, node: ast.If) -> ast.If:
+        facts = self._holding(self.ranges.facts(node.test), [node.test, *node.body])  # from the test as written
+        node.test = self.visit(node.test)
+        depth = len(self.facts)
+        self.facts += facts
+        node.body = self.visit_block(node.body)
+        del self.facts[depth:]
+        node.orelse = self.visit_block(node.orelse)
+        return node
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.IfExp:
+        facts = self._holding(self.ranges.facts(node.test), [node.test, node.body])
+        node.test = self.visit(node.test)
+        depth = len(self.facts)
+        self.facts += facts
+        node.body = self.visit(node.body)
+        del self.facts[depth:]
+        node.orelse = self.visit(node.orelse)
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.For:
+        facts = self._holding(self.ranges.loop_facts(node), list(node.body))
+        node.target = self.visit(node.target)
+        node.iter = self.visit(node.iter)
+        depth = len(self.facts)
+        self.facts += facts
+        node.body = self.visit_block(node.body)
+        del self.facts[depth:]
+        node.orelse = self.visit_block(node.orelse)
+        return node
+
+    def visit_While(self, node: ast.While) -> ast.While:
+        node.test = self.visit(node.test)
+        node.body = self.visit_block(node.body)
+        node.orelse = self.visit_block(node.orelse)
+        return node
 
     # -- bookkeeping
     def _describe(self, node: ast.Subscript | ast.Call, variable: ast.expr, kind: str, index: int) -> Site:
@@ -746,7 +806,7 @@ class _Rewriter(ast.NodeTransformer):
         key = id(call if call is not None else node)
         found = self._proven_ids.get(key)
         if found is None:
-            found = self._proven_ids[key] = self.ranges.in_bounds(node)
+            found = self._proven_ids[key] = self.ranges.in_bounds(node, self.facts)
             if found:
                 kind = "atomic" if call is not None else "store" if isinstance(node.ctx, ast.Store) else "load"
                 self.proven.append(self._describe(call or node, node.value, kind, len(self.proven)))
@@ -990,12 +1050,13 @@ def _build(code: types.CodeType, namespace: dict[str, Any], fn: types.FunctionTy
     return new
 
 
-def checked_kernel(fn: Callable, blocks: Sequence[Sequence[int]] | None = None) -> CheckedKernel:
+def checked_kernel(fn: Callable, spec: Any = None) -> CheckedKernel:
     """The checked variant of kernel ``fn`` (see the module's docstring).
 
-    ``blocks``: the block shapes the kernel is launched with (the op's
-    :attr:`~pnex_magic.spec.KernelSpec.block_candidates`), which bound ``cuda.threadIdx``
-    when accesses are proven in bounds (:mod:`pnex_magic.index_ranges`); ``None``: any.
+    ``spec``: the op's :class:`~pnex_magic.spec.KernelSpec`, which tells what accesses
+    can be proven in bounds (:mod:`pnex_magic.index_ranges`): its block candidates
+    bound ``cuda.threadIdx``, its shape declarations say which tensor axes have the same
+    size.  ``None``: no such knowledge (any block, every tensor axis its own size).
 
     Raises
     ------
@@ -1021,15 +1082,14 @@ def checked_kernel(fn: Callable, blocks: Sequence[Sequence[int]] | None = None) 
         )
     params = {a.arg for a in args.posonlyargs + args.args}
     numbered = {first + k: line.rstrip("\n") for k, line in enumerate(lines)}
+    blocks = spec.block_candidates if spec is not None else None
     values = dict(fn.__globals__)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         with contextlib.suppress(ValueError):  # an empty cell: _build says so below
             values[name] = cell.cell_contents
-    rewriter = _Rewriter(numbered, params, _array_roles(fdef), IndexRanges(fdef, values, blocks))
-    body = [rewriter.visit(stmt) for stmt in fdef.body]
-    flat: list[ast.stmt] = []
-    for stmt in body:
-        flat.extend(stmt if isinstance(stmt, list) else [stmt])
+    ranges = IndexRanges(fdef, values, blocks, tensor_dims(spec) if spec is not None else None)
+    rewriter = _Rewriter(numbered, params, _array_roles(fdef), ranges)
+    flat = rewriter.visit_block(fdef.body)
     # Same name and parameters, no decorators, annotations or defaults (the launch
     # passes every argument), plus the error record.
     for a in args.posonlyargs + args.args:

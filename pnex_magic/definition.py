@@ -160,7 +160,7 @@ class KernelDefinition:
         if self.spec.tune_params:
             parts.append(f"tune={self.spec.tune_values(variant)!r}")
         if checked:
-            parts.append("checked, on-chip accesses proven in bounds left unchecked")
+            parts.append("checked, accesses proven in bounds left unchecked")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def checked_kernel(self) -> Any:
@@ -170,7 +170,7 @@ class KernelDefinition:
         if self._checked is None:
             from .checked import checked_kernel
 
-            self._checked = checked_kernel(self.fn, self.spec.block_candidates)
+            self._checked = checked_kernel(self.fn, self.spec)
         return self._checked
 
     def violation_error(self, record: Any) -> Exception | None:

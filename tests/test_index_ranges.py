@@ -18,6 +18,7 @@ import ast
 import itertools
 import random
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -57,6 +58,11 @@ def stencil(u, out):
             out[row, col] = tile[r - 1, tx + 1] + tile[r + 1, tx + 1] + tile[r, tx] + tile[r, tx + 2]
 
 
+def _blocks(blocks):
+    """A spec that says only which block shapes the op launches with."""
+    return types.SimpleNamespace(block_candidates=tuple(blocks), params=())
+
+
 def _fdef(fn):
     import inspect
 
@@ -68,7 +74,7 @@ def _subscripts(fdef, name):
 
 
 def test_the_stencils_on_chip_accesses_are_proven_and_its_global_ones_checked():
-    ck = C.checked_kernel(stencil, [(TX, TY)])
+    ck = C.checked_kernel(stencil, _blocks([(TX, TY)]))
     assert {s.variable for s in ck.proven} == {"tile", "mine"}
     assert len(ck.proven) == 2 + 1 + 1 + 4  # mine[k] twice; tile: 2 stores, 4 loads
     assert {s.variable for s in ck.sites} == {"u", "out"}
@@ -89,8 +95,8 @@ def test_without_the_block_shape_the_thread_index_is_unbounded():
 
 
 def test_an_autotuned_op_is_proven_against_its_largest_block():
-    assert C.checked_kernel(stencil, [(TX, TY), (TX, TY // 2)]).sites == C.checked_kernel(stencil, [(TX, TY)]).sites
-    assert any(s.variable == "tile" for s in C.checked_kernel(stencil, [(TX, TY), (TX * 2, TY)]).sites)
+    assert C.checked_kernel(stencil, _blocks([(TX, TY), (TX, TY // 2)])).sites == C.checked_kernel(stencil, _blocks([(TX, TY)])).sites
+    assert any(s.variable == "tile" for s in C.checked_kernel(stencil, _blocks([(TX, TY), (TX * 2, TY)])).sites)
 
 
 def _ranges(source, blocks=((32, 8),), **names):
@@ -255,7 +261,7 @@ def _simulate(fn, grid, block, *args):
 
 
 def test_a_kernel_with_every_tile_access_proven_gives_the_right_result():
-    ck = C.checked_kernel(tile_sum, [(16,)])
+    ck = C.checked_kernel(tile_sum, _blocks([(16,)]))
     assert [s.variable for s in ck.proven] == ["tile"] * 4 and {s.variable for s in ck.sites} == {"a", "out"}
     a = np.random.default_rng().random(48).astype(np.float32)
     out = np.full(48, np.nan, np.float32)
@@ -267,7 +273,7 @@ def test_a_kernel_with_every_tile_access_proven_gives_the_right_result():
 
 
 def test_a_bug_beside_proven_accesses_is_still_caught():
-    ck = C.checked_kernel(tile_off_by_one, [(16,)])
+    ck = C.checked_kernel(tile_off_by_one, _blocks([(16,)]))
     assert [s.source_text for s in ck.proven] == ["tile[t] = a[i]", "out[i] = tile[t] + tile[t + 1]  # the last thread reads past the tile"]
     a = np.ones(16, np.float32)
     err = _simulate(ck.function, 1, 16, a, np.zeros(16, np.float32))
@@ -289,11 +295,11 @@ def test_the_reports_checked_run_says_what_was_tested_and_what_was_proven():
         tile[t] = a[i] if i < a.shape[0] else 0.0
         cuda.syncthreads()
         if i < a.shape[0]:
-            out[i] = tile[15 - t]
+            out[i] = tile[15 - t] + a[0]  # a[0]: a may be empty, so it is tested
 
     note = report._run_checked(mirrored, (torch.rand(32),), "args")  # CPU tensors: the simulator
-    assert note.startswith("a checked run on args found no access out of bounds (2 accesses tested, "
-                           "2 more proven in bounds from the source; "), note
+    assert note.startswith("a checked run on args found no access out of bounds (1 access tested, "
+                           "4 more proven in bounds from the source; "), note
 
 
 def histogram(x, counts):
@@ -310,7 +316,7 @@ def histogram(x, counts):
 
 
 def test_a_shared_histograms_atomic_is_proven_and_counts_right():
-    ck = C.checked_kernel(histogram, [(64,)])
+    ck = C.checked_kernel(histogram, _blocks([(64,)]))
     assert [(s.variable, s.kind) for s in ck.proven] == [("bins", "store"), ("bins", "atomic"), ("bins", "load")]
     assert sorted((s.variable, s.kind) for s in ck.sites) == [("bins", "atomic"), ("counts", "atomic"),
                                                               ("x", "load"), ("x", "load")]
@@ -319,3 +325,269 @@ def test_a_shared_histograms_atomic_is_proven_and_counts_right():
     err = _simulate(ck.function, 4, 64, x, counts)
     assert err[C.FLAG] == 0
     np.testing.assert_array_equal(counts, np.bincount(x % 64, minlength=64))
+
+
+# ------------------------------------------------------------------ tensor parameters under guards
+# Each kernel marks every access of a tensor parameter with a comment: "# proven" where
+# the guards and the op's shape declarations prove it in bounds, "# checked" where
+# they do not.
+
+F1 = pnex.In("f32", (None,))
+F2 = pnex.In("f32", (None, None))
+
+
+def guarded(a: F1, b: pnex.In("f32", "a"), free: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] + b[i]  # proven
+        out[i] = free[i]  # proven (out), checked (free: its own size)
+    if i <= a.shape[0]:
+        out[i] = 0.0  # checked: off by one
+    if i < a.shape[0] or i < 4:
+        out[i] = 0.0  # checked
+    if i < len(a):
+        j = i
+        out[j] = 1.0  # checked: j is not guarded
+        out[i] = 2.0  # proven
+    n = a.shape[0]
+    if i < n:
+        out[i] = a[i]  # proven
+
+
+def rebound(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        i = i + 1
+        out[i] = a[0]  # checked (and a[0] too: a may be empty)
+
+
+def early_exit(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i >= a.shape[0]:
+        return
+    out[i] = a[i]  # proven
+    j = cuda.grid(1) - 1
+    if j >= a.shape[0] or j < 0:
+        return
+    out[j] = a[j]  # proven
+
+
+def no_exit(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i >= a.shape[0]:
+        out[0] = 1.0  # checked
+    out[i] = a[i]  # checked: the if does not leave
+
+
+def early_exit_with_else(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i >= a.shape[0]:
+        return
+    else:
+        out[0] = 1.0  # checked
+    out[i] = a[i]  # checked: an else branch, no early exit recognised
+
+
+def lower_bounds(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    j = i - 1
+    if j < a.shape[0]:
+        out[j] = 0.0  # checked: j may be -1
+    if 0 <= j < a.shape[0]:
+        out[j] = a[j]  # proven
+    k = cuda.threadIdx.x - 2
+    if k >= 0 and k < a.shape[0]:
+        out[k] = 1.0  # proven
+
+
+def shapes(points: pnex.In("f32", (None, 2)), m: F2, n: pnex.Scalar("i64"), other: pnex.Scalar("i64"),
+           sized: pnex.Out("f32", ("n",)), rows: pnex.Out("f32", ("m.size(1)",))):
+    i, j = cuda.grid(2)
+    if i < points.shape[0]:
+        sized[0] = points[i, 1]  # proven (points) / checked (sized: n may be 0)
+        sized[0] = points[i, 2]  # checked: axis 1 has 2 entries
+    if i < n:
+        sized[i] = 1.0  # proven
+    if i < other:
+        sized[i] = 2.0  # checked
+    if i < m.shape[0] and j < m.shape[1]:
+        rows[j] = m[i, j]  # proven
+        rows[i] = m[j, i]  # checked
+    r, c = m.shape
+    if j < c:
+        rows[j] = 3.0  # proven
+
+
+def loops(c: F2, a: F1, out: pnex.Out("f32", "a")):
+    for k in range(c.shape[0]):
+        out[0] = c[k, 0]  # checked: a may be empty, c may have no columns
+    for k in range(c.shape[0]):
+        out[0] = c[k, c.shape[1] - 1]  # checked (c has at least one row here, maybe no column)
+    for k in range(c.shape[0] + 1):
+        a[k]  # checked
+    for k in range(len(a)):
+        k = k + 1
+        out[k] = 0.0  # checked: rebound
+    for i in range(cuda.grid(1), a.shape[0], cuda.gridsize(1)):
+        out[i] = a[i]  # proven
+    for t in range(cuda.threadIdx.x - 1, a.shape[0]):
+        out[t] = a[t]  # checked: t starts at -1 in thread 0
+    base = cuda.grid(1) * 4
+    for j in range(4):
+        i = base + j
+        if i >= a.shape[0]:
+            continue
+        out[i] = a[i]  # proven
+
+
+def expressions(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    out[0] = a[i] if i < a.shape[0] else a[i]  # checked (out[0], the second a[i]), proven (the first)
+
+
+def walrus(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0] and (i := i + 1) > 0:
+        out[i] = 1.0  # checked: i rebound in the test
+
+
+def _verdicts(fn, n_threads):
+    from pnex_magic.spec import build_spec
+
+    ck = C.checked_kernel(fn, build_spec(fn, n_threads=n_threads))
+    return ck
+
+
+def _marked(fn):
+    """(line, expected) for each line of ``fn`` marked "# proven" or "# checked"."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(fn)
+    return {first + k: line.split("#")[1].strip() for k, line in enumerate(lines) if "# proven" in line or "# checked" in line}
+
+
+@pytest.mark.parametrize("fn, n_threads", [
+    (guarded, "a.numel()"), (early_exit, "a.numel()"), (early_exit_with_else, "a.numel()"),
+    (lower_bounds, "a.numel()"), (shapes, ("m.size(0)", "m.size(1)")), (loops, "a.numel()"),
+    (expressions, "a.numel()"), (rebound, "a.numel()"), (walrus, "a.numel()"), (no_exit, "a.numel()"),
+])
+def test_tensor_accesses_proven_under_guards(fn, n_threads):
+    ck = _verdicts(fn, n_threads)
+    tensors = {"parameter"}
+    proven = {(s.line, s.variable) for s in ck.proven if s.role in tensors}
+    checked = {(s.line, s.variable) for s in ck.sites if s.role in tensors}
+    for line, note in _marked(fn).items():
+        here_proven = {v for ln, v in proven if ln == line}
+        here_checked = {v for ln, v in checked if ln == line}
+        text = linecache_line(fn, line)
+        if "proven" not in note:
+            assert here_checked and not here_proven, (line, text, here_proven, here_checked)
+        elif "checked" not in note:
+            assert here_proven and not here_checked, (line, text, here_proven, here_checked)
+        else:  # a mixed line: both kinds present
+            assert here_proven and here_checked, (line, text, here_proven, here_checked)
+
+
+def linecache_line(fn, line):
+    import linecache
+
+    return linecache.getline(fn.__code__.co_filename, line).strip()
+
+
+# ------------------------------------------------------------------ randomised soundness of guards
+
+_INITS = ("cuda.grid(1)", "cuda.grid(1) - 1", "cuda.threadIdx.x + 2", "cuda.grid(1) * 2", "cuda.blockIdx.x")
+_STEPS = ("", "i = i + 1", "j = i", "i = cuda.grid(1)")
+_CONDS = ("i < a.shape[0]", "i <= a.shape[0]", "0 <= i < a.shape[0]", "i < a.shape[0] and i >= 0",
+          "i < a.shape[0] or i < 2", "i < free.shape[0]", "i < len(a)", "i < n", "a.shape[0] > i")
+_EXITS = ("i >= a.shape[0]", "i > a.shape[0]", "i >= a.shape[0] or i < 0", "not (i < a.shape[0])",
+          "i >= free.shape[0]", "a.shape[0] <= i", "i + 1 > a.shape[0]")
+
+
+def _random_kernel(rng, name):
+    lines = [f"def {name}(a: pnex.In('f32', (None,)), free: pnex.In('f32', (None,)), n: pnex.Scalar('i64'),",
+             "        out: pnex.Out('f32', ('n',))):",
+             f"    i = {rng.choice(_INITS)}"]
+    step = rng.choice(_STEPS)
+    if step:
+        lines.append(f"    {step}")
+    form = rng.randrange(4)
+    inner = rng.choice(("", "i = i - 1", "j = i"))
+    if form == 0:
+        lines += [f"    if {rng.choice(_CONDS)}:"]
+        lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+    elif form == 1:
+        lines += [f"    if {rng.choice(_EXITS)}:", f"        {rng.choice(('return', 'return', 'pass'))}"]
+        lines += [f"    {inner}"] * bool(inner) + ["    out[i] = a[i]"]
+    elif form == 2:
+        lines += [f"    out[0] = a[i] if {rng.choice(_CONDS)} else 0.0"]
+    else:
+        start = rng.choice(("", "", "cuda.threadIdx.x - 1, ", "cuda.grid(1), "))
+        lines += [f"    for i in range({start}{rng.choice(('a.shape[0]', 'n', 'a.shape[0] + 1', 'free.shape[0]'))}):"]
+        lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+    return "\n".join(lines) + "\n"
+
+
+class _Checked1D:
+    """A 1-D array that records each access out of ``[0, len)`` with its line."""
+
+    def __init__(self, size, name, bad):
+        self.shape, self.name, self.bad = (size,), name, bad
+
+    def __len__(self):
+        return self.shape[0]
+
+    def _check(self, i):
+        import sys
+
+        if not 0 <= i < self.shape[0]:
+            self.bad.add((sys._getframe(2).f_lineno, self.name))
+
+    def __getitem__(self, i):
+        self._check(i)
+        return 0.0
+
+    def __setitem__(self, i, value):
+        self._check(i)
+
+
+def test_whatever_a_guard_proves_is_in_bounds_for_every_thread(tmp_path, monkeypatch):
+    import importlib.util
+
+    from pnex_magic.spec import build_spec
+
+    rng = random.Random(11242026)
+    names = [f"k{n}" for n in range(300)]
+    path = tmp_path / "random_guards.py"
+    path.write_text("from numba import cuda\nimport pnex_magic as pnex\n\n\n" +
+                    "\n\n".join(_random_kernel(rng, name) for name in names))
+    module_spec = importlib.util.spec_from_file_location("random_guards", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    proven_total = 0
+    for name in names:
+        fn = getattr(module, name)
+        ck = C.checked_kernel(fn, build_spec(fn, n_threads="a.numel()", threads_per_block=4))
+        proven = {(s.line, s.variable) for s in ck.proven}
+        proven_total += len(proven)
+        for a_len, free_len, n in itertools.product((0, 1, 5), (0, 3, 9), (0, 2, 7)):
+            bad: set = set()
+            # out has n entries, as the op makes it (Out("f32", ("n",)))
+            arrays = _Checked1D(a_len, "a", bad), _Checked1D(free_len, "free", bad), n, _Checked1D(n, "out", bad)
+            for block, thread in itertools.product(range(3), range(4)):
+                fake = types.SimpleNamespace(
+                    threadIdx=types.SimpleNamespace(x=thread), blockIdx=types.SimpleNamespace(x=block),
+                    blockDim=types.SimpleNamespace(x=4), grid=lambda _: block * 4 + thread,
+                    gridsize=lambda _: 12)
+                monkeypatch.setattr(module, "cuda", fake)
+                fn(*arrays)
+                monkeypatch.setattr(module, "cuda", cuda)
+            wrong = bad & proven
+            assert not wrong, (name, (a_len, free_len, n), wrong, "\n" + _source_of(path, fn))
+    assert proven_total >= 80, proven_total  # a fair share of the 600 accesses is proven (102 when written)
+
+
+def _source_of(path, fn):
+    import inspect
+
+    return "".join(inspect.getsourcelines(fn)[0])
