@@ -9,7 +9,9 @@ without a GPU, sm_90 by default) through pnex's own path (Numba's PTX, then
 nvJitLink): fast, fast with line info, checked, checked with line info.  For each:
 registers and stack (ptxas, through nvJitLink), the number of SASS instructions
 (``cuobjdump``/``nvdisasm``), and for the checked variant how many accesses it tests at
-run time and how many the source proves in bounds (:mod:`pnex_magic.index_ranges`).  On a GPU each fast and checked variant also runs at
+run time, how many the source proves in bounds (:mod:`pnex_magic.index_ranges`), and
+whether its SASS is the fast variant's, instruction for instruction (then so is its
+device time, on any GPU of that architecture).  On a GPU each fast and checked variant also runs at
 full size, device time by CUDA events around a CUDA graph of ``--loops`` launches
 (so that the Python launcher's own time never starves the GPU):
 
@@ -54,6 +56,7 @@ class Build:
     ptx_lines: int
     checked_sites: int | None = None  # accesses tested at run time (checked variant)
     proven_sites: int | None = None  # accesses the source proves in bounds, left unchecked
+    sass: tuple[str, ...] = dataclasses.field(repr=False, default=())  # the instructions, addresses dropped
     cubin: bytes = dataclasses.field(repr=False, default=b"")
     entry: str = ""
     seconds: float = 0.0
@@ -78,6 +81,12 @@ def _workloads() -> dict[str, tuple[Any, Any]]:
 
 
 _SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+\S", re.MULTILINE)
+
+
+def _instructions(text: str) -> tuple[str, ...]:
+    """The SASS listing's instructions, without their addresses and encodings."""
+    return tuple(re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip()
+                 for line in text.splitlines() if _SASS_INSTRUCTION.match(line))
 
 
 def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: bool) -> Build:
@@ -111,11 +120,12 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
     seconds = time.perf_counter() - start
     res = _parse_resources(linker.get_info_log())
     dis = sass.disassemble(cubin)
-    count = len(_SASS_INSTRUCTION.findall(dis.text)) if dis.text else None
+    instructions = _instructions(dis.text) if dis.text else ()
+    count = len(instructions) if dis.text else None
     return Build(name, "checked" if checked else "fast", lineinfo, res.registers if res else None,
                  res.stack_bytes if res else None, count, len(ptx.splitlines()),
                  len(sites.sites) if sites else None, len(sites.proven) if sites else None,
-                 cubin, ptx_entry(ptx) or "", seconds)
+                 instructions, cubin, ptx_entry(ptx) or "", seconds)
 
 
 class _Image:
@@ -259,13 +269,19 @@ def main(argv: list[str] | None = None) -> int:
         fast = timings.get((name, "fast"))
         ratio = f"{t / fast:.2f}x" if t is not None and fast and variant == "checked" else ""
         checks = f"{b.checked_sites}/{b.proven_sites}" if b.checked_sites is not None else ""
+        # The checked variant's SASS against the fast one's (same line info): the same
+        # instructions mean the same device time, whatever the GPU.
+        same = None
+        if variant == "checked" and b.sass and builds[(name, "fast", lineinfo)].sass:
+            same = b.sass == builds[(name, "fast", lineinfo)].sass
         rows.append([name, variant, "yes" if lineinfo else "no", b.registers, b.stack_bytes, b.sass_instructions,
-                     b.ptx_lines, checks, f"{b.seconds:.2f}", f"{t * 1e6:.1f}" if t is not None else "", ratio])
+                     {None: "", True: "yes", False: "no"}[same], b.ptx_lines, checks, f"{b.seconds:.2f}",
+                     f"{t * 1e6:.1f}" if t is not None else "", ratio])
         result_rows.append({
             "workload": name, "variant": variant, "lineinfo": lineinfo, "registers": b.registers,
             "stack_bytes": b.stack_bytes, "sass_instructions": b.sass_instructions, "ptx_lines": b.ptx_lines,
             "compile_seconds": b.seconds, "device_seconds": t,
-            "checked_sites": b.checked_sites, "proven_sites": b.proven_sites,
+            "checked_sites": b.checked_sites, "proven_sites": b.proven_sites, "same_sass_as_fast": same,
         })
     if torch.cuda.is_available():
         result = result_header("checked-overhead")
@@ -288,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: the checked variant's result differs from the fast one's: {message}")
     print(f"written to {path}")
     print(f"\nchecked vs fast on {arch}" + ("" if on_gpu else " (compile only: no device times)") + f"; goal <= {GOAL}x")
-    print(_table(rows, ["workload", "variant", "lineinfo", "regs", "stack", "SASS", "PTX lines", "checked/proven",
+    print(_table(rows, ["workload", "variant", "lineinfo", "regs", "stack", "SASS", "= fast", "PTX lines", "checked/proven",
                         "compile s", "us/launch", "checked/fast"]))
     return 1 if bad or mismatches or any(r > GOAL for r in ratios.values()) else 0
 

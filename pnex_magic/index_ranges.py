@@ -7,8 +7,8 @@ The diffusion stencil's checked variant issued 5 shared-memory loads per loop tr
 where the fast one issued all 20 unrolled, and ran 1.8x slower.  A kernel's accesses
 are mostly provably safe: a tile indexed by the thread's coordinates, a tensor indexed
 under ``if i < x.shape[0]``.  With them proven here, the checked variants of pnex's
-benchmark kernels compile to the fast variant's code but for one access (sm_90:
-``a*b+c`` and k-means the same SASS, the stencil 520 instructions against 456).
+benchmark kernels (``a*b+c``, the diffusion stencil, k-means) compile to the fast
+variants' SASS, instruction for instruction (``benchmarks/checked_overhead.py``).
 
 Two proofs, both sound by construction and deliberately small.
 
@@ -43,7 +43,9 @@ constant shape):
   shape declarations make them so (``Out("f32", "a")``, ``In("f32", ("a.size(0)",))``),
   which the op checks at every call (:func:`tensor_dims`);
 * guards are the test of an ``if`` (in its body) or of ``a if test else b`` (in ``a``),
-  ``and`` of them, ``not``, chained ``0 <= i < n``; after ``if test: return`` (or
+  ``and`` of them, ``not``, chained ``0 <= i < n``, and a flag assigned such a test once
+  in the function's own body (``inside = 0 <= r < rows``, then ``if inside``) about names
+  also assigned once there, before it; after ``if test: return`` (or
   ``continue``, ``break``, ``raise``) without ``else``, the test's negation holds for
   the rest of the block (``if i >= n or i < 0: return``); ``for i in range(start, s,
   step)`` gives ``i < s`` in its body when the step is positive;
@@ -224,6 +226,15 @@ class IndexRanges:
         self._active: set[str] = set()
         self._bits: dict[str, int | None] = {}
         self._collect(fdef)
+        # Names assigned by a plain statement of the function's own body (not inside a loop
+        # or a branch: run once, in order), and that statement's position.
+        self._top: dict[str, int] = {}
+        for k, stmt in enumerate(fdef.body):
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    for t in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                        if isinstance(t, ast.Name):
+                            self._top.setdefault(t.id, k)
         self.arrays = self._on_chip_arrays()
         # Tensor parameters (never rebound) and their axes' size keys.
         self.dims = {n: d for n, d in (dims or {}).items() if self._is_param(n)}
@@ -652,6 +663,8 @@ class IndexRanges:
             return [f for v in test.values for f in self.facts(v)]
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.exit_facts(test.operand)
+        if isinstance(test, ast.Name):
+            return self._flag_facts(test.id)
         if not isinstance(test, ast.Compare):
             return []
         found: list[Fact] = []
@@ -669,6 +682,25 @@ class IndexRanges:
                 if left.value >= 0:  # 0 <= i, 0 < i
                     found.append(Fact(right.id, "ge0"))
         return found
+
+    def _once(self, name: str) -> int | None:
+        """The position of the one binding of ``name`` when it is a plain statement of the
+        function's body (run exactly once), else ``None``."""
+        bindings = self.bindings.get(name, [])
+        return self._top.get(name) if len(bindings) == 1 and isinstance(bindings[0], ast.expr) else None
+
+    def _flag_facts(self, flag: str) -> list[Fact]:
+        """``if inside:`` where ``inside = 0 <= r < rows and ...`` was assigned once: the facts
+        of that test, about names themselves assigned once and before it (so still true)."""
+        at = self._once(flag)
+        if at is None or flag in self._active:
+            return []
+        self._active.add(flag)
+        try:
+            facts = self.facts(self.bindings[flag][0])
+        finally:
+            self._active.discard(flag)
+        return [f for f in facts if (self._once(f.name) is not None and self._once(f.name) < at)]
 
     def exit_facts(self, test: ast.expr) -> list[Fact]:
         """What ``test`` being false establishes: the facts after ``if test: return``."""

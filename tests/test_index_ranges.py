@@ -372,6 +372,29 @@ def early_exit(a: F1, out: pnex.Out("f32", "a")):
     out[j] = a[j]  # proven
 
 
+def flags(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    ok = 0 <= i - 1 < a.shape[0]
+    k = i - 1
+    if ok:
+        out[i] = a[i]  # checked: the flag speaks of i - 1, not i
+    near = i < a.shape[0]
+    if near and ok:
+        out[i] = a[i]  # proven
+    j = i
+    late = j < a.shape[0]
+    j = j + 0
+    if late:
+        out[j] = 1.0  # checked: j rebound after the flag
+    for t in range(2):
+        inner = i < a.shape[0]
+        if inner:
+            out[i] = 2.0  # checked: a flag assigned in a loop
+    early = k < a.shape[0]
+    if early:
+        out[k] = 3.0  # checked: k may be -1
+
+
 def no_exit(a: F1, out: pnex.Out("f32", "a")):
     i = cuda.grid(1)
     if i >= a.shape[0]:
@@ -470,6 +493,7 @@ def _marked(fn):
     (guarded, "a.numel()"), (early_exit, "a.numel()"), (early_exit_with_else, "a.numel()"),
     (lower_bounds, "a.numel()"), (shapes, ("m.size(0)", "m.size(1)")), (loops, "a.numel()"),
     (expressions, "a.numel()"), (rebound, "a.numel()"), (walrus, "a.numel()"), (no_exit, "a.numel()"),
+    (flags, "a.numel()"),
 ])
 def test_tensor_accesses_proven_under_guards(fn, n_threads):
     ck = _verdicts(fn, n_threads)
@@ -511,7 +535,7 @@ def _random_kernel(rng, name):
     step = rng.choice(_STEPS)
     if step:
         lines.append(f"    {step}")
-    form = rng.randrange(4)
+    form = rng.randrange(5)
     inner = rng.choice(("", "i = i - 1", "j = i"))
     if form == 0:
         lines += [f"    if {rng.choice(_CONDS)}:"]
@@ -521,6 +545,15 @@ def _random_kernel(rng, name):
         lines += [f"    {inner}"] * bool(inner) + ["    out[i] = a[i]"]
     elif form == 2:
         lines += [f"    out[0] = a[i] if {rng.choice(_CONDS)} else 0.0"]
+    elif form == 3:
+        # a flag: assigned once, then tested (maybe after i changes, maybe inside a loop)
+        lines += [f"    ok = {rng.choice(_CONDS)}"]
+        later = rng.choice(("", "i = i + 1", "i = 0", "j = i"))
+        lines += [f"    {later}"] * bool(later)
+        if rng.random() < 0.3:
+            lines += ["    for t in range(2):", "        if ok:", "            out[i] = a[i]"]
+        else:
+            lines += ["    if ok and n > 0:", "        out[i] = a[i]"]
     else:
         start = rng.choice(("", "", "cuda.threadIdx.x - 1, ", "cuda.grid(1), "))
         lines += [f"    for i in range({start}{rng.choice(('a.shape[0]', 'n', 'a.shape[0] + 1', 'free.shape[0]'))}):"]
@@ -584,7 +617,7 @@ def test_whatever_a_guard_proves_is_in_bounds_for_every_thread(tmp_path, monkeyp
                 monkeypatch.setattr(module, "cuda", cuda)
             wrong = bad & proven
             assert not wrong, (name, (a_len, free_len, n), wrong, "\n" + _source_of(path, fn))
-    assert proven_total >= 80, proven_total  # a fair share of the 600 accesses is proven (102 when written)
+    assert proven_total >= 50, proven_total  # a fair share of the 600 accesses is proven (71 when written)
 
 
 def _source_of(path, fn):
