@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from numba import cuda
+from numba import cuda, float32
 
 import pnex_magic as pnex
 from pnex_magic import checked as C
@@ -50,7 +50,7 @@ class _Checked:
 
     def __init__(self, op):
         d = op._pnex
-        self.ck = C.checked_kernel(d.fn)
+        self.ck = d.checked_kernel()  # the op's own: accesses its source proves are left unchecked
         self.spec = C.checked_spec(d.spec)
         self.options = d.options
         self._d = d
@@ -143,3 +143,38 @@ def _launch_inmut(op, args):
     op(args[0], fast, *args[2:])
     torch.testing.assert_close(args[1], fast, rtol=0, atol=0)
     return (args[1],), record.cpu(), kernel.ck
+
+
+@pnex.jit(n_threads="a.numel()", threads_per_block=64, check=True)
+def mirrored_tiles(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    tile = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    tile[t] = a[i] if i < a.shape[0] else 0.0
+    cuda.syncthreads()
+    if i < a.shape[0]:
+        out[i] = tile[63 - t] + a[i]
+
+
+@pnex.jit(n_threads="a.numel()", threads_per_block=64, check=True)
+def shifted_tiles(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    tile = cuda.shared.array(64, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    tile[t] = a[i] if i < a.shape[0] else 0.0
+    cuda.syncthreads()
+    if i < a.shape[0]:
+        out[i] = tile[t + 1] + a[i]  # thread 63 reads past the tile
+
+
+def test_every_access_proven_the_checked_op_gives_the_fast_result_and_a_bug_beside_them_is_caught():
+    variant = mirrored_tiles._pnex.checked_kernel()
+    assert not variant.sites and len(variant.proven) == 4  # nothing left to test at run time
+    a = torch.rand(1000, device="cuda")
+    padded = torch.zeros(1024, dtype=torch.float64, device="cuda")
+    padded[:1000] = a.double()
+    expected = (padded.view(16, 64).flip(1).reshape(-1)[:1000] + a.double())
+    torch.testing.assert_close(mirrored_tiles(a).double(), expected, rtol=1e-6, atol=1e-6)
+    with pytest.raises(IndexError, match=r"index 64 is out of bounds for axis 0 of shared array 'tile'"):
+        shifted_tiles(a)
+    assert torch.ones(4, device="cuda").sum().item() == 4  # the CUDA context is intact
