@@ -199,6 +199,8 @@ def _checked_accesses(op: PnexOp) -> str:
     source proves in bounds (:mod:`pnex_magic.index_ranges`)."""
     variant = op._pnex.checked_kernel()
     tested, proven = len(variant.sites), len(variant.proven)
+    if not tested:
+        return f"all {proven} accesses proven in bounds from the source, none left to test"
     text = f"{tested} access{'' if tested == 1 else 'es'} tested"
     return text + (f", {proven} more proven in bounds from the source" if proven else "")
 

@@ -300,6 +300,18 @@ def test_the_reports_checked_run_says_what_was_tested_and_what_was_proven():
     note = report._run_checked(mirrored, (torch.rand(32),), "args")  # CPU tensors: the simulator
     assert note.startswith("a checked run on args found no access out of bounds (1 access tested, "
                            "4 more proven in bounds from the source; "), note
+    assert report._checked_accesses(all_proven) == "all 5 accesses proven in bounds from the source, none left to test"
+
+
+@pnex.jit(n_threads="a.numel()", threads_per_block=16)
+def all_proven(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    tile = cuda.shared.array(16, float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    tile[t] = a[i] if i < a.shape[0] else 0.0
+    cuda.syncthreads()
+    if i < a.shape[0]:
+        out[i] = tile[15 - t] + a[i]
 
 
 def histogram(x, counts):
