@@ -742,11 +742,14 @@ class _Rewriter(ast.NodeTransformer):
         out: list[ast.stmt] = []
         depth = len(self.facts)
         for k, stmt in enumerate(stmts):
-            new = self.visit(stmt)
-            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
+            after: list[Fact] = []
             if (isinstance(stmt, ast.If) and not stmt.orelse and stmt.body
                     and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))):
-                self.facts += self._holding(self.ranges.exit_facts(stmt.test), [stmt.test, *stmts[k + 1:]])
+                # from the test as written (the visit below rewrites it)
+                after = self._holding(self.ranges.exit_facts(stmt.test), [stmt.test, *stmts[k + 1:]])
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
+            self.facts += after
         del self.facts[depth:]
         return out
 

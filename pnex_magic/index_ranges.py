@@ -156,6 +156,8 @@ class Fact:
     dim: DimKey | None = None
 
 
+_NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
+
 #: Sizes of a tensor's axes are below 2**48 (no memory holds more elements): the bound
 #: :meth:`IndexRanges.magnitude` assumes for a size it cannot bound otherwise.
 _SIZE_BITS = 48
@@ -708,15 +710,10 @@ class IndexRanges:
             return [f for v in test.values for f in self.exit_facts(v)]
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.facts(test.operand)
-        if not isinstance(test, ast.Compare) or len(test.ops) != 1:
-            return []
-        left, op, right = test.left, test.ops[0], test.comparators[0]
-        if isinstance(op, (ast.Lt, ast.LtE)):  # not (a <= b) is b < a; not (a < 0) is a >= 0
-            left, right, op = right, left, ast.GtE() if isinstance(op, ast.Lt) else ast.Gt()
-        if isinstance(op, ast.GtE):  # not (i >= n) is i < n
-            return self.facts(ast.Compare(left=left, ops=[ast.Lt()], comparators=[right]))
-        if isinstance(op, ast.Gt) and isinstance(left, ast.Constant):  # not (0 > i) is 0 <= i
-            return self.facts(ast.Compare(left=left, ops=[ast.LtE()], comparators=[right]))
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            negated = _NEGATED.get(type(test.ops[0]))
+            if negated is not None:  # not (i >= n) is i < n; not (n <= i) is n > i
+                return self.facts(ast.Compare(left=test.left, ops=[negated()], comparators=test.comparators))
         return []
 
     def loop_facts(self, loop: ast.For) -> list[Fact]:
