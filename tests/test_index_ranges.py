@@ -560,10 +560,17 @@ def _random_kernel(rng, name):
     inner = rng.choice(("", "i = i - 1", "j = i"))
     if form == 0:
         lines += [f"    if {rng.choice(_CONDS)}:"]
+        if rng.random() < 0.25:  # the access in the else branch: the test is false there
+            lines += ["        pass", "    else:"]
         lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
     elif form == 1:
-        lines += [f"    if {rng.choice(_EXITS)}:", f"        {rng.choice(('return', 'return', 'pass'))}"]
-        lines += [f"    {inner}"] * bool(inner) + ["    out[i] = a[i]"]
+        if rng.random() < 0.3:  # leave a loop's trip instead of the kernel
+            lines += ["    for t in range(2):", f"        if {rng.choice(_EXITS)}:",
+                      f"            {rng.choice(('continue', 'break', 'pass'))}"]
+            lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+        else:
+            lines += [f"    if {rng.choice(_EXITS)}:", f"        {rng.choice(('return', 'return', 'pass'))}"]
+            lines += [f"    {inner}"] * bool(inner) + ["    out[i] = a[i]"]
     elif form == 2:
         lines += [f"    out[0] = a[i] if {rng.choice(_CONDS)} else 0.0"]
     elif form == 3:
