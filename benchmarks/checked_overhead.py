@@ -260,7 +260,6 @@ def main(argv: list[str] | None = None) -> int:
             except AssertionError as exc:
                 mismatches[name] = str(exc).splitlines()[0]
             del values, results
-            del values
             torch.cuda.empty_cache()
 
     rows, result_rows = [], []
