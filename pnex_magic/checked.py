@@ -89,7 +89,7 @@ import inspect
 import textwrap
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .errors import KernelDefinitionError, KernelIndexError
@@ -148,7 +148,8 @@ class CheckedKernel:
     function: types.FunctionType
     sites: tuple[Site, ...]
     #: Accesses left unchecked because the source proves them in bounds
-    #: (:mod:`pnex_magic.index_ranges`): on-chip arrays indexed within their constant shape.
+    #: (:mod:`pnex_magic.index_ranges`): on-chip arrays indexed within their constant
+    #: shape, tensors indexed under a guard on their size.
     proven: tuple[Site, ...] = ()
 
     def describe(self, record: Sequence[int]) -> str | None:
@@ -736,40 +737,45 @@ class _Rewriter(ast.NodeTransformer):
         rebound = bound_names(region)
         return [f for f in facts if f.name not in rebound]
 
+    @contextlib.contextmanager
+    def _assuming(self, facts: list[Fact]) -> Iterator[None]:
+        """``facts`` hold for what is visited inside; the facts added inside go at the end."""
+        depth = len(self.facts)
+        self.facts += facts
+        try:
+            yield
+        finally:
+            del self.facts[depth:]
+
     def visit_block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """Rewrite a list of statements; after ``if test: return`` (or ``continue``,
         ``break``, ``raise``), what ``test`` being false establishes holds for the rest."""
         out: list[ast.stmt] = []
-        depth = len(self.facts)
-        for k, stmt in enumerate(stmts):
-            after: list[Fact] = []
-            if (isinstance(stmt, ast.If) and not stmt.orelse and stmt.body
-                    and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))):
-                # from the test as written (the visit below rewrites it)
-                after = self._holding(self.ranges.exit_facts(stmt.test), [stmt.test, *stmts[k + 1:]])
-            new = self.visit(stmt)
-            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
-            self.facts += after
-        del self.facts[depth:]
+        with self._assuming([]):
+            for k, stmt in enumerate(stmts):
+                after: list[Fact] = []
+                if (isinstance(stmt, ast.If) and not stmt.orelse and stmt.body
+                        and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Break, ast.Raise))):
+                    # from the test as written (the visit below rewrites it)
+                    after = self._holding(self.ranges.exit_facts(stmt.test), [stmt.test, *stmts[k + 1:]])
+                new = self.visit(stmt)
+                out.extend(new if isinstance(new, list) else [new] if new is not None else [])
+                self.facts += after
         return out
 
     def visit_If(self, node: ast.If) -> ast.If:
         facts = self._holding(self.ranges.facts(node.test), [node.test, *node.body])  # from the test as written
         node.test = self.visit(node.test)
-        depth = len(self.facts)
-        self.facts += facts
-        node.body = self.visit_block(node.body)
-        del self.facts[depth:]
+        with self._assuming(facts):
+            node.body = self.visit_block(node.body)
         node.orelse = self.visit_block(node.orelse)
         return node
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.IfExp:
         facts = self._holding(self.ranges.facts(node.test), [node.test, node.body])
         node.test = self.visit(node.test)
-        depth = len(self.facts)
-        self.facts += facts
-        node.body = self.visit(node.body)
-        del self.facts[depth:]
+        with self._assuming(facts):
+            node.body = self.visit(node.body)
         node.orelse = self.visit(node.orelse)
         return node
 
@@ -777,10 +783,8 @@ class _Rewriter(ast.NodeTransformer):
         facts = self._holding(self.ranges.loop_facts(node), list(node.body))
         node.target = self.visit(node.target)
         node.iter = self.visit(node.iter)
-        depth = len(self.facts)
-        self.facts += facts
-        node.body = self.visit_block(node.body)
-        del self.facts[depth:]
+        with self._assuming(facts):
+            node.body = self.visit_block(node.body)
         node.orelse = self.visit_block(node.orelse)
         return node
 
