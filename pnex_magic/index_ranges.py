@@ -70,7 +70,7 @@ import ast
 import builtins
 import dataclasses
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["Interval", "IndexRanges"]
@@ -195,6 +195,16 @@ def tensor_dims(spec: Any) -> dict[str, tuple[DimKey, ...]]:
     return {name: tuple(key(name, k) for k in range(p.ndim)) for name, p in tensors.items()}
 
 
+def _range_call(node: ast.expr) -> tuple[ast.expr, ...] | None:
+    """The arguments of a call written ``range(...)`` (1 to 3, positional, none starred);
+    whether ``range`` is the builtin there is :meth:`IndexRanges._range`'s to say."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+            and not node.keywords and 1 <= len(node.args) <= 3
+            and not any(isinstance(a, ast.Starred) for a in node.args)):
+        return tuple(node.args)
+    return None
+
+
 def bound_names(nodes: Iterable[ast.AST]) -> set[str]:
     """Every name a statement or expression among ``nodes`` (or inside them) binds."""
     names: set[str] = set()
@@ -277,10 +287,11 @@ class IndexRanges:
     def _collect(self, fdef: ast.FunctionDef) -> None:
         understood: set[int] = set()
         args = fdef.args
-        own = {id(a) for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]}
-        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
-            if a is not None:
-                self._bind(a.arg, _PARAM if a in args.posonlyargs + args.args else _UNKNOWN)
+        positional = args.posonlyargs + args.args
+        own = [a for a in positional + args.kwonlyargs + [args.vararg, args.kwarg] if a is not None]
+        for a in own:
+            self._bind(a.arg, _PARAM if a in positional else _UNKNOWN)
+        own_ids = {id(a) for a in own}
         for node in ast.walk(fdef):
             if node is fdef:
                 continue
@@ -294,13 +305,8 @@ class IndexRanges:
                 self._bind(node.target.id, ast.BinOp(left=load, op=node.op, right=node.value))
                 understood.add(id(node.target))
             elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
-                it = node.iter
-                if (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                        and not it.keywords and 1 <= len(it.args) <= 3
-                        and not any(isinstance(a, ast.Starred) for a in it.args)):
-                    self._bind(node.target.id, _Range(tuple(it.args)))
-                else:
-                    self._bind(node.target.id, _UNKNOWN)
+                range_args = _range_call(node.iter)
+                self._bind(node.target.id, _Range(range_args) if range_args is not None else _UNKNOWN)
                 understood.add(id(node.target))
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
                 for name in node.names:
@@ -311,7 +317,7 @@ class IndexRanges:
                 self._bind((node.asname or node.name).split(".")[0], _UNKNOWN)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 self._bind(node.name, _UNKNOWN)
-            elif isinstance(node, ast.arg) and id(node) not in own:  # a nested function's or lambda's parameter
+            elif isinstance(node, ast.arg) and id(node) not in own_ids:  # a nested function's or lambda's parameter
                 self._bind(node.arg, _UNKNOWN)
             elif type(node).__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
                 name = getattr(node, "name", None) or getattr(node, "rest", None)
@@ -371,40 +377,52 @@ class IndexRanges:
             return self._call(node)
         return None
 
-    def _name(self, name: str) -> Interval | None:
-        if name in self._cache:
-            return self._cache[name]
+    def _over_bindings(self, name: str, cache: dict[str, Any], of_binding: Callable[[Any], Any],
+                       join: Callable[[Any, Any], Any]) -> Any:
+        """``of_binding`` of every binding of local ``name``, joined, memoised in ``cache``;
+        ``None`` when one of them is, or when the name depends on itself."""
+        if name in cache:
+            return cache[name]
         if name in self._active:  # depends on itself
             return None
+        self._active.add(name)
+        result = None
+        try:
+            for k, binding in enumerate(self.bindings[name]):
+                value = of_binding(binding)
+                if value is None:
+                    result = None
+                    break
+                result = value if k == 0 else join(result, value)
+        finally:
+            self._active.discard(name)
+        cache[name] = result
+        return result
+
+    def _name(self, name: str) -> Interval | None:
         if name not in self.bindings:
             value = self._global(name)
             return _known(int(value), int(value)) if isinstance(value, int) else None
-        self._active.add(name)
-        try:
-            result = _union(self._binding(b) for b in self.bindings[name])
-        finally:
-            self._active.discard(name)
-        self._cache[name] = result
-        return result
+        return self._over_bindings(name, self._cache, self._binding, Interval.__or__)
 
     def _binding(self, binding: Any) -> Interval | None:
         if isinstance(binding, (_Unknown, _Param, _Element)) or binding is None:
             return None
         if isinstance(binding, _Range):
-            if self._global_builtin("range") is not range:
+            bounds = self._range(binding.args)
+            values = [self.interval(a) for a in binding.args]  # the step's too
+            if bounds is None or None in values:
                 return None
-            args = [self.interval(a) for a in binding.args]
-            if any(a is None for a in args):
-                return None
-            if len(args) == 1:
-                start, stop, step = Interval(0, 0), args[0], Interval(1, 1)
-            else:
-                start, stop = args[0], args[1]
-                step = args[2] if len(args) == 3 else Interval(1, 1)
-            if step.lo < 1:
-                return None
-            return _known(start.lo, stop.hi - 1)
+            start, stop = bounds
+            return _known(0 if start is None else self.interval(start).lo, self.interval(stop).hi - 1)
         return self.interval(binding)
+
+    def _range(self, args: tuple[ast.expr, ...]) -> tuple[ast.expr | None, ast.expr] | None:
+        """``(start, stop)`` of ``range(*args)`` (``start`` ``None`` for 0) when ``range`` is
+        the builtin and the step is positive, so that ``start <= i < stop``."""
+        if self._global_builtin("range") is not range or (len(args) == 3 and not self._positive(args[2])):
+            return None
+        return (None, args[0]) if len(args) == 1 else (args[0], args[1])
 
     def _global_builtin(self, name: str) -> Any:
         return _UNKNOWN if name in self.bindings else self._global(name)
@@ -619,22 +637,9 @@ class IndexRanges:
         return None
 
     def _name_bits(self, name: str) -> int | None:
-        if name in self._bits:
-            return self._bits[name]
-        if name in self._active or name not in self.bindings:
+        if name not in self.bindings:
             return None
-        self._active.add(name)
-        try:
-            result: int | None = 0
-            for b in self.bindings[name]:
-                bits = self._binding_bits(b)
-                result = None if bits is None or result is None else max(result, bits)
-                if result is None:
-                    break
-        finally:
-            self._active.discard(name)
-        self._bits[name] = result
-        return result
+        return self._over_bindings(name, self._bits, self._binding_bits, max)
 
     def _binding_bits(self, binding: Any) -> int | None:
         if isinstance(binding, _Element):
@@ -643,11 +648,11 @@ class IndexRanges:
             if self._cuda_call(binding.source) is not None:
                 return _GRID_BITS
             return None
-        if isinstance(binding, _Range):  # start <= i < stop when the step is positive
-            args = binding.args
-            if self._global_builtin("range") is not range or (len(args) == 3 and not self._positive(args[2])):
+        if isinstance(binding, _Range):  # start <= i < stop
+            bounds = self._range(binding.args)
+            if bounds is None:
                 return None
-            bits = [self.magnitude(a) for a in args[:2]]
+            bits = [self.magnitude(a) for a in bounds if a is not None]
             return None if None in bits else max(bits)
         if isinstance(binding, ast.expr):
             return self.magnitude(binding)
@@ -719,15 +724,11 @@ class IndexRanges:
     def loop_facts(self, loop: ast.For) -> list[Fact]:
         """What holds in the body of ``for i in range(...)``: ``i < stop`` when ``stop`` is
         a size and the step positive, ``i >= 0`` when ``start`` is non-negative too."""
-        it = loop.iter
-        if (not isinstance(loop.target, ast.Name) or not isinstance(it, ast.Call) or not isinstance(it.func, ast.Name)
-                or self._global_builtin(it.func.id) is not range or it.keywords or not 1 <= len(it.args) <= 3
-                or any(isinstance(a, ast.Starred) for a in it.args)):
+        args = _range_call(loop.iter)
+        bounds = self._range(args) if args is not None and isinstance(loop.target, ast.Name) else None
+        if bounds is None:
             return []
-        name = loop.target.id
-        if len(it.args) == 3 and not self._positive(it.args[2]):
-            return []
-        start, stop = (None, it.args[0]) if len(it.args) == 1 else (it.args[0], it.args[1])
+        name, (start, stop) = loop.target.id, bounds
         found = []
         dim = self.dim_of(stop)
         if dim is not None:
