@@ -131,6 +131,8 @@ def _proven(source, blocks=((32, 8),), **names):
      [False]),
     ("blockDim", "def k(a):\n t = cuda.shared.array(32, float32)\n t[cuda.blockDim.x - 1] = 0\n"
      " t[cuda.blockDim.x] = 0", [True, False]),
+    ("every binding counts", "def k(a):\n t = cuda.shared.array(32, float32)\n i = 40\n if a[0] > 0:\n"
+     "  i = 3\n t[i] = 0\n j = 3\n if a[0] > 0:\n  j = 31\n t[j] = 0", [False, True]),
 ])
 def test_what_is_proven_and_what_is_not(why, source, expected):
     assert _proven(source, RATE=RATE) == expected, why
@@ -474,6 +476,8 @@ def loops(c: F2, a: F1, out: pnex.Out("f32", "a")):
         out[i] = a[i]  # proven
     for t in range(cuda.threadIdx.x - 1, a.shape[0]):
         out[t] = a[t]  # checked: t starts at -1 in thread 0
+    for d in range(a.shape[0] + 3, a.shape[0], -1):
+        out[d] = 0.0  # checked: counts down from past the end
     base = cuda.grid(1) * 4
     for j in range(4):
         i = base + j
