@@ -29,20 +29,9 @@ import pnex_magic as pnex
 from pnex_magic import checked as C
 from pnex_magic.definition import _simulable
 from pnex_magic.errors import KernelDefinitionError, KernelIndexError, PnexError
-from toolchain import needs_nvvm
+from toolchain import needs_nvvm, simulate
 
 RECORD = C.RECORD_SIZE
-
-
-def simulate(fn, grid, block, *args):
-    """Run ``fn`` (a checked function) in the CUDA simulator; returns its error record."""
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-
-    err = np.zeros(RECORD, np.int64)
-    wrapped = [FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped, FakeCUDAArray(err))
-    return err
 
 
 def run_plain(fn, grid, block, *args):

@@ -28,6 +28,7 @@ import pnex_magic as pnex
 from pnex_magic import checked as C
 from pnex_magic.index_ranges import IndexRanges, Interval
 from pnex_magic.lazycuda import cuda as lazy_cuda
+from toolchain import simulate
 
 TX, TY, R = 32, 8, 4
 HALO = (TY * R + 2, TX + 2)
@@ -250,24 +251,12 @@ def tile_off_by_one(a, out):
     out[i] = tile[t] + tile[t + 1]  # the last thread reads past the tile
 
 
-def _simulate(fn, grid, block, *args):
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-
-    from pnex_magic.definition import _simulable
-
-    err = np.zeros(C.RECORD_SIZE, np.int64)
-    wrapped = [FakeCUDAArray(a) for a in args]
-    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped, FakeCUDAArray(err))
-    return err
-
-
 def test_a_kernel_with_every_tile_access_proven_gives_the_right_result():
     ck = C.checked_kernel(tile_sum, _blocks([(16,)]))
     assert [s.variable for s in ck.proven] == ["tile"] * 4 and {s.variable for s in ck.sites} == {"a", "out"}
     a = np.random.default_rng().random(48).astype(np.float32)
     out = np.full(48, np.nan, np.float32)
-    err = _simulate(ck.function, 3, 16, a, out)
+    err = simulate(ck.function, 3, 16, a, out)
     assert err[C.FLAG] == 0
     tiles = a.reshape(3, 16).astype(np.float64)
     expected = tiles + np.roll(tiles, -1, axis=1) + tiles[:, ::-1]
@@ -278,7 +267,7 @@ def test_a_bug_beside_proven_accesses_is_still_caught():
     ck = C.checked_kernel(tile_off_by_one, _blocks([(16,)]))
     assert [s.source_text for s in ck.proven] == ["tile[t] = a[i]", "out[i] = tile[t] + tile[t + 1]  # the last thread reads past the tile"]
     a = np.ones(16, np.float32)
-    err = _simulate(ck.function, 1, 16, a, np.zeros(16, np.float32))
+    err = simulate(ck.function, 1, 16, a, np.zeros(16, np.float32))
     message = ck.describe(err)
     assert message is not None and "tile" in message and "16" in message
     assert ck.sites[int(err[C.SITE_SLOT])].source_text.startswith("out[i] = tile[t] + tile[t + 1]")
@@ -336,7 +325,7 @@ def test_a_shared_histograms_atomic_is_proven_and_counts_right():
                                                               ("x", "load"), ("x", "load")]
     x = np.random.default_rng().integers(-1000, 1000, 4 * 64).astype(np.int64)
     counts = np.zeros(64, np.int32)
-    err = _simulate(ck.function, 4, 64, x, counts)
+    err = simulate(ck.function, 4, 64, x, counts)
     assert err[C.FLAG] == 0
     np.testing.assert_array_equal(counts, np.bincount(x % 64, minlength=64))
 

@@ -1,5 +1,6 @@
 """What the machine's CUDA toolchain offers the CPU tests (shared by the test modules)."""
 
+import numpy as np
 import pytest
 
 
@@ -15,3 +16,19 @@ def nvvm_available() -> bool:
 
 
 needs_nvvm = pytest.mark.skipif(not nvvm_available(), reason="no NVVM (pip install numba-cuda[cu13])")
+
+
+def simulate(fn, grid, block, *args):
+    """Run ``fn``, a checked kernel function (:mod:`pnex_magic.checked`), in numba-cuda's
+    CUDA simulator on ``args`` (NumPy arrays are passed as device arrays); returns its
+    error record."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    from pnex_magic.checked import RECORD_SIZE
+    from pnex_magic.definition import _simulable
+
+    err = np.zeros(RECORD_SIZE, np.int64)
+    wrapped = [FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in args]
+    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped, FakeCUDAArray(err))
+    return err
