@@ -23,6 +23,9 @@ before building it (not a benchmark of the product; those are the other scripts)
 * ``muladd-chain``: the same 1 GiB ``a*b+c``, ten calls: from Python (JAX and the
   PyTorch op) and as a ``fori_loop`` of ten inside one ``jax.jit`` (one dispatch):
   whether JAX's gap is per dispatch or per kernel (issue 17);
+* ``inflight``: a loads-first copy's bandwidth against the bytes each SM keeps in
+  flight (element size x elements per thread x resident threads), 1 GiB per call: the
+  data for the report's Little's-law model (issue 30);
 * ``tools``: compute-sanitizer, ncu, nvdisasm on the machine.
 
 Prints a short table per probe; logs under ``$OUT`` when set.
@@ -525,10 +528,83 @@ def probe_muladd_chain() -> list[str]:
     return r.stdout.strip().splitlines() + ([f"rc={r.returncode}"] + r.stderr.strip().splitlines()[-8:] if r.returncode else [])
 
 
+INFLIGHT_KERNEL = '''
+import pnex_magic as pnex
+from numba import cuda
+from numba.cuda.types import float16, float32, float64, uint8
+
+@pnex.jit(n_threads="(a.numel() + {items} - 1) // {items}", threads_per_block={tpb})
+def copy(a: pnex.In("{dtype}", (None,)), r: pnex.Out("{dtype}", "a")):
+    base = cuda.blockIdx.x * cuda.blockDim.x * {items} + cuda.threadIdx.x
+    n = a.shape[0]
+    v = cuda.local.array({items}, {nbtype})
+    for k in range({items}):
+        j = base + k * cuda.blockDim.x
+        if j < n:
+            v[k] = a[j]
+    for k in range({items}):
+        j = base + k * cuda.blockDim.x
+        if j < n:
+            r[j] = v[k]
+'''
+
+
+def probe_inflight() -> list[str]:
+    """Bandwidth of a loads-first copy against the bytes each SM keeps in flight (issue 30):
+    element size x elements per thread x resident threads per SM, 1 GiB read per call
+    (far past L2), as a share of torch.clone's.  Where the share saturates tells the
+    report's Little's-law model how many bytes in flight the GPU needs under load."""
+    import json
+
+    import torch
+
+    from pnex_magic.hardware import device_info, resident_blocks
+
+    info = device_info(torch.device("cuda"))
+    nbytes = 1 << 30
+    rows, records = [], []
+    clone_t = {}
+    configs = [(dt, items, 256) for dt in ("f16", "f32", "f64") for items in (1, 2, 4, 8)]
+    configs += [("f32", 1, tpb) for tpb in (64, 128, 512, 1024)] + [("f32", 16, 256), ("u8", 1, 256), ("u8", 4, 256)]
+    torch_dtype = {"f16": torch.float16, "f32": torch.float32, "f64": torch.float64, "u8": torch.uint8}
+    data = {}
+    for dt, items, tpb in configs:
+        if dt not in data:
+            size = torch.tensor([], dtype=torch_dtype[dt]).element_size()
+            data[dt] = torch.randint(0, 100, (nbytes // size,), device="cuda").to(torch_dtype[dt])
+            clone_t[dt] = _events(lambda dt=dt: data[dt].clone())
+        ns: dict = {"__name__": f"inflight_{dt}_{items}_{tpb}"}
+        nbtype = dict(f16="float16", f32="float32", f64="float64", u8="uint8")[dt]
+        code = INFLIGHT_KERNEL.format(items=items, tpb=tpb, dtype=dt, nbtype=nbtype)
+        path = OUT / f"inflight_{dt}_{items}_{tpb}.py"
+        path.write_text(code)
+        exec(compile(code, str(path), "exec"), ns)
+        op = ns["copy"]
+        x = data[dt]
+        ok = torch.equal(op(x), x)
+        t = _events(lambda: op(x))
+        res = op.definition.compiled(info.arch).resources
+        blocks = resident_blocks(info.arch, res.registers, res.shared_bytes, tpb) or 0
+        size = x.element_size()
+        per_sm = blocks * tpb * items * size
+        rec = dict(dtype=dt, items=items, tpb=tpb, registers=res.registers, resident_blocks=blocks,
+                   bytes_in_flight_per_sm=per_sm, seconds=t, clone_seconds=clone_t[dt],
+                   share_of_clone=clone_t[dt] / t, bandwidth=2 * nbytes / t, correct=ok)
+        records.append(rec)
+        rows.append(f"{dt:<4} items={items:<2} tpb={tpb:<5} regs={res.registers:<3} blocks/SM={blocks:<3} "
+                    f"in flight/SM={per_sm / 1024:7.1f} KiB  {2 * nbytes / t / 1e12:5.2f} TB/s  "
+                    f"{clone_t[dt] / t:5.2f} of clone{'' if ok else '  WRONG'}")
+    (OUT / "inflight.json").write_text(json.dumps(dict(
+        gpu=info.name, arch=info.arch, sm_count=info.sm_count, l2_bytes=info.l2_bytes,
+        peak_bandwidth=info.peak_bandwidth, torch=torch.__version__,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), records=records), indent=1))
+    return [f"{info.name} ({info.arch}, {info.sm_count} SMs), clone of 1 GiB: "
+            + ", ".join(f"{k} {2 * nbytes / v / 1e12:.2f} TB/s" for k, v in clone_t.items())] + rows
+
 
 PROBES = {"tools": probe_tools, "copy": probe_copy, "jax": probe_jax, "first-use": probe_first_use,
           "per-call": probe_per_call, "muladd-ncu": probe_muladd_ncu,
-          "muladd-chain": probe_muladd_chain}
+          "muladd-chain": probe_muladd_chain, "inflight": probe_inflight}
 
 
 def main(argv: list[str] | None = None) -> int:
