@@ -1,4 +1,4 @@
-"""What a checked kernel (:mod:`pnex_magic.checked`) costs against the fast one, and
+"""What a checked kernel (:mod:`pnex_magic.checking`) costs against the fast one, and
 what line info (``-lineinfo``) costs.
 
     python benchmarks/checked_overhead.py                 # GPU: compile figures and device times
@@ -9,7 +9,7 @@ without a GPU, sm_90 by default) through pnex's own path (Numba's PTX, then
 nvJitLink): fast, fast with line info, checked, checked with line info.  For each:
 registers and stack (ptxas, through nvJitLink), the number of SASS instructions
 (``cuobjdump``/``nvdisasm``), and for the checked variant how many accesses it tests at
-run time, how many the source proves in bounds (:mod:`pnex_magic.index_ranges`), and
+run time, how many the source proves in bounds (:mod:`pnex_magic.checking.index_ranges`), and
 whether its SASS is the fast variant's, instruction for instruction (then so is its
 device time, on any GPU of that architecture).  On a GPU each fast and checked variant also runs at
 full size, device time by CUDA events around a CUDA graph of ``--loops`` launches
@@ -96,7 +96,7 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
 
     from pnex_magic import sass
     from pnex_magic.arch import parse_arch
-    from pnex_magic.checked import checked_kernel, checked_spec
+    from pnex_magic.checking import checked_kernel, checked_spec
     from pnex_magic.compiler import _link_dependencies, _parse_resources, _target_device, numba_signature
     from pnex_magic.linking import linker_classes, ptx_entry
 
@@ -177,7 +177,7 @@ def time_variant(spec: Any, built: Build, values: list[Any], loops: int, repeat:
     import torch
 
     from pnex_magic.calls import launch_grid
-    from pnex_magic.checked import checked_spec, error_buffer
+    from pnex_magic.checking import checked_spec, error_buffer
     from pnex_magic.launch.driver import DriverLauncher
 
     device = torch.device("cuda")

@@ -45,7 +45,7 @@ class JitOptions:
     arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
     use_cache: bool = True  # False: neither read nor write the disk cache
     force: bool = False  # recompile even on a cache hit (the new build is still stored)
-    check: bool = False  # every GPU launch runs the checked variant (pnex_magic.checked)
+    check: bool = False  # every GPU launch runs the checked variant (pnex_magic.checking)
 
     @classmethod
     def checked(
@@ -125,6 +125,13 @@ def _read_small(path: str) -> str:
         return "-"
 
 
+def _checking() -> Any:
+    """:mod:`pnex_magic.checking`, imported when a kernel's checked variant is first needed."""
+    from . import checking  # lazy: the checked variant's rewrite and Numba overloads stay off the cache-hit path
+
+    return checking
+
+
 class KernelDefinition:
     """One kernel: function, spec, options; compiles lazily per architecture."""
 
@@ -136,7 +143,7 @@ class KernelDefinition:
         self._compiled: dict[str, CompiledKernel] = {}
         self._lock = threading.Lock()
         self._simulated: Any = None
-        self._checked: Any = None  # pnex_magic.checked.CheckedKernel, made on first use
+        self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
         self._simulated_checked: Any = None
         self.toolchain_error: str | None = None
         # Freeze what the simulator will see now, as Numba freezes the globals it reads
@@ -164,21 +171,17 @@ class KernelDefinition:
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def checked_kernel(self) -> Any:
-        """The kernel's checked variant (:func:`pnex_magic.checked.checked_kernel`): every
+        """The kernel's checked variant (:func:`pnex_magic.checking.checked_kernel`): every
         array access tested against its array's shape, the first violation recorded.
         Raises ``KernelDefinitionError`` when the kernel's source cannot be read."""
         if self._checked is None:
-            from .checked import checked_kernel
-
-            self._checked = checked_kernel(self.fn, self.spec)
+            self._checked = _checking().checked_kernel(self.fn, self.spec)
         return self._checked
 
     def violation_error(self, record: Any) -> Exception | None:
-        """The ``KernelIndexError`` a checked launch whose record (:mod:`pnex_magic.checked`)
+        """The ``KernelIndexError`` a checked launch whose record (:mod:`pnex_magic.checking`)
         holds a violation raises; ``None`` when it holds none."""
-        from .checked import violation_error
-
-        return violation_error(self.spec.name, [int(v) for v in record], self.checked_kernel().sites)
+        return _checking().violation_error(self.spec.name, [int(v) for v in record], self.checked_kernel().sites)
 
     def compiled(
         self, arch: str | None = None, *, layout: str = "C", variant: int = 0, force: bool = False,
@@ -198,10 +201,9 @@ class KernelDefinition:
                 return found
             fn, spec, cache_id = self.fn, self.spec, self.options.cache_id
             if checked:
-                from .checked import checked_spec
-
-                fn, spec = self.checked_kernel().function, checked_spec(self.spec)
+                fn, spec = self.checked_kernel().function, _checking().checked_spec(self.spec)
                 cache_id = None if cache_id is None else f"{cache_id}-checked"
+            # lazy: keeps the cache-hit path (and a loaded artifact's) free of Numba's compiler
             from .compiler import compile_kernel
 
             result = compile_kernel(

@@ -76,8 +76,8 @@ class KernelLaunchError(PnexError, RuntimeError):
 class KernelIndexError(PnexError, IndexError):
     """A checked launch (``jit(check=True)``, ``%%pnex --check``, ``PNEX_CHECK=1``)
     found an array access out of bounds; the access was not made, and the CUDA
-    context is intact.  ``violation`` (:class:`pnex_magic.checked.Violation`) and
-    ``site`` (:class:`pnex_magic.checked.Site`) say where."""
+    context is intact.  ``violation`` (:class:`pnex_magic.checking.Violation`) and
+    ``site`` (:class:`pnex_magic.checking.Site`) say where."""
 
     def __init__(self, message: str, violation: object = None, site: object = None):
         super().__init__(message)

@@ -179,7 +179,7 @@ def _run_op(op: PnexOp, args: Sequence[Any], args_name: str) -> tuple[Any, tuple
 
 
 def _run_checked(op: PnexOp, args: Sequence[Any], args_name: str) -> str:
-    """One checked launch of ``op`` on copies of ``args`` (:mod:`pnex_magic.checked`):
+    """One checked launch of ``op`` on copies of ``args`` (:mod:`pnex_magic.checking`):
     raises its ``KernelIndexError`` (the CUDA context survives), else says how long it took."""
     import time
 
@@ -196,7 +196,7 @@ def _run_checked(op: PnexOp, args: Sequence[Any], args_name: str) -> str:
 
 def _checked_accesses(op: PnexOp) -> str:
     """How many of the kernel's accesses its checked variant tests, and how many the
-    source proves in bounds (:mod:`pnex_magic.index_ranges`)."""
+    source proves in bounds (:mod:`pnex_magic.checking.index_ranges`)."""
     variant = op._pnex.checked_kernel()
     tested, proven = len(variant.sites), len(variant.proven)
     if not tested:

@@ -1,4 +1,4 @@
-"""The checked variant of a kernel (:mod:`pnex_magic.checked`), without a GPU.
+"""The checked variant of a kernel (:mod:`pnex_magic.checking`), without a GPU.
 
 * the rewrite: which subscripts become checked accesses, their sites (line, text,
   variable, role), the new function's name, parameters, file and lines, closures;
@@ -26,7 +26,7 @@ import torch
 from numba import cuda, float32
 
 import pnex_magic as pnex
-from pnex_magic import checked as C
+from pnex_magic import checking as C
 from pnex_magic.definition import _simulable
 from pnex_magic.errors import KernelDefinitionError, KernelIndexError, PnexError
 from toolchain import needs_nvvm, simulate

@@ -1,4 +1,4 @@
-"""Checked kernels on a GPU (:mod:`pnex_magic.checked`): the record the GPU writes
+"""Checked kernels on a GPU (:mod:`pnex_magic.checking`): the record the GPU writes
 equals the simulator's, the access out of bounds did not happen, and the CUDA
 context is still usable afterwards.
 
@@ -15,7 +15,7 @@ import torch
 from numba import cuda, float32
 
 import pnex_magic as pnex
-from pnex_magic import checked as C
+from pnex_magic import checking as C
 from pnex_magic.definition import _simulable
 
 pytestmark = pytest.mark.gpu

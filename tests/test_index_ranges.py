@@ -1,5 +1,5 @@
 """Accesses the checked variant proves in bounds from the kernel's source
-(:mod:`pnex_magic.index_ranges`), without a GPU.
+(:mod:`pnex_magic.checking.index_ranges`), without a GPU.
 
 * the diffusion stencil's shared and local accesses are proven, its global ones not;
 * every unsound shortcut is refused: an off-by-one, an unknown block, a subtraction
@@ -25,8 +25,8 @@ import pytest
 from numba import cuda, float32, int32
 
 import pnex_magic as pnex
-from pnex_magic import checked as C
-from pnex_magic.index_ranges import IndexRanges, Interval
+from pnex_magic import checking as C
+from pnex_magic.checking import IndexRanges, Interval
 from pnex_magic.lazycuda import cuda as lazy_cuda
 from toolchain import simulate
 

@@ -19,13 +19,13 @@ needs_nvvm = pytest.mark.skipif(not nvvm_available(), reason="no NVVM (pip insta
 
 
 def simulate(fn, grid, block, *args):
-    """Run ``fn``, a checked kernel function (:mod:`pnex_magic.checked`), in numba-cuda's
+    """Run ``fn``, a checked kernel function (:mod:`pnex_magic.checking`), in numba-cuda's
     CUDA simulator on ``args`` (NumPy arrays are passed as device arrays); returns its
     error record."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from pnex_magic.checked import RECORD_SIZE
+    from pnex_magic.checking import RECORD_SIZE
     from pnex_magic.definition import _simulable
 
     err = np.zeros(RECORD_SIZE, np.int64)

@@ -1,4 +1,4 @@
-"""Which launches are checked (:mod:`pnex_magic.checked`): every launch of an op
+"""Which launches are checked (:mod:`pnex_magic.checking`): every launch of an op
 defined with ``check=True`` (``%%pnex --check``, ``PNEX_CHECK=1``), and, on one
 thread for a while, every launch of an op that :func:`checked_launches` names
 (the ``%%pnex`` magic's first run of a new kernel on its ``--args``).
@@ -23,7 +23,7 @@ __all__ = ["wanted", "forced", "checked_launches", "capture_error", "RECORD_SLOT
 
 _local = threading.local()
 
-#: The error record's size in int64 entries (pnex_magic.checked.RECORD_SIZE).
+#: The error record's size in int64 entries (pnex_magic.checking.RECORD_SIZE).
 RECORD_SLOTS = 16
 
 

@@ -34,7 +34,7 @@ class Kernel(Protocol):
         """The code for ``arch`` and the entry name; ``layout`` "C" is the variant for
         C-contiguous inputs, "A" for any strides; ``variant`` the values of the ``Tune``
         parameters (``spec.tune_variants[variant]``); ``checked`` the checked variant
-        (:mod:`pnex_magic.checked`; a kernel without one raises a clear error).  The C++ launcher also loads
+        (:mod:`pnex_magic.checking`; a kernel without one raises a clear error).  The C++ launcher also loads
         NUL-terminated PTX, but pnex's own definitions hand cubins only."""
 
     def simulated_function(self) -> types.FunctionType | None:

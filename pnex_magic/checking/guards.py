@@ -1,0 +1,130 @@
+"""Guard facts: what the tests around an access establish about its indices.
+
+A tensor's sizes are known only at run time, so an index into a tensor parameter is
+proven in bounds by the guard it sits under: ``if i < a.shape[0]:``, ``if i >= n:
+return``, ``x if i < rows else 0``, ``for k in range(c.shape[0])``.  :class:`Guards`
+turns a test into :class:`Fact` s (``i < size``, ``i >= 0``); the rewrite
+(:mod:`pnex_magic.checking.rewrite`) keeps the facts that hold where it is, and
+:meth:`Guards.tensor_in_bounds` asks them about each axis of an access.  The rules are
+listed in :mod:`pnex_magic.checking.index_ranges`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Sequence
+
+from .bindings import Bindings
+from .intervals import Intervals
+from .sizes import DimKey, TensorSizes
+from .source import range_call
+
+__all__ = ["Fact", "Guards"]
+
+_NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """What a guard establishes for a local name: ``name < size`` (``kind`` "lt",
+    ``dim`` the size's key) or ``name >= 0`` (``kind`` "ge0")."""
+
+    name: str
+    kind: str
+    dim: DimKey | None = None
+
+
+class Guards:
+    """The facts a kernel's tests establish, and the tensor accesses they prove."""
+
+    def __init__(self, bindings: Bindings, sizes: TensorSizes, intervals: Intervals):
+        self.bindings = bindings
+        self.sizes = sizes
+        self.intervals = intervals
+
+    def facts(self, test: ast.expr) -> list[Fact]:
+        """What ``test`` being true establishes (``a and b``: both; ``0 <= i < n``: each)."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return [f for v in test.values for f in self.facts(v)]
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.exit_facts(test.operand)
+        if isinstance(test, ast.Name):
+            return self._flag_facts(test.id)
+        if not isinstance(test, ast.Compare):
+            return []
+        found: list[Fact] = []
+        operands = [test.left, *test.comparators]
+        for left, op, right in zip(operands, test.ops, operands[1:]):
+            if isinstance(op, (ast.Gt, ast.GtE)):  # b > a is a < b
+                left, right, op = right, left, ast.Lt() if isinstance(op, ast.Gt) else ast.LtE()
+            if not isinstance(op, (ast.Lt, ast.LtE)):
+                continue
+            if isinstance(op, ast.Lt) and isinstance(left, ast.Name):
+                dim = self.sizes.dim_of(right)
+                if dim is not None:
+                    found.append(Fact(left.id, "lt", dim))
+            if isinstance(right, ast.Name) and isinstance(left, ast.Constant) and type(left.value) is int:
+                if left.value >= 0:  # 0 <= i, 0 < i
+                    found.append(Fact(right.id, "ge0"))
+        return found
+
+    def _flag_facts(self, flag: str) -> list[Fact]:
+        """``if inside:`` where ``inside = 0 <= r < rows and ...`` was assigned once: the facts
+        of that test, about names themselves assigned once and before it (so still true)."""
+        at = self.bindings.once(flag)
+        if at is None or flag in self.bindings.active:
+            return []
+        self.bindings.active.add(flag)
+        try:
+            facts = self.facts(self.bindings.of[flag][0])
+        finally:
+            self.bindings.active.discard(flag)
+        once = self.bindings.once
+        return [f for f in facts if (once(f.name) is not None and once(f.name) < at)]
+
+    def exit_facts(self, test: ast.expr) -> list[Fact]:
+        """What ``test`` being false establishes: the facts after ``if test: return``."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+            return [f for v in test.values for f in self.exit_facts(v)]
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.facts(test.operand)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            negated = _NEGATED.get(type(test.ops[0]))
+            if negated is not None:  # not (i >= n) is i < n; not (n <= i) is n > i
+                return self.facts(ast.Compare(left=test.left, ops=[negated()], comparators=test.comparators))
+        return []
+
+    def loop_facts(self, loop: ast.For) -> list[Fact]:
+        """What holds in the body of ``for i in range(...)``: ``i < stop`` when ``stop`` is
+        a size and the step positive, ``i >= 0`` when ``start`` is non-negative too."""
+        args = range_call(loop.iter)
+        bounds = self.intervals.range_bounds(args) if args is not None and isinstance(loop.target, ast.Name) else None
+        if bounds is None:
+            return []
+        name, (start, stop) = loop.target.id, bounds
+        found = []
+        dim = self.sizes.dim_of(stop)
+        if dim is not None:
+            found.append(Fact(name, "lt", dim))
+        if start is None or self.intervals.magnitude(start) is not None:
+            found.append(Fact(name, "ge0"))
+        return found
+
+    def tensor_in_bounds(self, name: str, parts: Sequence[ast.expr], facts: Sequence[Fact]) -> bool:
+        """Whether indexing tensor parameter ``name`` with ``parts`` (one per axis) is
+        proven in bounds by ``facts`` and the indices' magnitudes."""
+        dims = self.sizes.dims.get(name)
+        if dims is None or len(parts) != len(dims):
+            return False
+        return all(self._axis_in_bounds(part, dim, facts) for part, dim in zip(parts, dims))
+
+    def _axis_in_bounds(self, part: ast.expr, dim: DimKey, facts: Sequence[Fact]) -> bool:
+        subject = part.id if isinstance(part, ast.Name) else None
+        if self.intervals.magnitude(part) is None and not any(f.name == subject and f.kind == "ge0" for f in facts):
+            return False  # maybe negative
+        if dim[0] == "const":
+            known = self.intervals.interval(part)
+            if known is not None and known.hi < dim[1]:
+                return True
+        return any(f.name == subject and f.kind == "lt" and f.dim == dim for f in facts)

@@ -1,0 +1,98 @@
+"""A kernel's checked variant: its source rewritten, rebuilt, and its sites.
+
+:func:`checked_kernel` reads the kernel's source (:mod:`.source`), asks what it
+proves (:mod:`.index_ranges`), rewrites every other access into a helper call
+(:mod:`.rewrite`), and compiles the result as a new function with the same name,
+parameters, globals, closure, file name and line numbers, plus one trailing
+parameter, the error record (:data:`~pnex_magic.checking.record.ERR_PARAM`).  The
+helpers' CUDA implementations are registered with Numba then (:mod:`.overloads`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import KernelDefinitionError
+from . import overloads
+from .helpers import HELPERS, RESERVED
+from .index_ranges import IndexRanges
+from .record import ERR_PARAM, FLAG, Site, describe_violation
+from .rewrite import Rewriter, array_roles
+from .sizes import tensor_dims
+from .source import kernel_source, namespace_of, plain_signature, rebuild
+
+__all__ = ["CheckedKernel", "checked_kernel"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedKernel:
+    """A kernel's checked variant: compile :attr:`function` in place of the kernel
+    (for the GPU, and in the CUDA simulator) with one more argument, the error
+    record (:func:`~pnex_magic.checking.record.error_buffer`)."""
+
+    function: types.FunctionType
+    sites: tuple[Site, ...]
+    #: Accesses left unchecked because the source proves them in bounds
+    #: (:mod:`pnex_magic.checking.index_ranges`): on-chip arrays indexed within their
+    #: constant shape, tensors indexed under a guard on their size.
+    proven: tuple[Site, ...] = ()
+
+    def describe(self, record: Sequence[int]) -> str | None:
+        """:func:`~pnex_magic.checking.record.describe_violation` for this kernel
+        (``None``: no violation)."""
+        if not int(record[FLAG]):
+            return None
+        return describe_violation(self.function.__name__, record, self.sites)
+
+
+def _check_signature(fn: types.FunctionType, fdef: ast.FunctionDef) -> None:
+    args = fdef.args
+    if args.vararg or args.kwarg or args.kwonlyargs:
+        raise KernelDefinitionError(
+            f"kernel {fn.__name__!r}: a kernel takes positional parameters only (no *args, **kwargs or keyword-only)"
+        )
+    used = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name)} | {a.arg for a in args.posonlyargs + args.args}
+    reserved = sorted(n for n in used if n.startswith(RESERVED))
+    if reserved:
+        raise KernelDefinitionError(
+            f"kernel {fn.__name__!r}: names starting with {RESERVED!r} are reserved for the checked variant: "
+            f"{', '.join(reserved)}"
+        )
+
+
+def checked_kernel(fn: Callable, spec: Any = None) -> CheckedKernel:
+    """The checked variant of kernel ``fn`` (see :mod:`pnex_magic.checking`).
+
+    ``spec``: the op's :class:`~pnex_magic.spec.KernelSpec`, which tells what accesses
+    can be proven in bounds: its block candidates bound ``cuda.threadIdx``, its shape
+    declarations say which tensor axes have the same size.  ``None``: no such
+    knowledge (any block, every tensor axis its own size).
+
+    Raises
+    ------
+    KernelDefinitionError
+        ``fn`` has no Python source here, has ``*args``/``**kwargs``/keyword-only
+        parameters, or uses a name starting with ``__pnex_`` (reserved).
+    """
+    fn = getattr(fn, "py_func", fn)
+    if not isinstance(fn, types.FunctionType):
+        raise KernelDefinitionError(f"a checked variant is built from a Python function, got {fn!r}")
+    source = kernel_source(fn)
+    fdef = source.fdef
+    _check_signature(fn, fdef)
+    params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args}
+    blocks = spec.block_candidates if spec is not None else None
+    ranges = IndexRanges(fdef, namespace_of(fn), blocks, tensor_dims(spec) if spec is not None else None)
+    rewriter = Rewriter(dict(source.lines), params, array_roles(fdef), ranges)
+    fdef.body = rewriter.visit_block(fdef.body)
+    # Same name and parameters, no decorators, annotations or defaults (the launch
+    # passes every argument), plus the error record.
+    plain_signature(fdef)
+    fdef.args.args.append(ast.arg(arg=ERR_PARAM))
+    overloads.register()
+    function = rebuild(fn, fdef, HELPERS)
+    return CheckedKernel(function=function, sites=tuple(rewriter.sites), proven=tuple(rewriter.proven))
