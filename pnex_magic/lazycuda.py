@@ -22,8 +22,11 @@ Names starting with ``_`` are not forwarded: tools that probe objects
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
+
+from . import warmup
 
 __all__ = ["LazyCudaModule", "cuda", "is_lazy_cuda", "resolve"]
 
@@ -38,11 +41,7 @@ class LazyCudaModule:
     @staticmethod
     def module() -> types.ModuleType:
         """The real ``numba.cuda`` (imported now if it was not)."""
-        import sys
-
         if "numba.cuda" not in sys.modules:  # not beside the background warm-up's import of it
-            from . import warmup
-
             warmup.wait()
         from numba import cuda as module
 

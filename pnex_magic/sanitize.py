@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cache
+from .artifact import save
 from .errors import PnexError
 
 __all__ = [
@@ -79,8 +81,6 @@ def _runnable(path: str) -> str | None:
         return path
     if not os.path.isfile(path):
         return None
-    from . import cache
-
     source = Path(path).resolve().parent
     target = Path(cache.cache_dir()) / "tools" / source.parent.name / source.name
     copied = target / Path(path).name
@@ -433,8 +433,6 @@ def run_sanitizer(
         No compute-sanitizer is installed, an unknown tool, or the op cannot be saved.
     """
     import torch
-
-    from .artifact import save
 
     sanitizer = find_sanitizer()
     definition = getattr(op, "_pnex", None) or getattr(op, "definition", None)

@@ -7,9 +7,8 @@ That is about 1.5 s on two cores, against well under 0.1 s for each later kernel
 ``%load_ext pnex_magic`` calls :func:`start`, which does all of it in a daemon
 thread by compiling and linking a trivial kernel, so that the notebook's first
 ``%%pnex`` cell, typed a few seconds later, compiles at the later kernels' speed.
-It then loads the C++ launcher when it is built already, makes the report's syntax
-highlighters (their regular expressions compile on first use) and imports ipywidgets
-(the cell's progress bar).
+The front end hands in what else its first cell would pay for, run after Numba's
+set-up in the same thread (the magic's: :mod:`pnex_magic.frontends.warm_tasks`).
 
 It is invisible: the thread prints nothing, lets no exception out (a broken
 compiler set-up is reported by the real compile, with its usual message) and does
@@ -29,6 +28,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+
+from .linking import link_cubin
 
 __all__ = ["start", "wait", "state"]
 
@@ -37,16 +39,18 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 _state: dict[str, object] = {}
+_tasks: tuple[Callable[[], object], ...] = ()
 
 
-def start() -> threading.Thread | None:
-    """Start the warm-up (once per process); returns its thread, or ``None`` when it
-    is turned off (``PNEX_WARMUP=0``)."""
-    global _thread
+def start(*tasks: Callable[[], object]) -> threading.Thread | None:
+    """Start the warm-up (once per process): Numba's set-up, then each of ``tasks``;
+    returns its thread, or ``None`` when it is turned off (``PNEX_WARMUP=0``)."""
+    global _thread, _tasks
     if os.environ.get("PNEX_WARMUP", "1") == "0":
         return None
     with _lock:
         if _thread is None:
+            _tasks = tasks
             _thread = threading.Thread(target=_run, name="pnex-warmup", daemon=True)
             _thread.start()
         return _thread
@@ -88,42 +92,23 @@ def _kernel_source():
 
 
 def _warm() -> None:
-    try:
-        _warm_numba()
-    finally:
+    """Numba's set-up, then every task, each run whatever the others did; the first
+    failure is raised at the end."""
+    failed: BaseException | None = None
+    for task in (_warm_numba, *_tasks):
         try:
-            _warm_launcher()
-        finally:
-            _warm_report()
-
-
-def _warm_launcher() -> None:
-    # The C++ launcher, if it is built already (a first build is left to the first cell,
-    # which says it is building): its header search and library load are then done.
-    from .launch import native
-
-    if native.native_wanted():
-        native.load_launcher(built_only=True)
+            task()
+        except BaseException as exc:  # noqa: BLE001 - kept for _run, which records it
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 def _warm_numba() -> None:
     from numba import cuda
     from numba.cuda import types as nbtypes
 
-    from .linking import link_cubin
-
     signature = (nbtypes.Array(nbtypes.float32, 1, "C", readonly=True), nbtypes.Array(nbtypes.float32, 1, "C"))
     ptx, _ = cuda.compile(_kernel_source(), signature, device=False, abi="numba", cc=(7, 5), output="ptx")
     link_cubin(ptx, "sm_75", None, "pnex_warmup", [])
 
-
-def _warm_report() -> None:
-    # A report's listings are highlighted by pygments, whose lexers compile their regular
-    # expressions when first made: 50 ms of the first cell's report otherwise.
-    from .render.listings import PtxLexer, SassLexer, highlight, python_lexer
-
-    for lexer in (python_lexer(), PtxLexer(), SassLexer()):
-        highlight("x = 1\n", lexer)
-    # The cell's progress bar is an ipywidgets display: its import took 0.14 s of the
-    # first cell on the GPU machine (cProfile of the cell, benchmarks/first_use.py).
-    import ipywidgets  # noqa: F401

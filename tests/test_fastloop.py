@@ -450,7 +450,7 @@ def test_a_failing_warmup_stays_silent(monkeypatch, capfd):
 def test_the_warmup_loads_a_built_launcher_and_builds_none(monkeypatch, tmp_path):
     """Where the C++ launcher is wanted, the warm-up imports it if it is built, and
     never starts a build (that is the first cell's, which says so)."""
-    from pnex_magic import warmup
+    from pnex_magic.frontends import warm_tasks as warmup
     from pnex_magic.launch import build, native
 
     monkeypatch.setattr(native, "native_wanted", lambda: False)

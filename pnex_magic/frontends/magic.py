@@ -33,6 +33,7 @@ from ..op import PnexOp
 from .cache_listing import CacheListing
 from .cell import HISTORY_NAMES, CellRun
 from .doctor import doctor
+from .warm_tasks import TASKS as WARM_TASKS
 
 __all__ = ["PnexMagics", "load_ipython_extension", "unload_ipython_extension", "show_fault"]
 
@@ -416,7 +417,8 @@ def load_ipython_extension(ip) -> None:
     error = _accelerator_error()
     if error is not None and not ip.custom_exceptions:
         ip.set_custom_exc((error,), show_fault)
-    if warmup.start() is not None:  # Numba's one-time set-up, in the background while the first cell is typed
+    # Numba's one-time set-up and the magic's own, in the background while the first cell is typed
+    if warmup.start(*WARM_TASKS) is not None:
         if _numba_cell_waits not in ip.events.callbacks["pre_run_cell"]:
             ip.events.register("pre_run_cell", _numba_cell_waits)
 

@@ -56,6 +56,7 @@ from ..blocks import bucket
 from ..errors import KernelLaunchError
 from ..hardware import block_problem
 from ..spec import KernelSpec, TensorParam
+from . import checks
 from .kernel import Kernel
 
 __all__ = [
@@ -275,8 +276,6 @@ def choose(
     found = _RESULTS.get(definition, {}).get(where)
     if found is not None:
         return found.choice, True
-    from . import checks
-
     if checks.forced(definition):
         return 0, False  # a one-off checked run (the %%pnex magic's first): tune the fast code later
     with _LOCK:

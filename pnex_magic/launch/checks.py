@@ -8,20 +8,25 @@ last argument and reads the record after the launch (the launcher synchronises
 the stream), so it cannot be captured in a CUDA graph; an access out of bounds
 never happens and is raised as :class:`~pnex_magic.errors.KernelIndexError`, an
 ``IndexError`` naming the array, the index, the shape, the thread and block and
-the line."""
+the line.
+
+Every launcher imports this module (it sits at the bottom of the launch stage); a
+launcher that decides in its own code which launches are checked (the C++ launcher)
+follows :func:`checked_launches` through :func:`follow`."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import KernelLaunchError
 
-__all__ = ["wanted", "forced", "checked_launches", "capture_error", "RECORD_SLOTS"]
+__all__ = ["wanted", "forced", "checked_launches", "follow", "capture_error", "RECORD_SLOTS"]
 
 _local = threading.local()
+_followers: list[Callable[[str], None]] = []
 
 #: The error record's size in int64 entries (pnex_magic.checking.RECORD_SIZE).
 RECORD_SLOTS = 16
@@ -44,20 +49,30 @@ def wanted(definition: Any) -> bool:
     return name is not None and name == getattr(definition, "op_name", None)
 
 
+def follow(callback: Callable[[str], None]) -> None:
+    """Call ``callback(op_name)`` on the thread of :func:`checked_launches` whenever the op
+    whose launches it checks there changes (``""``: none)."""
+    if callback not in _followers:
+        _followers.append(callback)
+
+
+def _tell(op_name: str) -> None:
+    for callback in _followers:
+        callback(op_name)
+
+
 @contextlib.contextmanager
 def checked_launches(definition: Any) -> Iterator[None]:
     """Launches of ``definition``'s op on this thread, through any launcher, run its
     checked variant while the block runs."""
-    from . import native
-
     previous = getattr(_local, "op_name", None)
     _local.op_name = definition.op_name
-    native.force_checked(definition.op_name)
+    _tell(definition.op_name)
     try:
         yield
     finally:
         _local.op_name = previous
-        native.force_checked(previous or "")
+        _tell(previous or "")
 
 
 def capture_error(kernel: str) -> KernelLaunchError:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..calls import launch_info
-from . import autotune, build
+from . import autotune, build, checks
 from .description import describe_launch
 from .driver import DriverLauncher
 from .kernel import Kernel
@@ -87,6 +87,9 @@ def force_checked(op_name: str) -> None:
     """Launches of ``op_name`` on this thread run its checked variant ("": none)."""
     if _module is not None:
         _module.force_checked(op_name)
+
+
+checks.follow(force_checked)  # the C++ side decides per launch: it follows checks.checked_launches
 
 
 def install_fast_call(cls: type) -> bool:
