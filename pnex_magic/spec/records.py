@@ -1,0 +1,254 @@
+"""The kernel specification: immutable records of a kernel's interface.
+
+:class:`KernelSpec` holds everything about a kernel's interface, independent of how it
+is compiled: its parameters (:class:`TensorParam`, :class:`ScalarParam`,
+:class:`UnusedParam`, :class:`TuneParam`), ``n_threads``, the block and its autotune
+candidates, the autotune key; and what follows from them (the op's schema, its
+arguments and outputs, the ``Tune`` variants and launch candidates).
+:func:`pnex_magic.spec.build_spec` makes one from an annotated function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+
+from ..dtypes import DType
+from ..expressions import Expr, Size
+
+__all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "KernelSpec"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorParam:
+    name: str
+    role: str  # "in", "inmut" or "out"
+    dtype: DType
+    shape: tuple[Expr | None, ...]  # None: free axis (inputs only)
+    init: float | int | bool | None = None
+    may_alias: tuple[str, ...] = ()  # InMut: tensor arguments it may share memory with
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_input(self) -> bool:
+        return self.role != "out"
+
+    def shape_text(self) -> str:
+        entries = ["None" if e is None else str(e) for e in self.shape]
+        return "(" + ", ".join(entries) + ("," if len(entries) == 1 else "") + ")"
+
+    def describe(self) -> str:
+        kind = {"in": "In", "inmut": "InMut", "out": "Out"}[self.role]
+        init = "" if self.init is None else f", init={self.init!r}"
+        alias = f", may_alias={self.may_alias!r}" if self.may_alias else ""
+        return f"{kind}({self.dtype.name}, {self.shape_text()}{init}{alias})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarParam:
+    name: str
+    dtype: DType
+    role: str = "scalar"
+    default: float | int | bool | None = None  # None: the argument is required
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None
+
+    def default_text(self) -> str:
+        """The default as the schema and the Python signature spell it."""
+        return repr(self.default)
+
+    def describe(self) -> str:
+        default = f", default={self.default_text()}" if self.has_default else ""
+        return f"Scalar({self.dtype.name}{default})"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnusedParam:
+    name: str
+    role: str = "unused"
+
+    def describe(self) -> str:
+        return "Unused"
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneParam:
+    """A compile-time constant with its choices (``Tune(1, 2, 4, 8)``): not an argument
+    of the op; each choice is compiled into its own variant of the kernel."""
+
+    name: str
+    choices: tuple[int | float | bool, ...]
+    role: str = "tune"
+
+    @property
+    def kind(self) -> str:
+        """``"int"``, ``"float"`` or ``"bool"``."""
+        return type(self.choices[0]).__name__
+
+    @property
+    def tuned(self) -> bool:
+        """Whether there is a choice to make (several choices)."""
+        return len(self.choices) > 1
+
+    def describe(self) -> str:
+        return f"Tune({', '.join(map(repr, self.choices))})"
+
+
+Param = "TensorParam | ScalarParam | UnusedParam | TuneParam"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """Everything about a kernel's interface, independent of how it is compiled."""
+
+    name: str
+    qualname: str
+    module: str
+    params: tuple[TensorParam | ScalarParam | UnusedParam | TuneParam, ...]
+    n_threads: tuple[Expr, ...]  # X, Y, Z order; 1 to 3 entries
+    threads_per_block: tuple[int, ...]  # same length as n_threads; the default (first) candidate
+    #: Autotune candidates, ``threads_per_block`` first; empty when the block is fixed.
+    candidates: tuple[tuple[int, ...], ...] = ()
+    #: Autotune key expressions over the arguments; ``None``: every input size, bucketed.
+    autotune_key: tuple[Expr, ...] | None = None
+
+    @property
+    def autotuned(self) -> bool:
+        """Whether the op picks its launch among several candidates: block shapes (see
+        :mod:`pnex_magic.blocks`) and the choices of its ``Tune`` parameters."""
+        return len(self.launch_candidates) > 1
+
+    @property
+    def block_candidates(self) -> tuple[tuple[int, ...], ...]:
+        """Every block shape the op may launch with, the default first."""
+        return self.candidates or (self.threads_per_block,)
+
+    @functools.cached_property
+    def tune_params(self) -> tuple[TuneParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, TuneParam))
+
+    @functools.cached_property
+    def tune_variants(self) -> tuple[tuple[int | float | bool, ...], ...]:
+        """The compiled variants: one value per ``Tune`` parameter (declaration order),
+        every combination of their choices, the first choices first.  ``((),)`` for a
+        kernel without ``Tune`` parameters: one variant."""
+        return tuple(itertools.product(*(p.choices for p in self.tune_params)))
+
+    def tune_values(self, variant: int) -> dict[str, int | float | bool]:
+        """``{Tune parameter: value}`` of a variant."""
+        return dict(zip((p.name for p in self.tune_params), self.tune_variants[variant]))
+
+    @functools.cached_property
+    def launch_candidates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """What the autotuner chooses among: (block shape, variant) pairs, every block
+        for the first variant first; the first pair is the default."""
+        return tuple((block, v) for v in range(len(self.tune_variants)) for block in self.block_candidates)
+
+    def tuning_key(self) -> tuple[tuple[Expr, ...], bool]:
+        """The autotune key's expressions and whether their values are bucketed to powers
+        of two (the default key: every input tensor's size on every axis)."""
+        if self.autotune_key is not None:
+            return self.autotune_key, False
+        sizes = tuple(Size(p.name, axis) for p in self.params if isinstance(p, TensorParam) and p.is_input
+                      for axis in range(p.ndim))
+        return sizes, True
+
+    @property
+    def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:
+        """The operator's arguments, in declaration order (``Tune`` parameters are not
+        arguments)."""
+        return tuple(p for p in self.params if p.role in ("in", "inmut", "scalar"))
+
+    @property
+    def outputs(self) -> tuple[TensorParam, ...]:
+        return tuple(p for p in self.params if p.role == "out")
+
+    def param(self, name: str) -> TensorParam | ScalarParam | UnusedParam:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def index_of(self, name: str) -> int:
+        for i, p in enumerate(self.params):
+            if p.name == name:
+                return i
+        raise KeyError(name)
+
+    @property
+    def schema(self) -> str:
+        """The torch.library schema, without the operator's name."""
+        args = []
+        for p in self.arguments:
+            if isinstance(p, ScalarParam):
+                default = f"={p.default_text()}" if p.has_default else ""
+                args.append(f"{p.dtype.schema_scalar} {p.name}{default}")
+            elif p.role == "inmut":
+                args.append(f"Tensor({p.name}!) {p.name}")
+            else:
+                args.append(f"Tensor {p.name}")
+        outs = self.outputs
+        if not outs:
+            ret = "()"
+        elif len(outs) == 1:
+            ret = "Tensor"
+        else:
+            ret = "(" + ", ".join("Tensor" for _ in outs) + ")"
+        return f"({', '.join(args)}) -> {ret}"
+
+    @functools.cached_property
+    def mutated(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params if p.role == "inmut")
+
+    @functools.cached_property
+    def overlap_checks(self) -> tuple[tuple[str, str], ...]:
+        """Pairs (written ``InMut`` argument, other tensor argument) that a call
+        must find sharing no memory: every ``InMut`` against every other tensor
+        argument, each pair once, except where ``may_alias`` allows it."""
+        tensors = [p for p in self.arguments if isinstance(p, TensorParam)]
+        pairs = []
+        for i, w in enumerate(tensors):
+            if w.role != "inmut":
+                continue
+            for j, o in enumerate(tensors):
+                if o is w or (o.role == "inmut" and j < i):
+                    continue  # a pair of InMuts is checked once, from the first
+                if o.name in w.may_alias or w.name in o.may_alias:
+                    continue
+                pairs.append((w.name, o.name))
+        return tuple(pairs)
+
+    def python_signature(self) -> str:
+        args = []
+        for p in self.arguments:
+            if isinstance(p, ScalarParam):
+                default = f" = {p.default_text()}" if p.has_default else ""
+                args.append(f"{p.name}: {p.dtype.python_type.__name__}{default}")
+            else:
+                args.append(f"{p.name}: Tensor[{p.dtype.name}, {p.shape_text()}]")
+        outs = self.outputs
+        if not outs:
+            ret = "None"
+        elif len(outs) == 1:
+            ret = f"Tensor[{outs[0].dtype.name}, {outs[0].shape_text()}]"
+        else:
+            ret = "tuple[" + ", ".join(f"Tensor[{o.dtype.name}, {o.shape_text()}]" for o in outs) + "]"
+        return f"{self.name}({', '.join(args)}) -> {ret}"
+
+    def describe(self) -> str:
+        """A canonical text of the interface, part of the cache key."""
+        params = "; ".join(f"{p.name}: {p.describe()}" for p in self.params)
+        text = (
+            f"{self.module}.{self.qualname}({params}) "
+            f"n_threads={tuple(map(str, self.n_threads))} tpb={self.threads_per_block}"
+        )
+        if self.candidates or self.autotune_key is not None:
+            key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
+            text += f" candidates={self.candidates} autotune_key={key}"
+        return text
