@@ -547,7 +547,7 @@ FIRST_USE = textwrap.dedent(
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch, jax, jax.numpy as jnp
     import pnex_magic as pnex
-    import pnex_magic.frontends.jax
+    import pnex_magic.frontends.jax_op
     from numba import cuda
     from pnex_magic import cache
     torch_first = sys.argv[1] == "torch-first"

@@ -115,8 +115,8 @@ def jax_op(op: PnexOp):
     """The JAX function of a pnex op: same arguments, scalars and outputs (then the new
     values of ``InMut`` arguments), eager and under ``jax.jit``, ``grad`` and ``vmap``;
     launched by XLA on a GPU, through the CUDA simulator elsewhere.  Imports JAX (the
-    ``jax`` extra); see :mod:`pnex_magic.frontends.jax`."""
-    from .frontends.jax import jax_op as _jax_op
+    ``jax`` extra); see :mod:`pnex_magic.frontends.jax_op`."""
+    from .frontends.jax_op import jax_op as _jax_op
 
     return _jax_op(op)
 

@@ -29,7 +29,7 @@ from jax.test_util import check_grads  # noqa: E402
 
 import pnex_magic as pnex  # noqa: E402
 from pnex_magic import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError  # noqa: E402
-from pnex_magic.frontends.jax import JaxOp  # noqa: E402
+from pnex_magic.frontends.jax_op import JaxOp  # noqa: E402
 from pnex_magic.launch import build, xla  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -349,7 +349,7 @@ class CellRun:
                     raise CellFailure(_prefixed(exc, f"--backward-of {opts.backward_of}: "), 1) from None
             bound = op
             if opts.jax:
-                from .jax import jax_op  # imports JAX (an optional dependency); without it, nothing is bound
+                from .jax_op import jax_op  # imports JAX (an optional dependency); without it, nothing is bound
 
                 bound = jax_op(op)
 

@@ -1,9 +1,8 @@
-"""JAX front end: a pnex op as a function of ``jax.Array``s, eager and under ``jax.jit``.
+"""The JAX front end's launch: the ``pnex_launch`` primitive, its lowerings, its checks.
 
-``pnex_magic.jax_op(op)`` takes the op's arguments in the same order (``In`` and
-``InMut`` arrays, ``Scalar`` Python numbers) and returns the ``Out`` arrays like the
-PyTorch op, followed by the new values of the ``InMut`` arguments (JAX arrays are
-immutable): one array, a tuple of them, or ``None`` when the kernel writes nothing.
+What :mod:`pnex_magic.frontends.jax_op` (the user-facing ``jax_op``) traces a call
+into: :func:`run` checks the call and binds one ``pnex_launch`` primitive, which each
+platform lowers its own way.
 
 What runs where
 ---------------
@@ -37,30 +36,13 @@ What runs where
   tunes it by running the PyTorch op on zero-copy DLPack views of the arrays (of
   copies of the ``InMut`` ones); a trace under ``jax.jit`` that finds no choice
   launches the first candidate and warns once.
-* **vmap**: a kernel knows nothing of a batch axis, so a batch runs as one launch
-  per element (a ``lax.map``).
-* **Gradients**: the function is a ``jax.custom_vjp``.  The backward pnex op attached
-  with :func:`pnex_magic.attach_backward` runs as its VJP, wired by name exactly as
-  in PyTorch; without one, ``jax.grad`` raises a clear error.  Forward-mode (``jvp``)
-  is not available, as for any ``custom_vjp``.
 
-Loops
------
-A ``lax.fori_loop`` (or ``scan``) whose carry is an ``InMut`` ping-pong pair must keep
-each buffer in its own slot: two steps per iteration, ``s = step(u, s); u = step(s,
-u)``, carrying ``(u, s)``.  The swapped carry ``(step(u, s), u)`` moves every buffer to
-the other slot each iteration, and XLA copies both (four copies per step).  The same
-holds for an ``Out`` kernel: ``u = step(step(u))`` per iteration needs no copy, one
-step per iteration one.
-
-Errors at run time (a kernel that faults; the simulator's exceptions) surface as
-JAX's runtime error carrying pnex's message.  A jitted function keeps the kernel it
-was traced with: after redefining a kernel, call ``jax.jit`` again.
+The launch as seen from JAX (results, gradients, vmap, loops) is described in
+:mod:`pnex_magic.frontends.jax_op`.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
@@ -81,128 +63,18 @@ import torch
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from .. import autograd
 from ..calls import LaunchInfo, launch_info
 from ..definition import KernelDefinition
-from ..errors import ArgumentShapeError, ArgumentTypeError, KernelCompileError, KernelDefinitionError
+from ..errors import ArgumentShapeError, ArgumentTypeError, KernelCompileError
 from ..launch import autotune, launcher_for, xla
 from ..op import PnexOp
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
-__all__ = ["JaxOp", "jax_op"]
+__all__ = ["LaunchChoice", "check_call", "eager_choice", "run"]
 
 log = logging.getLogger(__name__)
 
-_CACHE_SIZE = 64  # traced functions kept per op: (definition, scalar values) pairs
-
-
-def jax_op(op: PnexOp) -> JaxOp:
-    """The JAX function of a pnex op (see the module docstring)."""
-    return JaxOp(op)
-
-
-class JaxOp:
-    """A pnex op as a JAX function: ``f = pnex.jax_op(op); y = f(x, 0.5)``.
-
-    ``op`` is the PyTorch op it was made from.  Calls follow the op: a re-definition
-    of the kernel with the same signature is picked up by later traces.
-    """
-
-    def __init__(self, op: PnexOp):
-        if not isinstance(op, PnexOp):
-            raise KernelDefinitionError(f"jax_op() expects an op made by pnex.jit or %%pnex, got {op!r}")
-        self.op = op
-        self._traced: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-
-    @property
-    def spec(self) -> KernelSpec:
-        return self.op.spec
-
-    def signature(self) -> str:
-        """The function's signature: the op's arguments as arrays, and its results
-        (the ``Out`` arrays, then the new values of the ``InMut`` arguments)."""
-        spec = self.spec
-
-        def array(p: TensorParam) -> str:
-            return f"Array[{p.dtype.name}, {p.shape_text()}]"
-
-        args = ", ".join(
-            f"{p.name}: {p.dtype.python_type.__name__ if isinstance(p, ScalarParam) else array(p)}"
-            for p in spec.arguments
-        )
-        results = [array(p) for p in spec.outputs]
-        results += [f"{array(p)} (new {p.name})" for p in spec.arguments if p.role == "inmut"]
-        returns = "None" if not results else results[0] if len(results) == 1 else f"tuple[{', '.join(results)}]"
-        return f"{spec.name}({args}) -> {returns}"
-
-    def __repr__(self) -> str:
-        return f"<pnex JAX function {self.signature()}>"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        op = self.op
-        if op._superseded is not None:
-            raise op._superseded.error(op.spec.name)
-        if kwargs or len(args) != op._nargs:
-            args = op._bind_call(args, kwargs)
-        definition = op.definition
-        spec = definition.spec
-        arrays, scalars = [], []
-        for p, value in zip(spec.arguments, args):
-            if isinstance(p, TensorParam):
-                if not isinstance(value, (jax.Array, np.ndarray)):
-                    raise ArgumentTypeError(
-                        f"{spec.name}(): argument {p.name!r} must be a jax.Array ({p.describe()}), "
-                        f"got {type(value).__name__}"
-                    )
-                arrays.append(value)
-            else:
-                scalars.append(_static_scalar(spec, p, value))
-        # The PyTorch op's own checks of the scalars' kinds (meta tensors stand in for arrays).
-        placeholder = torch.empty(0, device="meta")
-        given = iter(scalars)
-        op._check_types(tuple(placeholder if isinstance(p, TensorParam) else next(given) for p in spec.arguments))
-        choice = None
-        if spec.autotuned and _concrete_gpu_arrays(arrays) is not None:
-            values = dict(zip((p.name for p in spec.arguments if isinstance(p, ScalarParam)), scalars))
-            check_call(spec, arrays, values)  # wrong arguments raise before anything runs
-            choice = _tune_eagerly(op, arrays, values)
-        fn = self._function(definition, tuple(scalars), choice)
-        results = fn(*arrays)
-        if not results:
-            return None
-        return results[0] if len(results) == 1 else tuple(results)
-
-    def _function(self, definition: KernelDefinition, scalars: tuple, choice: _Choice | None = None) -> Any:
-        """The jitted function of the arrays for this definition, these scalars and
-        this block shape (``None``: the choice stored for each traced key, else the
-        first candidate)."""
-        spec = definition.spec
-        scalar_params = [p for p in spec.arguments if isinstance(p, ScalarParam)]
-        values = dict(zip((p.name for p in scalar_params), scalars))
-        slots = tuple(xla.scalar_slots(spec, values))
-        key = (definition, slots, choice)  # the bits a launch passes: 0.0 and -0.0 differ, 1 and True do not
-        fn = self._traced.get(key)
-        if fn is not None:
-            self._traced.move_to_end(key)
-        else:
-            fn = jax.jit(_differentiable(self, definition, values, slots, choice))
-            self._traced[key] = fn
-            while len(self._traced) > _CACHE_SIZE:
-                self._traced.popitem(last=False)
-        return fn
-
-
-def _static_scalar(spec: KernelSpec, p: ScalarParam, value: Any) -> Any:
-    if isinstance(value, jax.Array):
-        raise ArgumentTypeError(
-            f"{spec.name}(): argument {p.name!r} is a {p.describe()}: pass a Python "
-            f"{p.dtype.python_type.__name__}, not a jax.Array. Scalars are fixed when the function is traced; "
-            f"under jax.jit, mark the argument static (static_argnums=... / static_argnames=...) or bind it "
-            f"with functools.partial"
-        )
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+_CACHE_SIZE = 64  # jitted single launches kept (the impl rule outside any trace)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -307,7 +179,9 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 #: A launch candidate: (block shape, Tune variant).
-_Choice = tuple[tuple[int, ...], int]
+
+
+LaunchChoice = tuple[tuple[int, ...], int]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity, as a jaxpr parameter
@@ -456,7 +330,7 @@ def _tuning_key(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any]
 
 
 def _stored_block(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any],
-                  device_index: int | None = None, *, warn: bool = True) -> _Choice | None:
+                  device_index: int | None = None, *, warn: bool = True) -> LaunchChoice | None:
     """The block and ``Tune`` variant the PyTorch op's tuner chose for this call's key
     (in this process or on disk for this GPU model), or ``None``: then the first
     candidate launches (and, with ``warn``, a warning says so once per kernel)."""
@@ -502,7 +376,7 @@ def _concrete_gpu_arrays(arrays: Sequence[Any]) -> Any:
     return device
 
 
-def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> _Choice | None:
+def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> LaunchChoice | None:
     """Before an eager call traces an autotuned kernel: let the PyTorch op choose the
     block for this key, on zero-copy DLPack views of the arrays (copies of the InMut
     ones: the op writes its InMut arguments, JAX arrays are immutable); returns the
@@ -535,11 +409,22 @@ def _tune_eagerly(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) ->
     return None if found is None else (found.block, found.variant)
 
 
+def eager_choice(op: PnexOp, arrays: Sequence[Any], scalars: dict[str, Any]) -> LaunchChoice | None:
+    """The launch candidate an eager call of an autotuned op on concrete GPU arrays
+    runs: the PyTorch op's choice for its key, tuned first if there is none
+    (:func:`_tune_eagerly`); ``None`` otherwise (a trace looks for a stored choice)."""
+    spec = op.definition.spec
+    if not spec.autotuned or _concrete_gpu_arrays(arrays) is None:
+        return None
+    check_call(spec, arrays, scalars)  # wrong arguments raise before anything runs
+    return _tune_eagerly(op, arrays, scalars)
+
+
 # ---------------------------------------------------------------------------- tracing
 
 
 def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, Any], slots: Sequence[int],
-        choice: _Choice | None = None) -> tuple:
+        choice: LaunchChoice | None = None) -> tuple:
     """Trace one launch of ``definition``: every result (Out arrays, then InMut arrays).
     ``choice``: the block shape and ``Tune`` variant to launch (default: the autotuned
     choice stored for this call's key, else the first candidate)."""
@@ -567,87 +452,3 @@ def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, 
             env[name] = jnp.full(shapes[name], spec.param(name).init, dtype=dtypes[name])
     launch = _Launch(definition, layout, info, tuple(scalars.items()), tuple(slots), results, variant)
     return tuple(_launch_p.bind(*(env[n] for n in layout.operands), launch=launch))
-
-
-# ---------------------------------------------------------------------------- gradients
-
-
-@jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    """A residual that is not an array (the arguments' shapes): kept in the pytree's
-    structure, so JAX passes it to the backward rule unchanged."""
-
-    value: Any
-
-
-def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[str, Any], slots: tuple,
-                    choice: _Choice | None = None) -> Any:
-    """``run`` for these scalars as a ``jax.custom_vjp`` of the tensor arguments, whose
-    VJP is the backward pnex op attached to ``owner.op``."""
-    spec = definition.spec
-    names = [p.name for p in spec.arguments if isinstance(p, TensorParam)]
-
-    @jax.custom_vjp
-    def forward(*arrays):
-        return run(definition, arrays, scalars, slots, choice)
-
-    def forward_with_residuals(*arrays):
-        attached = _attached(owner.op)
-        results = run(definition, arrays, scalars, slots, choice)
-        env = dict(zip(names, arrays))
-        env.update(zip((p.name for p in spec.outputs), results))
-        saved = tuple(env[n] for n in attached.plan.saved_tensors)
-        return results, (saved, _Static(tuple(tuple(a.shape) for a in arrays)))
-
-    def backward(residuals, cotangents):
-        attached = _attached(owner.op)
-        plan = attached.plan
-        saved, static = residuals
-        shapes = static.value
-        named = dict(zip(plan.saved_tensors, saved))
-        args = []
-        for source in plan.sources:
-            if source.kind == "grad":
-                args.append(cotangents[source.index])
-            elif source.is_tensor:
-                args.append(named[source.target])
-            else:
-                args.append(scalars[source.target])
-        result = JaxOp(attached.backward)(*args)
-        grads: list[Any] = [None] * len(names)
-        for out, index, g in zip(attached.backward.spec.outputs, plan.grad_targets,
-                                 result if isinstance(result, tuple) else (result,)):
-            arg = spec.arguments[index].name
-            slot = names.index(arg)
-            if tuple(g.shape) != shapes[slot]:
-                raise ArgumentShapeError(
-                    f"backward of {spec.name!r}: {plan.backward!r} returned {out.name!r} with shape "
-                    f"{tuple(g.shape)}, but forward argument {arg!r} has shape {shapes[slot]}; "
-                    f"declare it Out(..., {arg!r}) or with {arg!r}'s sizes"
-                )
-            grads[slot] = g
-        return tuple(grads)
-
-    forward.defvjp(forward_with_residuals, backward)
-    return forward
-
-
-def _attached(op: PnexOp) -> autograd.Attached:
-    name = op.spec.name
-    attached = autograd.attached_backward(op)
-    if attached is None:
-        extra = ""
-        if getattr(op, "_backward_fn", None) is not None:
-            extra = "; its PyTorch autograd formula (register_autograd) cannot run in JAX"
-        raise KernelDefinitionError(
-            f"{name}(): JAX can only differentiate a pnex op through a backward pnex op: attach one with "
-            f"pnex.attach_backward({name}, {name}_backward) or @pnex.backward_of({name}){extra}"
-        )
-    if attached.custom_context:
-        raise KernelDefinitionError(
-            f"{name}(): its backward {attached.plan.backward!r} was attached with a custom setup_context, which "
-            f"fills a PyTorch autograd ctx and cannot run in JAX; attach it without setup_context (the backward "
-            f"kernel's parameters matched by name) to differentiate in JAX"
-        )
-    return attached
