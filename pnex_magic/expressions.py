@@ -42,7 +42,7 @@ __all__ = [
     "stack_depth",
 ]
 
-# Opcodes of the postfix program (mirrored in csrc/launcher.cpp).
+# Opcodes of the postfix program (mirrored in csrc/launcher.h).
 OPCODES = {
     "const": 0,
     "size": 1,

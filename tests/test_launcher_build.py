@@ -163,3 +163,22 @@ def _has_ninja_module() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_the_build_key_covers_every_launcher_source_and_header(monkeypatch, tmp_path):
+    """The launcher is several translation units and headers (csrc/launcher*): each is
+    built, and a change to any one of them makes a new build."""
+    own = {p.name for p in build.CSRC.glob("launcher*")}
+    assert own == {p.name for p in (*native.SOURCES, *native.HEADERS)} - {"cuda_driver.h"}
+    assert all(p.suffix == ".cpp" for p in native.SOURCES) and "cuda_driver.h" in {p.name for p in native.HEADERS}
+    copies = {}
+    for path in (*native.SOURCES, *native.HEADERS):
+        copies[path.name] = tmp_path / path.name
+        copies[path.name].write_bytes(path.read_bytes())
+    monkeypatch.setattr(native, "SOURCES", tuple(copies[p.name] for p in native.SOURCES))
+    monkeypatch.setattr(native, "HEADERS", tuple(copies[p.name] for p in native.HEADERS))
+    keys = {native._build_key("/include")}
+    for copy in copies.values():
+        copy.write_text(copy.read_text() + "\n// changed\n")
+        keys.add(native._build_key("/include"))
+    assert len(keys) == len(copies) + 1

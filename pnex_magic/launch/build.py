@@ -1,8 +1,10 @@
 """Building pnex's C++ extensions: once per environment, into the cache folder.
 
 ``torch.utils.cpp_extension.load`` (ninja and a host C++ compiler; no nvcc)
-compiles a source into a folder keyed on the source, torch, Python and the
-include folders (:func:`build_extension`, the PyTorch launcher);
+compiles the sources, one job per translation unit in parallel (``MAX_JOBS`` caps
+the jobs; ninja's default is every core plus two), into a folder keyed on every
+source and header, the flags, torch, Python and the include folders
+(:func:`build_extension`, the PyTorch launcher);
 :func:`build_shared_library` compiles a plain shared library for ``ctypes`` the
 same way (the XLA FFI handler, which must not link against torch).  A build is
 guarded by an ``flock`` that the OS releases when a process dies, and torch's own
@@ -260,9 +262,9 @@ def build_extension(
     verbose: bool = False,
     built_only: bool = False,
 ) -> Any:
-    """Build (first time) and import the extension ``stem`` from ``sources`` (which
-    include ``headers``: part of the build key); ``what`` names it in progress lines
-    and errors ("C++ launcher").  ``built_only``: import it if it is built, else
+    """Build (first time) and import the extension ``stem`` from ``sources``, its
+    translation units (which include ``headers``; all of them are part of the build
+    key); ``what`` names it in progress lines and errors ("C++ launcher").  ``built_only``: import it if it is built, else
     return ``None`` (build nothing)."""
     key = build_key([*sources, *headers], includes, [*cflags, *ldflags])
     root = cache_dir() / "launcher"

@@ -1,4 +1,4 @@
-"""The C++ launcher: one extension (``csrc/launcher.cpp``), built once per
+"""The C++ launcher: one extension (``csrc/launcher*.cpp``), built once per
 environment, that registers each pnex op's CUDA kernel with PyTorch's dispatcher.
 
 :class:`NativeLauncher` owns that registration: :meth:`~NativeLauncher.register`
@@ -41,14 +41,18 @@ __all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "for
 
 log = logging.getLogger(__name__)
 
-SOURCE = build.CSRC / "launcher.cpp"
-HEADER = build.CSRC / "cuda_driver.h"  # the dlopen'd driver table, shared with jax_ffi.cpp
+#: The launcher's translation units, by concern (see csrc/launcher.h), compiled in
+#: parallel by ninja; each includes only the torch headers it needs.
+SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call", "autotune", "register"))
+#: Its own headers, part of the build key: the internal ones and the dlopen'd driver
+#: table (shared with jax_ffi.cpp).
+HEADERS = tuple(build.CSRC / name for name in ("launcher.h", "launcher_faults.h", "launcher_python.h", "cuda_driver.h"))
 _module: Any = None
 _load_lock = threading.Lock()
 
 
 def _build_key(*includes: str) -> str:
-    return build.build_key([SOURCE, HEADER], list(includes), _CFLAGS + _ldflags())
+    return build.build_key([*SOURCES, *HEADERS], list(includes), _CFLAGS + _ldflags())
 
 
 _CFLAGS = ["-O2"]
@@ -71,11 +75,11 @@ def load_launcher(verbose: bool = False, built_only: bool = False):
         includes = build.cuda_headers("C++ launcher", crt=True)
         _module = build.build_extension(
             "pnex_launcher",
-            [SOURCE],
+            SOURCES,
             includes=includes,
             cflags=_CFLAGS,
             ldflags=_ldflags(),
-            headers=[HEADER],
+            headers=HEADERS,
             what="C++ launcher",
             verbose=verbose,
             built_only=built_only,

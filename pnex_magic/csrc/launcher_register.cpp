@@ -1,0 +1,377 @@
+// pnex_magic's C++ launcher: registration with PyTorch's dispatcher, the op class's C
+// call slot, and the Python module.
+//
+// register_op turns the op's launch description (pnex_magic.launch.description, a dict)
+// into a Spec and registers, for pnex::<name>: PnexKernel at the CUDA key
+// (launcher_call.cpp), a C++ autograd kernel and torch's "not implemented" fallbacks
+// (so that a call runs no Python until an autograd formula is attached), and
+// ADInplaceOrView's for an op with an InMut.  install_fast_call gives PnexOp a C call slot.
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/library.h>
+
+#include <map>
+
+#include "launcher_python.h"
+
+namespace pnex::launcher {
+
+namespace {
+// A program from its Python description: a list of (opcode, a, b).
+Program to_program(const py::handle& obj) {
+  Program prog;
+  for (auto item : obj) {
+    auto t = item.cast<std::tuple<int64_t, int64_t, int64_t>>();
+    prog.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  }
+  return prog;
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> kernel_image(const Spec& spec, int device, bool contiguous, int variant,
+                                                 bool checked) {
+  py::gil_scoped_acquire gil;
+  auto result =
+      spec.python->get_image(device, contiguous, variant, checked).cast<std::tuple<py::bytes, std::string>>();
+  return {std::string(std::get<0>(result)), std::get<1>(result)};
+}
+
+std::string describe_violation(const Spec& spec, const int64_t* record) {
+  py::gil_scoped_acquire gil;
+  const py::object& describe = spec.python->describe;
+  if (!describe || describe.is_none()) return "an access out of bounds";
+  py::list items;
+  for (int64_t i = 0; i < kRecordSlots; ++i) items.append(py::int_(record[i]));
+  return describe(items).cast<std::string>();
+}
+
+namespace {
+
+struct Registration {
+  std::unique_ptr<torch::Library> cuda;
+  std::unique_ptr<torch::Library> autograd;
+  std::unique_ptr<torch::Library> inplace;
+};
+std::map<std::string, Registration>& registry() {
+  static auto* r = new std::map<std::string, Registration>();  // never destroyed: avoids exit-order issues
+  return *r;
+}
+
+// torch < 2.12 has no hook to let the launcher register before CustomOpDef.__init__ puts its
+// Python autograd (and ADInplaceOrView) kernels there, so ours replace them, and the dispatcher
+// prints "Overriding a previously registered kernel ..." in every process.  Expected and
+// harmless here (dropping ours brings theirs back): while we register, that warning about this
+// op is dropped, as torch drops it for its own ADInplaceOrView kernel; every other warning goes
+// to the handler that was in place.  (torch warns once per process for all operators.)
+class DropOverrideWarning final : public c10::WarningHandler {
+ public:
+  explicit DropOverrideWarning(const std::string& name)
+      : op_("operator: pnex::" + name), previous_(c10::WarningUtils::get_warning_handler()) {}
+  void process(const c10::Warning& warning) override {
+    const std::string& msg = warning.msg();
+    const size_t at = msg.find(op_);
+    const char next = at == std::string::npos || at + op_.size() >= msg.size() ? '\0' : msg[at + op_.size()];
+    if (msg.find("Overriding a previously registered kernel") != std::string::npos && (next == '(' || next == '\n')) {
+      return;
+    }
+    previous_->process(warning);
+  }
+
+ private:
+  std::string op_;
+  c10::WarningHandler* previous_;
+};
+
+void unregister_op(const std::string& name) { registry().erase(name); }
+
+void drop_autograd_fallback(const std::string& name) {
+  auto it = registry().find(name);
+  if (it != registry().end()) it->second.autograd.reset();
+}
+
+// The op's autograd kernel (the Autograd key).  A call in which no tensor argument requires
+// grad (or carries a forward-mode gradient) goes straight below autograd, as a native op's
+// VariableType kernel does: no grad_fn, nothing to record.  Any other call goes on to torch's
+// "not implemented" autograd fallback, which register_autograd puts at AutogradOther for this
+// op: the lowest autograd key, which pnex's dense CPU and CUDA tensors never dispatch to
+// (AutogradCPU and AutogradCUDA take the Autograd alias's kernel: this one), so only this
+// redispatch reaches it.  The fallback walks the schema and allocates on every call; this
+// kernel reads a pointer per tensor argument.
+//
+// With grad mode on, a call whose InMut argument requires grad is refused: autograd cannot see
+// the kernel's writes (on a leaf, torch refuses in-place writes; on any other tensor the
+// gradients would silently be wrong).  The check runs here, the last point where grad mode is
+// the caller's, for every call (the op object, torch.ops.pnex, torch.compile's tracing on fake
+// tensors).  pnex_magic.calls.inmut_grad_error makes the error, as it does for the Python
+// launchers, so the message and the type (pnex's ArgumentTypeError) are the same; it is
+// raised as the Python exception it is.  An op with an InMut argument always takes the
+// fallback after the check (it bumps the written tensors' version counters the way torch
+// does for such ops).
+class AutogradKernel final : public c10::OperatorKernel {
+ public:
+  explicit AutogradKernel(std::shared_ptr<const Spec> spec) : spec_(std::move(spec)) {
+    for (size_t a = 0; a < spec_->arguments.size(); ++a) {
+      const int kind = spec_->params[spec_->arguments[a]].kind;
+      if (kind == INMUT) inmut_.push_back(a);
+      if (kind == IN || kind == INMUT) tensors_.push_back(a);
+    }
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    const bool grad = c10::GradMode::is_enabled();
+    const size_t first = stack->size() - op.schema().arguments().size();
+    if (grad) {
+      for (size_t a : inmut_) {
+        const c10::IValue& value = (*stack)[first + a];
+        if (value.isTensor() && value.toTensor().requires_grad()) {
+          refuse(spec_->params[spec_->arguments[a]].name, value.toTensor().is_leaf());
+        }
+      }
+    }
+    if (inmut_.empty() && plain(*stack, first, grad)) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+      return;
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::AutogradOther) | (keys & c10::after_autograd_keyset),
+                       stack);
+  }
+
+ private:
+  // No tensor argument requires grad (with grad mode on) or has a forward-mode gradient.  A
+  // tensor with no autograd metadata has neither.
+  bool plain(const torch::jit::Stack& stack, size_t first, bool grad) const {
+    for (size_t a : tensors_) {
+      const c10::IValue& value = stack[first + a];
+      if (!value.isTensor()) continue;
+      const at::Tensor& t = value.toTensor();
+      if (!t.defined() || t.unsafeGetTensorImpl()->autograd_meta() == nullptr) continue;
+      if ((grad && t.requires_grad()) || t._fw_grad(/*level=*/0).defined()) return false;
+    }
+    return true;
+  }
+
+  [[noreturn]] void refuse(const std::string& param, bool leaf) const {
+    py::gil_scoped_acquire gil;
+    py::object error = py::module_::import("pnex_magic.calls").attr("inmut_grad_error")(spec_->kernel, param, leaf);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    throw py::error_already_set();
+  }
+
+  std::shared_ptr<const Spec> spec_;
+  std::vector<size_t> inmut_;
+  std::vector<size_t> tensors_;
+};
+
+// The op's C++ autograd kernels (so that a call runs no Python): the kernel above at Autograd,
+// torch's "not implemented" fallback at AutogradOther.  One Library holds them, so dropping
+// it (an autograd formula attached) drops both.
+std::unique_ptr<torch::Library> register_autograd(const std::string& name, const std::shared_ptr<const Spec>& spec) {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", std::nullopt, __FILE__, __LINE__);
+  lib->impl(name.c_str(), torch::dispatch(c10::DispatchKey::AutogradOther,
+                                          torch::autograd::autogradNotImplementedFallback()));
+  lib->impl(name.c_str(), torch::dispatch(c10::DispatchKey::Autograd,
+                                          torch::CppFunction::makeFromBoxedFunctor(std::make_unique<AutogradKernel>(spec))));
+  return lib;
+}
+
+// The op object's call in C (pnex_magic.op.PnexOp's tp_call slot, installed by
+// install_fast_call): a call with all its arguments positional, as many as the op takes, and
+// every scalar of a type the op takes as it is, goes straight to the OpOverload's C++ entry,
+// with no Python frame (PnexOp.__call__'s frame and checks cost about as much as the whole
+// C++ entry's argument handling: benchmarks/overhead.py's "checks" and "frame" columns).
+// The object's `_fast` attribute, (entry, number of arguments, ((index, types), ...)) or None,
+// says what to call and check; PnexOp keeps it.  Anything else (keywords, a superseded op, a
+// scalar to check, Dynamo tracing the op, which reads the class's Python __call__) takes
+// the class's Python __call__.  An exception from the entry goes to the object's
+// _call_failed(exc, args), which raises the error the Python __call__ would have raised.
+ternaryfunc g_python_call = nullptr;
+PyTypeObject* g_fast_type = nullptr;
+
+PyObject* fast_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static PyObject* fast_name = PyUnicode_InternFromString("_fast");
+  static PyObject* failed_name = PyUnicode_InternFromString("_call_failed");
+  if (kwargs == nullptr || PyDict_GET_SIZE(kwargs) == 0) {
+    PyObject* fast = PyObject_GetAttr(self, fast_name);
+    if (fast == nullptr) {
+      PyErr_Clear();
+    } else if (PyTuple_CheckExact(fast) && PyTuple_GET_SIZE(fast) == 3) {
+      bool ok = PyTuple_GET_SIZE(args) == PyLong_AsSsize_t(PyTuple_GET_ITEM(fast, 1));
+      PyObject* kinds = PyTuple_GET_ITEM(fast, 2);
+      for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(kinds); ++k) {
+        PyObject* item = PyTuple_GET_ITEM(kinds, k);
+        const Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        PyObject* types = PyTuple_GET_ITEM(item, 1);
+        PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(PyTuple_GET_ITEM(args, index)));
+        bool found = false;
+        for (Py_ssize_t t = 0; !found && t < PyTuple_GET_SIZE(types); ++t) found = PyTuple_GET_ITEM(types, t) == type;
+        ok = found;
+      }
+      if (ok) {
+        PyObject* result = PyObject_Call(PyTuple_GET_ITEM(fast, 0), args, nullptr);
+        if (result == nullptr) {
+          PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+          PyErr_Fetch(&type, &value, &traceback);
+          PyErr_NormalizeException(&type, &value, &traceback);
+          if (traceback != nullptr && value != nullptr) PyException_SetTraceback(value, traceback);
+          if (value == nullptr) {
+            PyErr_Restore(type, value, traceback);
+          } else {
+            result = PyObject_CallMethodObjArgs(self, failed_name, value, args, nullptr);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+          }
+        }
+        Py_DECREF(fast);
+        return result;
+      }
+    }
+    Py_XDECREF(fast);
+  }
+  return g_python_call(self, args, kwargs);
+}
+
+// Give `cls` (PnexOp) the C call above; its Python __call__ stays what Python code, Dynamo
+// and the fallback above see.  Idempotent; false if another class already has it.
+bool install_fast_call(const py::object& cls) {
+  if (!PyType_Check(cls.ptr())) throw py::type_error("install_fast_call: expected a class");
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (g_fast_type != nullptr) return g_fast_type == type && type->tp_call == fast_call;
+  if (type->tp_call == nullptr) throw py::type_error("install_fast_call: the class defines no __call__");
+  g_python_call = type->tp_call;
+  g_fast_type = type;
+  Py_INCREF(type);  // held for the process: the slot refers to it
+  type->tp_call = fast_call;
+  return true;
+}
+
+// spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
+// block, get_image and, for an autotuned op, candidates, key, key_text, key_bucket and choose.
+// Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that nothing
+// Python runs per call) for pnex::<name>.
+void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
+  auto spec = std::make_shared<Spec>();
+  spec->python = std::make_shared<Callbacks>();
+  spec->kernel = d["kernel"].cast<std::string>();
+  bool mutates = false;
+  for (auto item : d["params"]) {
+    auto pd = item.cast<py::dict>();
+    Param p;
+    p.name = pd["name"].cast<std::string>();
+    p.kind = pd["kind"].cast<int>();
+    p.dtype = scalar_type(pd["dtype"].cast<std::string>());
+    p.itemsize = pd["itemsize"].cast<int64_t>();
+    p.ndim = pd["ndim"].cast<int64_t>();
+    p.describe = pd["describe"].cast<std::string>();
+    for (auto axis : pd["shape"]) {
+      if (axis.is_none()) p.shape.emplace_back(std::nullopt);
+      else p.shape.emplace_back(to_program(axis));
+    }
+    p.shape_text = pd["shape_text"].cast<std::vector<std::string>>();
+    if (!pd["init"].is_none()) {
+      p.has_init = true;
+      p.init = pd["init"].cast<double>();
+    }
+    if (p.kind == INMUT) mutates = true;
+    spec->params.push_back(std::move(p));
+  }
+  spec->op_name = name;
+  spec->interned = intern(spec->kernel);
+  spec->arguments = d["arguments"].cast<std::vector<int>>();
+  spec->arg_of_param.assign(spec->params.size(), -1);
+  for (size_t a = 0; a < spec->arguments.size(); ++a) spec->arg_of_param[spec->arguments[a]] = static_cast<int>(a);
+  spec->outputs = d["outputs"].cast<std::vector<int>>();
+  for (auto prog : d["n_threads"]) spec->n_threads.push_back(to_program(prog));
+  spec->n_threads_text = d["n_threads_text"].cast<std::vector<std::string>>();
+  // Block candidates (the first is the default block); an older description has "block" only.
+  // A candidate is [x, y, z] or [x, y, z, variant] (the Tune variant it runs).
+  auto as_block = [](const py::handle& obj, int* variant) {
+    auto sizes = obj.cast<std::vector<unsigned>>();
+    std::array<unsigned, 3> block{1, 1, 1};
+    for (size_t i = 0; i < 3 && i < sizes.size(); ++i) block[i] = sizes[i];
+    *variant = sizes.size() > 3 ? static_cast<int>(sizes[3]) : 0;
+    return block;
+  };
+  int variant = 0;
+  if (d.contains("candidates")) {
+    for (auto c : d["candidates"]) {
+      spec->candidates.push_back(as_block(c, &variant));
+      spec->candidate_variant.push_back(variant);
+    }
+  }
+  if (spec->candidates.empty()) {
+    spec->candidates.push_back(as_block(d["block"], &variant));
+    spec->candidate_variant.push_back(0);
+  }
+  if (d.contains("tune")) {
+    spec->tune_params = d["tune"].cast<std::vector<int>>();
+    spec->variants = d["variants"].cast<std::vector<std::vector<int64_t>>>();
+  }
+  size_t variants = std::max<size_t>(spec->variants.size(), 1);
+  for (int cv : spec->candidate_variant) {
+    TORCH_CHECK(cv >= 0 && static_cast<size_t>(cv) < variants, "pnex: kernel '", spec->kernel,
+                "': a candidate names variant ", std::to_string(cv), " of ", std::to_string(variants));
+  }
+  for (const auto& values : spec->variants) {
+    TORCH_CHECK(values.size() == spec->tune_params.size(), "pnex: kernel '", spec->kernel,
+                "': a variant has ", std::to_string(values.size()), " Tune values for ",
+                std::to_string(spec->tune_params.size()), " Tune parameters");
+  }
+  spec->allocate_functions(variants);
+  if (spec->candidates.size() > 1) {
+    for (auto prog : d["key"]) spec->key.push_back(to_program(prog));
+    spec->key_text = d["key_text"].cast<std::vector<std::string>>();
+    spec->key_bucket = d["key_bucket"].cast<bool>();
+    if (d.contains("choose")) spec->python->choose = d["choose"];  // without it: the first candidate
+  }
+  for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
+  for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
+  spec->python->get_image = d["get_image"];
+  if (d.contains("describe")) spec->python->describe = d["describe"];
+  if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
+
+  registry().erase(name);
+  Registration reg;
+  reg.cuda = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex", c10::DispatchKey::CUDA, __FILE__,
+                                              __LINE__);
+  reg.cuda->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PnexKernel>(spec)));
+  DropOverrideWarning quiet(name);
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  if (autograd_fallback) reg.autograd = register_autograd(name, spec);
+  if (mutates) {
+    reg.inplace = std::make_unique<torch::Library>(torch::Library::IMPL, "pnex",
+                                                   c10::DispatchKey::ADInplaceOrView, __FILE__, __LINE__);
+    reg.inplace->impl(name.c_str(), torch::autograd::autogradNotImplementedInplaceOrViewFallback());
+  }
+  registry()[name] = std::move(reg);
+}
+
+}  // namespace
+
+std::string driver_error() { return driver().error; }
+
+}  // namespace pnex::launcher
+
+namespace launcher = pnex::launcher;
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "pnex_magic's generic GPU launcher";
+  m.def("register_op", &launcher::register_op, py::arg("name"), py::arg("spec"), py::arg("autograd_fallback"));
+  m.def("unregister_op", &launcher::unregister_op, py::arg("name"));
+  m.def("drop_autograd_fallback", &launcher::drop_autograd_fallback, py::arg("name"));
+  m.def("driver_error", &launcher::driver_error);
+  m.def("force_candidate", &launcher::force_candidate, py::arg("op_name"), py::arg("candidate"),
+        "Calls of op_name on this thread launch candidate `candidate` (-1: choose as usual)");
+  m.def("last_kernel", &launcher::last_kernel, py::arg("device"));
+  m.def("install_fast_call", &launcher::install_fast_call, py::arg("cls"),
+        "Give the op class a C call slot that goes straight to each object's `_fast` entry");
+  m.def("force_checked", &launcher::force_checked, py::arg("op_name"),
+        "Launches of op_name on this thread run its checked variant (\"\": none)");
+}
