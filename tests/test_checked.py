@@ -635,3 +635,16 @@ def test_the_launch_stage_exposes_what_the_magic_calls_for_a_checked_run():
 
     native.force_checked("")
     assert native.last_kernel(0) == "" or isinstance(native.last_kernel(0), str)
+
+
+def test_the_record_has_one_size_in_every_room():
+    """The record's size is written in three places that cannot import each other: the
+    checked variant's (checking/record.py), the Python launchers' (launch/checks.py, which
+    a compile-cache hit loads without the checking package) and the C++ launcher's."""
+    import re as _re
+
+    from pnex_magic.launch import build, checks
+
+    header = (build.CSRC / "launcher.h").read_text()
+    (cpp,) = _re.findall(r"constexpr int64_t kRecordSlots = (\d+);", header)
+    assert checks.RECORD_SLOTS == C.RECORD_SIZE == int(cpp)

@@ -179,7 +179,7 @@ bool checked_launch(const Spec& spec);
 // stream is capturing a CUDA graph).
 at::Tensor error_record(const Spec& spec, c10::Device device, CUstream stream);
 // The error record's size in int64 entries (pnex_magic.checking.RECORD_SIZE).
-constexpr int64_t kRecordSlots = 16;
+constexpr int64_t kRecordSlots = 16;  // tests/test_checked.py checks that the three agree
 // After a checked launch: raises an IndexError with the violation the record holds, if any.
 void raise_violation(const Spec& spec, const at::Tensor& record);
 

@@ -28,7 +28,8 @@ __all__ = ["wanted", "forced", "checked_launches", "follow", "capture_error", "R
 _local = threading.local()
 _followers: list[Callable[[str], None]] = []
 
-#: The error record's size in int64 entries (pnex_magic.checking.RECORD_SIZE).
+#: The error record's size in int64 entries (pnex_magic.checking.RECORD_SIZE, and the C++
+#: launcher's kRecordSlots: tests/test_checked.py checks that they agree).
 RECORD_SLOTS = 16
 
 
