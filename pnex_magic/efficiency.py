@@ -12,18 +12,22 @@ where that helps:
 * ``"launch"``: a tiny call, dominated by launch overhead;
 * ``"blocks"``: fewer blocks than SMs;
 * ``"uncoalesced"``: inputs not contiguous along the axis ``cuda.grid``'s x runs over;
-* ``"in flight"``: too few bytes in flight per SM to cover the DRAM latency at the
-  ceiling's bandwidth (Little's law), fixed by more independent elements per thread
-  with ``pnex.Tune`` in the block-strided form;
+* ``"block rate"``: blocks of so little work that the SMs start them as fast as
+  they can (measured where :func:`~pnex_magic.hardware.block_start` has a figure);
+* ``"in flight"``: too few bytes in flight per SM for the memory's latency under load
+  (:func:`~pnex_magic.hardware.in_flight_share`), fixed by more independent elements
+  per thread with ``pnex.Tune`` in the block-strided form;
 * ``"wave"``: a partial last wave of blocks that leaves much of the GPU idle;
 * ``"occupancy"``: occupancy limited by registers, shared memory or block slots;
 * ``"spills"``: register spills to local memory;
-* ``"narrow"``: blocks narrower than a warp along x;
+* ``"narrow"``: blocks so narrow along x that a warp uses part of each 32-byte sector it reads;
 * ``"unexplained"`` (:data:`UNEXPLAINED`): far from the ceiling, and none of the above shows.
 
 :func:`reasons` is a pure function of :class:`LaunchFacts` (plain numbers), so each
-reason is tested with recorded figures; :func:`strided_along_x` and
-:func:`input_bytes` gather facts from a call's arguments.
+reason is tested with recorded figures (:mod:`pnex_magic.profiles` has those of
+several GPUs); :func:`strided_along_x`, :func:`input_bytes` and
+:func:`element_bytes` gather facts from a call's arguments.  A call whose bytes fit
+in L2 is not judged: its timed calls may be served from the cache.
 """
 
 from __future__ import annotations
@@ -34,14 +38,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from .expressions import BinOp, Expr, MinMax, Neg, Numel, Size
-from .hardware import DeviceInfo, max_threads_per_sm, occupancy_limiter, resident_blocks
-from .hardware import dram_latency as _dram_latency
+from .hardware import (
+    IN_FLIGHT_TARGET, DeviceInfo, block_start, in_flight_needed, in_flight_share, loaded_latency, max_threads_per_sm,
+    occupancy_limiter, resident_blocks,
+)
 from .spec import KernelSpec, TensorParam
-from .timing import TimingResult, format_bytes, format_time
+from .timing import TimingResult, format_bytes, format_rate, format_time, rate_unit
 
 __all__ = [
-    "FAR", "LaunchFacts", "Reason", "Efficiency", "reasons", "strided_along_x", "input_bytes", "assess",
-    "TUNE_SHAPE", "UNEXPLAINED",
+    "FAR", "LaunchFacts", "Reason", "InFlight", "in_flight", "Efficiency", "reasons", "strided_along_x",
+    "input_bytes", "element_bytes", "assess", "TUNE_SHAPE", "UNEXPLAINED",
 ]
 
 #: Below this fraction of the ceiling, the report says why the op may be slow.
@@ -54,8 +60,16 @@ IDLE_WAVE_SHARE = 0.15
 #: flight allow (below it, something else binds first and more bytes in flight would not help).
 MEMORY_BOUND_SHARE = 0.5
 #: The bytes-in-flight reason is given only while the op stays under what its bytes in flight
-#: allow, with this slack for the estimate's roughness (above it, the estimate does not fit).
+#: allow, with this slack for the model's roughness (above it, the model does not fit the kernel).
 IN_FLIGHT_SLACK = 1.1
+#: Too few bytes in flight are named as the limit only where they allow less than this share
+#: of the ceiling: above it, they could not keep the op below FAR by themselves.
+IN_FLIGHT_LIMIT = 0.9
+#: Blocks are named as the limit when the SMs start them at least this close to the fastest
+#: they can (:func:`~pnex_magic.hardware.block_start`).
+BLOCK_RATE_SHARE = 0.85
+#: Bytes of one DRAM sector: a warp that uses less of each sector it reads wastes bandwidth.
+SECTOR_BYTES = 32
 
 #: The shape of a kernel that gives each thread ``ITEMS`` independent elements: block-strided
 #: (a warp's 32 threads read 32 neighbours at each step, as with one element per thread), every
@@ -95,8 +109,9 @@ class LaunchFacts:
     x_extent: int | None = None  #: n_threads[0] for the call
     input_bytes: int | None = None  #: bytes of the call's input tensors (In and InMut): what the threads read
     ceiling_bandwidth: float | None = None  #: bytes per second: the measured copy, else the DRAM peak
-    dram_latency: float | None = None  #: seconds (None: :data:`~pnex_magic.hardware.DRAM_LATENCY` for arch)
+    latency: float | None = None  #: seconds (None: :func:`~pnex_magic.hardware.loaded_latency` of arch)
     tune: tuple[tuple[str, object], ...] = ()  #: the Tune values the call ran with, e.g. (("ITEMS", 4),)
+    element_bytes: int | None = None  #: bytes of one element of the inputs x runs over (None: 4)
 
     @property
     def threads_per_block(self) -> int:
@@ -107,19 +122,24 @@ class LaunchFacts:
         return math.prod(self.grid)
 
     @property
-    def latency(self) -> float | None:
-        """The DRAM latency used for Little's law (seconds)."""
-        if self.dram_latency is not None:
-            return self.dram_latency
-        found = _dram_latency(self.arch)
-        return None if found is None else found[0]
+    def share(self) -> float:
+        """The op's bandwidth as a share of the ceiling (0 where unknown)."""
+        if not self.ceiling_bandwidth or self.op_seconds <= 0:
+            return 0.0
+        return self.bytes_moved / self.op_seconds / self.ceiling_bandwidth
+
+    @property
+    def memory_latency(self) -> float | None:
+        """The latency of the bytes-in-flight model (seconds): :attr:`latency`, else the
+        architecture's (:func:`~pnex_magic.hardware.loaded_latency`)."""
+        return self.latency if self.latency is not None else loaded_latency(self.arch)
 
 
 @dataclasses.dataclass(frozen=True)
 class Reason:
     """One likely limiter of a timed op: what the figures show and what to change."""
 
-    kind: str  #: "launch", "blocks", "uncoalesced", "in flight", "wave", "occupancy", "spills" or "narrow"
+    kind: str  #: "launch", "blocks", "uncoalesced", "block rate", "in flight", "wave", "occupancy", "spills", "narrow"
     finding: str  #: what the report's figures show
     advice: str  #: what to change
     code: str = ""  #: the shape of the code the advice asks for, where that helps
@@ -127,11 +147,37 @@ class Reason:
     def __str__(self) -> str:
         return f"{self.finding}; {self.advice}"
 
+    @property
+    def headline(self) -> str:
+        """The finding's first clause: ``too few bytes in flight``."""
+        return self.finding.split(":", 1)[0]
 
-def _in_flight(f: LaunchFacts) -> tuple[float, float, float, int, bool] | None:
-    """Little's law for one SM: (bytes it keeps in flight, bytes it needs in flight,
-    bytes read per thread, resident threads, whether the grid caps the residents)."""
-    latency = f.latency
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """The bytes-in-flight model for one call (:func:`~pnex_magic.hardware.in_flight_share`)."""
+
+    have: float  #: bytes of loads each SM keeps in flight
+    knee: float  #: read bandwidth per SM at the ceiling × latency (bytes)
+    per_thread: float  #: bytes each thread reads (all in flight at once, loads first)
+    threads: int  #: threads resident on each SM
+    grid_capped: bool  #: the grid gives each SM fewer threads than fit (the whole call is in flight)
+
+    @property
+    def share(self) -> float:
+        """The share of the ceiling these bytes in flight allow."""
+        return in_flight_share(self.have, self.knee)
+
+    @property
+    def needed(self) -> float:
+        """Bytes per SM in flight that reach :data:`~pnex_magic.hardware.IN_FLIGHT_TARGET` of the ceiling."""
+        return in_flight_needed(self.knee)
+
+
+def in_flight(f: LaunchFacts) -> InFlight | None:
+    """The bytes-in-flight model of a call (``None`` where a figure is missing): the
+    bytes each SM keeps in flight against the read bandwidth per SM × latency."""
+    latency = f.memory_latency
     launched = f.blocks * f.threads_per_block
     max_threads = max_threads_per_sm(f.arch)
     if not (f.ceiling_bandwidth and latency and f.input_bytes and launched and max_threads and f.sm_count):
@@ -142,13 +188,9 @@ def _in_flight(f: LaunchFacts) -> tuple[float, float, float, int, bool] | None:
     from_grid = -(-launched // f.sm_count)  # the threads the grid gives each SM
     per_thread = f.input_bytes / launched  # one element per thread: only that element's bytes wait at once
     threads = min(resident, from_grid)
-    needed = f.ceiling_bandwidth * latency / f.sm_count
-    return threads * per_thread, needed, per_thread, threads, from_grid < resident
-
-
-def _rate(bandwidth: float) -> str:
-    """``4 TB/s``, ``320 GB/s``."""
-    return f"{bandwidth / 1e12:.3g} TB/s" if bandwidth >= 1e12 else f"{bandwidth / 1e9:.3g} GB/s"
+    read_share = min(1.0, f.input_bytes / f.bytes_moved) if f.bytes_moved else 1.0
+    knee = f.ceiling_bandwidth * read_share / f.sm_count * latency
+    return InFlight(threads * per_thread, knee, per_thread, threads, from_grid < resident)
 
 
 def _tuned(f: LaunchFacts) -> str:
@@ -161,11 +203,14 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
 
     A launch-bound call and a grid with fewer blocks than SMs come first: where they
     show, nothing inside the kernel can help.  Uncoalesced inputs come before too few
-    bytes in flight, since more elements per thread do not mend wasted transactions.
+    bytes in flight, since more elements per thread do not mend wasted transactions,
+    and blocks started as fast as the SMs can come before them too (more bytes in
+    flight per block would not start blocks any faster).
     """
     out: list[Reason] = []
     threads = f.threads_per_block
     blocks = f.blocks
+    share = f.share
     # A call whose bytes take far less than a launch at the ceiling's bandwidth is launch-bound
     # however long it measured (a busy host stretches the time between launches too).
     floor = f.bytes_moved / f.ceiling_bandwidth if f.ceiling_bandwidth else None
@@ -191,41 +236,48 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
             f"uncoalesced loads: {names} not contiguous along the axis cuda.grid's x runs over",
             "pass contiguous tensors (.contiguous()) or run x over their contiguous axis",
         ))
-    flight = _in_flight(f)
-    ratio = None
-    memory_bound = False
-    if flight is not None:
-        have, need, per_thread, resident, grid_capped = flight
-        ratio = have / need
-        # The op's share of the ceiling against what its bytes in flight allow: well below it,
-        # something else binds first (compute, say); above it, the estimate does not fit this
-        # kernel (the latency is a minimum, the read pattern a guess) and says nothing.
-        share = f.bytes_moved / f.op_seconds / f.ceiling_bandwidth if f.op_seconds > 0 else 0.0
-        memory_bound = share >= MEMORY_BOUND_SHARE * min(ratio, 1.0)
-        explains = memory_bound and share <= IN_FLIGHT_SLACK * ratio
-        latency_ns = f.latency * 1e9
-        law = (f"{_rate(f.ceiling_bandwidth)} × {latency_ns:.0f} ns DRAM latency / {f.sm_count} SMs needs "
-               f"about {format_bytes(need)} (Little's law)")
-        if ratio < 1 and explains and not grid_capped:
-            how = ("block-strided (j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load "
-                   "them all before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
-            tuned = _tuned(f)
-            advice = (f"it ran with {tuned}: offer more elements per thread among the Tune choices, {how}" if tuned
-                      else f"give each thread several independent elements with pnex.Tune, {how}")
+    how = ("block-strided (j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load them all "
+           "before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
+    tuned = _tuned(f)
+    more_items = (f"it ran with {tuned}: offer more elements per thread among the Tune choices, {how}" if tuned
+                  else f"give each thread several independent elements with pnex.Tune, {how}")
+    start = block_start(f.arch)
+    if start and blocks and f.op_seconds > 0 and not (tiny or few_blocks):
+        interval = f.op_seconds * f.sm_count / blocks  # between two block starts on one SM
+        if start / interval >= BLOCK_RATE_SHARE:
             out.append(Reason(
-                "in flight",
-                f"too few bytes in flight: each SM keeps about {format_bytes(have)} of loads in flight "
-                f"({resident:,} resident threads × {per_thread:.3g} B read per thread) while {law}: enough for at "
-                f"most about {ratio:.0%} of the ceiling",
-                advice,
+                "block rate",
+                f"blocks of little work: {blocks:,} blocks of {threads} threads, "
+                f"{format_bytes(f.bytes_moved / blocks)} each, in {format_time(f.op_seconds)}: each SM starts one "
+                f"every {interval * 1e9:.0f} ns, about as fast as an SM of this GPU can (one every {start * 1e9:.0f} ns)",
+                f"give each block more work: {more_items}; or use larger blocks (threads_per_block='auto')",
                 TUNE_SHAPE,
             ))
-        elif ratio < 1 and share <= IN_FLIGHT_SLACK * ratio and not (tiny or few_blocks):
+    flight = in_flight(f)
+    memory_bound = False
+    if flight is not None:
+        bound = flight.share
+        # The op's share of the ceiling against what its bytes in flight allow: well below it,
+        # something else binds first (compute, say); above it, the model does not fit this
+        # kernel (its read pattern is a guess) and says nothing.
+        memory_bound = share >= MEMORY_BOUND_SHARE * bound
+        explains = bound < IN_FLIGHT_LIMIT and share <= IN_FLIGHT_SLACK * bound
+        allows = (f"enough for about {bound:.0%} of the ceiling on this GPU, where about "
+                  f"{format_bytes(flight.needed)} per SM would reach {IN_FLIGHT_TARGET:.0%}")
+        if explains and memory_bound and not flight.grid_capped:
+            out.append(Reason(
+                "in flight",
+                f"too few bytes in flight: each SM keeps about {format_bytes(flight.have)} of loads in flight "
+                f"({flight.threads:,} resident threads × {flight.per_thread:.3g} B read per thread), {allows}",
+                more_items,
+                TUNE_SHAPE,
+            ))
+        elif explains and flight.grid_capped and not (tiny or few_blocks):
             # The whole input is in flight at once: a bound on any kernel, memory-bound or not.
             out.append(Reason(
                 "in flight",
-                f"too few bytes in flight: the whole call reads about {format_bytes(have)} per SM while {law}: the "
-                f"call is too small to reach the ceiling, whatever the kernel",
+                f"too few bytes in flight: the whole call reads about {format_bytes(flight.have)} per SM, {allows}: "
+                f"the call is too small to reach the ceiling, whatever the kernel",
                 "give each call more work (batch several calls into one)",
             ))
     per_sm = resident_blocks(f.arch, f.registers or 0, f.shared_bytes or 0, threads)
@@ -237,7 +289,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         tail = waves - math.floor(waves)
         # A memory-bound kernel's last wave starves only if its blocks alone keep too few
         # bytes in flight; any other kernel's last wave leaves the idle SMs' time unused.
-        starved = not memory_bound or tail * ratio < 1
+        starved = not memory_bound or flight is None or in_flight_share(tail * flight.have, flight.knee) < FAR
         if waves >= 1 and idle >= IDLE_WAVE_SHARE and starved:
             out.append(Reason(
                 "wave",
@@ -275,11 +327,15 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
             f"through local memory",
             "raise max_registers or keep fewer values live",
         ))
-    if f.block[0] < 32 and (f.x_extent or 0) >= 32:
+    row = f.block[0] * (f.element_bytes or 4)  # bytes a warp reads of each row it touches
+    if row < SECTOR_BYTES and (f.x_extent or 0) >= 32:
+        wide = -(-SECTOR_BYTES // (f.element_bytes or 4))
         out.append(Reason(
             "narrow",
-            f"blocks narrower than a warp: X size {f.block[0]}, so each warp's loads span {32 // f.block[0]} rows",
-            "use a block with X ≥ 32 (or threads_per_block='auto')",
+            f"blocks too narrow along x: X size {f.block[0]}, so a warp reads {row} B from each of "
+            f"{32 // f.block[0]} rows, while memory delivers whole {SECTOR_BYTES}-byte sectors",
+            f"use a block whose X covers at least {SECTOR_BYTES} B of a row (X ≥ {wide} here), or "
+            f"threads_per_block='auto'",
         ))
     return tuple(out)
 
@@ -330,12 +386,22 @@ def input_bytes(spec: KernelSpec, args: Sequence[Any]) -> int:
     )
 
 
+def element_bytes(spec: KernelSpec, args: Sequence[Any]) -> int | None:
+    """Bytes of one element of the call's smallest-element input tensor (``In`` and
+    ``InMut``), for the sector reason (``None`` without input tensors)."""
+    sizes = [int(value.element_size()) for p, value in zip(spec.arguments, args)
+             if isinstance(p, TensorParam) and p.role in ("in", "inmut")]
+    return min(sizes) if sizes else None
+
+
 #: What the report says when the op is far from the ceiling and no reason shows.
 UNEXPLAINED = Reason(
     "unexplained",
-    "no launch limit shows in the figures",
-    "the kernel may be compute-bound, or read some bytes more than once (the bandwidth counts each argument and "
-    "output byte once)",
+    "none of the limits the report checks shows in its figures (launch overhead, blocks, coalescing, block starts, "
+    "bytes in flight, waves, occupancy, spills, block width)",
+    "profile the kernel with Nsight Compute (ncu) to see what holds it back; a kernel also stays below the copy when "
+    "it computes more per byte than memory delivers, or reads some bytes more than once (the bandwidth counts each "
+    "argument and output byte once)",
 )
 
 
@@ -352,8 +418,7 @@ class Efficiency:
     bytes_moved: int
     l2_bytes: int | None = None
     reasons: tuple[Reason, ...] = ()  #: why the op is far from the ceiling, most likely first
-    dram_latency: float | None = None  #: seconds: the latency the bytes-in-flight reason used
-    latency_source: str = ""  #: where that figure comes from
+    facts: LaunchFacts | None = dataclasses.field(default=None, compare=False)  #: what the reasons were read from
 
     @property
     def ceiling(self) -> float | None:
@@ -380,16 +445,22 @@ class Efficiency:
         return self._fraction(self.eager_bandwidth, self.peak_bandwidth)
 
     @property
-    def far(self) -> bool:
-        """Whether the op reaches less than :data:`FAR` of the ceiling."""
-        fraction = self._fraction(self.op_bandwidth, self.ceiling)
-        return fraction is not None and fraction < FAR
+    def op_of_ceiling(self) -> float | None:
+        """The op's bandwidth as a share of the ceiling (the copy, else the peak)."""
+        return self._fraction(self.op_bandwidth, self.ceiling)
 
     @property
     def in_l2(self) -> bool:
-        """Whether the call's bytes fit in L2: back-to-back timed calls then hit the
-        cache, and may exceed the DRAM ceilings."""
+        """Whether the call's bytes fit in L2: back-to-back timed calls then may be served
+        from the cache, and the DRAM ceilings do not apply to them."""
         return self.l2_bytes is not None and self.bytes_moved <= self.l2_bytes
+
+    @property
+    def far(self) -> bool:
+        """Whether the op reaches less than :data:`FAR` of the ceiling, on a call the
+        DRAM ceilings apply to (one that does not fit in L2)."""
+        fraction = self.op_of_ceiling
+        return fraction is not None and fraction < FAR and not self.in_l2
 
     @property
     def explanation(self) -> Reason | None:
@@ -411,8 +482,17 @@ class Efficiency:
         """The other reasons the figures show, when the op is far from the ceiling."""
         return self.reasons[1:] if self.far else ()
 
+    @property
+    def unit(self) -> tuple[float, str]:
+        """One unit for every rate of this report (:func:`~pnex_magic.timing.rate_unit`)."""
+        return rate_unit(self.op_bandwidth, self.eager_bandwidth, self.copy_bandwidth, self.peak_bandwidth)
+
+    def rate(self, bandwidth: float) -> str:
+        """``2.91 TB/s`` in :attr:`unit`."""
+        return format_rate(bandwidth, self.unit)
+
     def describe(self, bandwidth: float | None) -> str:
-        """``2.91 TB/s = 74% of the copy, 61% of peak``."""
+        """``2.91 TB/s = 74% of the device-to-device copy, 61% of peak``."""
         if bandwidth is None:
             return "n/a"
         parts = []
@@ -420,21 +500,35 @@ class Efficiency:
             parts.append(f"{bandwidth / self.copy_bandwidth:.0%} of the device-to-device copy")
         if self.peak_bandwidth:
             parts.append(f"{bandwidth / self.peak_bandwidth:.0%} of peak")
-        return f"{bandwidth / 1e12:.3g} TB/s" + (" = " + ", ".join(parts) if parts else "")
+        return self.rate(bandwidth) + (" = " + ", ".join(parts) if parts else "")
+
+    @property
+    def verdict(self) -> str:
+        """One line on the op against the ceiling: how close, or why it is not judged."""
+        if self.in_l2:
+            return (f"not judged: the call's {format_bytes(self.bytes_moved)} fit in the GPU's "
+                    f"{format_bytes(self.l2_bytes)} L2, so back-to-back timed calls may be served from the cache and "
+                    f"the DRAM ceilings do not apply; time it on inputs larger than L2 to compare it with them")
+        fraction = self.op_of_ceiling
+        if fraction is None:
+            return "not judged: no ceiling known for this device"
+        ceiling = "the device-to-device copy" if self.copy_bandwidth else "the DRAM peak"
+        if fraction >= FAR:
+            return f"{fraction:.0%} of {ceiling}: at or near the ceiling"
+        return f"{fraction:.0%} of {ceiling}: below {FAR:.0%} of the ceiling"
 
     def lines(self) -> list[str]:
         ceilings = []
         if self.copy_bandwidth:
-            ceilings.append(f"copy {self.copy_bandwidth / 1e12:.3g} TB/s (measured)")
+            ceilings.append(f"copy {self.rate(self.copy_bandwidth)} (measured)")
         if self.peak_bandwidth:
-            ceilings.append(f"peak {self.peak_bandwidth / 1e12:.3g} TB/s")
+            ceilings.append(f"peak {self.rate(self.peak_bandwidth)}")
         out = [f"ceiling   : {', '.join(ceilings) or 'unknown'} on {self.device}",
                f"op        : {self.describe(self.op_bandwidth)}"]
         if self.eager_bandwidth is not None:
             out.append(f"eager     : {self.describe(self.eager_bandwidth)}")
         if self.in_l2:
-            out.append(f"note      : {format_bytes(self.bytes_moved)} per call fits in L2 "
-                       f"({format_bytes(self.l2_bytes)}): timed calls hit the cache")
+            out.append(f"verdict   : {self.verdict}")
         found = self.explanation
         if found is not None:
             out.append(f"why       : below {FAR:.0%} of the ceiling: {found.finding}")
@@ -449,7 +543,6 @@ def assess(
     timing: TimingResult, info: DeviceInfo, copy_bandwidth: float | None, facts: LaunchFacts | None
 ) -> Efficiency:
     """The :class:`Efficiency` of a timed op on a device (``facts``: for the reasons)."""
-    latency = _dram_latency(info.arch)
     return Efficiency(
         op_bandwidth=timing.bandwidth,
         eager_bandwidth=timing.eager_bandwidth,
@@ -460,6 +553,5 @@ def assess(
         bytes_moved=timing.bytes_moved,
         l2_bytes=info.l2_bytes,
         reasons=reasons(facts) if facts is not None else (),
-        dram_latency=facts.latency if facts is not None else None,
-        latency_source=latency[1] if latency is not None else "",
+        facts=facts,
     )

@@ -3,9 +3,10 @@ whether a block shape fits a kernel's resources and a call's grid, and the
 memory-bandwidth ceilings of a device.
 
 The limits and :func:`occupancy`, :func:`occupancy_limiter`,
-:func:`resident_blocks`, :func:`block_problem` and :func:`dram_latency` are pure
-functions of an architecture name and figures from ptxas (registers, shared
-memory), so they are tested without a GPU.  The
+:func:`resident_blocks`, :func:`block_problem`, the bytes-in-flight model
+(:func:`in_flight_share`, :func:`loaded_latency`) and :func:`block_start` are pure
+functions of an architecture name and recorded figures, so they are tested without
+a GPU.  The
 device figures (:func:`device_info`) are read from the driver once per device:
 SM count, L2 size, and the peak DRAM bandwidth from the memory clock and bus
 width (``torch.cuda.get_device_properties``, else the driver's attributes through
@@ -32,8 +33,13 @@ __all__ = [
     "resident_blocks",
     "max_threads_per_sm",
     "block_problem",
-    "DRAM_LATENCY",
-    "dram_latency",
+    "LOADED_LATENCY",
+    "loaded_latency",
+    "IN_FLIGHT_TARGET",
+    "in_flight_share",
+    "in_flight_needed",
+    "BLOCK_START",
+    "block_start",
     "DeviceInfo",
     "device_info",
     "copy_bandwidth",
@@ -154,52 +160,90 @@ def block_problem(
     return None
 
 
-# --------------------------------------------------------------------------- DRAM latency
+# --------------------------------------------------------------------------- memory under load
 
-# The time a load that misses every cache takes to return, per architecture, for
-# Little's law (bytes in flight = bandwidth × latency) in the report's reasons
-# (:mod:`pnex_magic.efficiency`).  These are *idle* latencies, from pointer chasing
-# (one warp, each load's address read by the previous load), in SM clock cycles at
-# the clock the benchmark ran at, converted here to seconds.  Under full load the
-# latency is higher (requests queue), so the bytes in flight computed from these
-# figures are the least a kernel needs to reach the bandwidth ceiling: a kernel
-# below them cannot reach it, one above them may still fall short.
+# How many bytes each SM must keep in flight (loads issued, data not yet back) for a
+# memory-bound kernel to reach the device's bandwidth, for the report's reasons
+# (:mod:`pnex_magic.efficiency`).  Little's law says bytes in flight = bandwidth ×
+# latency; the latency that counts is the one loads see in a running kernel, which is
+# about twice the idle latency a pointer-chasing benchmark measures (requests queue,
+# and a thread's load, store and exit, and its block's start, come between two of its
+# loads).  The model (:func:`in_flight_share`): an SM keeping ``b`` bytes of loads in
+# flight reaches the share ``x / (1 + x**3) ** (1/3)`` of the ceiling, where
+# ``x = b / (R × L / SMs)``, ``R`` the read bandwidth at the ceiling and ``L`` the
+# latency below: Little's law with a constant latency at low load (the share is ``x``),
+# bending smoothly to the ceiling as the memory's queues fill (``x = 1`` gives 79%,
+# ``x = 1.82`` gives 95%).
 #
-# Sources (read 2026):
-# - RRZE-HPC/gpu-benches, gpu-latency/*.txt (the benchmark prints the measured SM
-#   clock and the cycles per load for buffers up to 2.2 GB; the last row is DRAM):
-#   V100 PCIe 434 cycles at 1380 MHz; A100 80 GB 552 at 1410 MHz; A40 557 at
-#   1740 MHz; L40 625 at 2490 MHz; GH200 689 at 1980 MHz.
-# - markdewing/AI_kernels, latency/README.md (pointer chasing, clocks not locked):
-#   V100 460 cycles, A100 SXM 550, RTX 4090 636, H100 SXM 700, GH200 690, B200 860,
-#   RTX 5090 936; seconds here at the card's boost clock (B200 1965 MHz, RTX 5090
-#   2407 MHz), the clock an unlocked benchmark runs at.
-# - Turing: no measured figure for a Turing GPU was at hand.  Jia et al.,
-#   "Dissecting the NVidia Turing T4 GPU via Microbenchmarking" (arXiv:1903.07486,
-#   2019) find that TU104 has the memory hierarchy depth of Volta's GV100, so
-#   Volta's figure stands in for sm_75.
-#: (seconds, where the figure comes from) per compute capability.
-DRAM_LATENCY: dict[tuple[int, int], tuple[float, str]] = {
-    (7, 0): (434 / 1380e6, "V100: 434 cycles at 1380 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
-    (7, 5): (434 / 1380e6, "Volta's V100 figure (434 cycles at 1380 MHz, RRZE-HPC gpu-benches): no Turing "
-                           "measurement at hand, and Turing's memory hierarchy is as deep as Volta's (Jia et al. 2019)"),
-    (8, 0): (552 / 1410e6, "A100 80 GB: 552 cycles at 1410 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
-    (8, 6): (557 / 1740e6, "A40: 557 cycles at 1740 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
-    (8, 9): (625 / 2490e6, "L40: 625 cycles at 2490 MHz (RRZE-HPC gpu-benches, pointer chasing)"),
-    (9, 0): (689 / 1980e6, "GH200: 689 cycles at 1980 MHz (RRZE-HPC gpu-benches, pointer chasing; H100 SXM: "
-                           "700 cycles, markdewing/AI_kernels)"),
-    (10, 0): (860 / 1965e6, "B200: 860 cycles (markdewing/AI_kernels, pointer chasing) at its 1965 MHz boost clock"),
-    (12, 0): (936 / 2407e6, "RTX 5090: 936 cycles (markdewing/AI_kernels, pointer chasing) at its 2407 MHz boost "
-                            "clock"),
+# ``L`` per architecture, fitted (least squares on the share) to measured copies
+# with one element of each load in flight per thread and resident threads varied;
+# the README's "Sources" section names each measurement:
+# - sm_90: an H100 SXM 80 GB (132 SMs), `python benchmarks/probes.py inflight`
+#   (benchmarks/results/inflight-2026-11-25-h100.json): 2 to 96 KiB per SM, 256
+#   threads per block, single loads and f32/f64 vectors: 730 ns (rms error 0.012);
+#   it predicts the H200's one-element copy at 0.64-0.68 of torch.clone against 0.64-0.66
+#   measured (benchmarks/results/autotune-2026-11-23-*.json).
+# - sm_80: RRZE-HPC gpu-benches' stream kernels ("scale": one 8-byte load and store per
+#   thread, two blocks per SM of 32 to 512 threads) on an A100 40 GB (gpu-stream) and
+#   an A100 80 GB (cuda-stream): 805 and 790 ns.
+# - sm_86: the same on an A40 (GDDR6): 550 ns.  sm_89: on an L40 (GDDR6, the L4's Ada
+#   chip family and memory type): 455 ns.  sm_70: on a V100: 740 ns.
+# - sm_75: no such measurement of a Turing GPU was found; Turing's memory hierarchy has
+#   Volta's depth (Jia et al., "Dissecting the NVidia Turing T4 GPU via
+#   Microbenchmarking", 2019), so the V100's figure stands in.
+# - sm_100, sm_120: no such measurement yet; twice the idle pointer-chasing latency
+#   (B200 860 cycles at 1965 MHz, RTX 5090 936 cycles at 2407 MHz, markdewing/AI_kernels),
+#   the ratio the measured architectures show (1.7 to 2.4).
+#: Seconds, per compute capability: the latency of the bytes-in-flight model above.
+LOADED_LATENCY: dict[tuple[int, int], float] = {
+    (7, 0): 740e-9,
+    (7, 5): 740e-9,
+    (8, 0): 800e-9,
+    (8, 6): 550e-9,
+    (8, 9): 455e-9,
+    (9, 0): 730e-9,
+    (10, 0): 2 * 860 / 1965e6,
+    (12, 0): 2 * 936 / 2407e6,
 }
 
+#: The share of the ceiling at which the bytes-in-flight model's knee is quoted
+#: (:func:`in_flight_needed`).
+IN_FLIGHT_TARGET = 0.95
 
-def dram_latency(arch: str) -> tuple[float, str] | None:
-    """The idle DRAM latency of ``arch`` in seconds and where the figure comes from
-    (:data:`DRAM_LATENCY`; another minor version of the same major stands in), or
-    ``None`` for an architecture without one."""
+
+def loaded_latency(arch: str) -> float | None:
+    """The latency (seconds) of ``arch``'s bytes-in-flight model (:data:`LOADED_LATENCY`;
+    another minor version of the same major stands in), or ``None`` without one."""
     cc = parse_arch(arch)
-    return DRAM_LATENCY.get(cc) or DRAM_LATENCY.get((cc[0], 0))
+    return LOADED_LATENCY.get(cc) or LOADED_LATENCY.get((cc[0], 0))
+
+
+def in_flight_share(bytes_per_sm: float, knee_bytes: float) -> float:
+    """The share of the bandwidth ceiling an SM keeping ``bytes_per_sm`` bytes of loads
+    in flight can reach, where ``knee_bytes`` is read bandwidth per SM × latency."""
+    x = bytes_per_sm / knee_bytes
+    return x / (1 + x**3) ** (1 / 3)
+
+
+def in_flight_needed(knee_bytes: float, share: float = IN_FLIGHT_TARGET) -> float:
+    """Bytes per SM in flight that reach ``share`` of the ceiling (the inverse of
+    :func:`in_flight_share`)."""
+    return knee_bytes * (share**3 / (1 - share**3)) ** (1 / 3)
+
+
+# Blocks that do little work are limited by how fast an SM starts them: measured on an
+# H100 and an H200 (both 132 SMs), copies of one and two elements per thread in blocks
+# of 64 and 128 threads run at 1.59 to 1.65 G blocks per second whatever their bytes in
+# flight (benchmarks/results/inflight-2026-11-25-h100.json, autotune-2026-11-23-*.json):
+# one block per SM every 81 ns.  No figure for other architectures yet.
+#: Seconds between two block starts on one SM, per compute capability.
+BLOCK_START: dict[tuple[int, int], float] = {(9, 0): 81e-9}
+
+
+def block_start(arch: str) -> float | None:
+    """The shortest time between two block starts on one SM of ``arch`` (seconds;
+    :data:`BLOCK_START`), or ``None`` where not measured."""
+    return BLOCK_START.get(parse_arch(arch))
 
 
 # --------------------------------------------------------------------------- devices

@@ -27,7 +27,7 @@ from . import timing as _timing
 from .calls import LaunchInfo, launch_info
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, input_bytes, strided_along_x
+from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault
@@ -35,7 +35,17 @@ from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
 from .sass import Disassembly, PendingDisassembly, disassemble
 
-__all__ = ["KernelReport", "build_report", "inspect", "occupancy"]
+__all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary"]
+
+
+def sass_summary(found: Disassembly) -> str:
+    """``168 lines (cuobjdump); the kernel first, then 1 helper function`` or why there is none."""
+    if not found:
+        return found.reason
+    helpers = len(found.functions) - 1
+    tail = f"; the kernel first, then {helpers} helper function{'s' if helpers != 1 else ''}" if helpers > 0 else ""
+    return f"{found.line_count} lines ({found.tool}){tail}"
+
 
 @dataclasses.dataclass(frozen=True)
 class KernelReport:
@@ -126,12 +136,12 @@ class KernelReport:
         if self.n_threads_values is not None:
             out.append(f"  n_threads : {self.n_threads_values} for the example arguments")
         if self.sass or self.sass.reason != "not requested":
-            sass = f"{len(self.sass.text.splitlines())} lines ({self.sass.tool})" if self.sass else self.sass.reason
-            out.append(f"  sass      : {sass}")
+            out.append(f"  sass      : {sass_summary(self.sass)}")
         if self.checked_run:
             out.append(f"  checked   : {self.checked_run}")
         if self.timing is not None:
-            out += ["  " + line for line in self.timing.lines()]
+            unit = self.efficiency.unit if self.efficiency is not None else None
+            out += ["  " + line for line in self.timing.lines(unit)]
         if self.efficiency is not None:
             out += ["  " + line for line in self.efficiency.lines()]
         return out
@@ -317,9 +327,9 @@ def build_report(
         if not compiled:
             found = Disassembly(None, None, report.not_compiled or "no cubin")
         elif sass == "later":
-            found = PendingDisassembly(None, None, PendingDisassembly.NOTE, compiled.cubin)
+            found = PendingDisassembly(None, None, PendingDisassembly.NOTE, compiled.cubin, compiled.entry)
         else:
-            found = disassemble(compiled.cubin)
+            found = disassemble(compiled.cubin, entry=compiled.entry)
         report = dataclasses.replace(report, sass=found)
     return report
 
@@ -381,6 +391,7 @@ def _efficiency(
         input_bytes=input_bytes(definition.spec, args),
         ceiling_bandwidth=copy or info.peak_bandwidth,
         tune=tuned.tune if tuned is not None else (),
+        element_bytes=element_bytes(definition.spec, args),
     )
     return assess(timing, info, copy, facts)
 

@@ -2,8 +2,11 @@
 ``cuobjdump`` (or ``nvdisasm``) from the CUDA toolkit or NVIDIA's pip wheels.
 
 A compile-stage inspection: the report gathers it next to the PTX and the
-resource figures.  Where no disassembler is installed, :class:`Disassembly` says
-why and what to install.
+resource figures.  A cubin holds the kernel and the helper functions it calls
+(``__cuda_sm20_rcp_rn_f32_slowpath`` for a division, say), which the disassembler
+lists in the cubin's order; :meth:`Disassembly.kernel_first` puts the kernel's own
+function first.  Where no disassembler is installed, :class:`Disassembly` says why
+and what to install.
 """
 
 from __future__ import annotations
@@ -20,7 +23,35 @@ import threading
 
 from . import cache
 
-__all__ = ["Disassembly", "PendingDisassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE"]
+__all__ = [
+    "Disassembly", "PendingDisassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE", "functions",
+]
+
+# Where each function's listing starts: cuobjdump's "Function : NAME" lines, nvdisasm's
+# ".section .text.NAME" lines.
+_FUNCTION_START = re.compile(r"^[ \t]*(?:Function : (\S+)|\.section[ \t]+\.text\.([^,\s]+))", re.MULTILINE)
+
+
+def functions(text: str) -> tuple[str, ...]:
+    """The functions of a SASS listing, in its order."""
+    return tuple(m.group(1) or m.group(2) for m in _FUNCTION_START.finditer(text))
+
+
+def _kernel_first(text: str, entry: str) -> str:
+    """``text`` with the listing of function ``entry`` moved before the other
+    functions' (the lines before the first function, the target's header, stay first)."""
+    starts = list(_FUNCTION_START.finditer(text))
+    names = [m.group(1) or m.group(2) for m in starts]
+    if entry not in names or names[0] == entry:
+        return text
+    bounds = [text.rfind("\n", 0, m.start()) + 1 for m in starts] + [len(text)]
+    blocks = [text[bounds[i]:bounds[i + 1]] for i in range(len(starts))]
+    first = names.index(entry)
+    ordered = [blocks[first]] + blocks[:first] + blocks[first + 1:]
+    if not ordered[0].endswith("\n"):  # the kernel was last: no newline after its block
+        ordered[0] += "\n"
+        ordered[-1] = ordered[-1].rstrip("\n")
+    return text[:bounds[0]] + "".join(ordered)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +65,21 @@ class Disassembly:
     def __bool__(self) -> bool:
         return bool(self.text)
 
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The functions listed, in order (the kernel first after :meth:`kernel_first`)."""
+        return functions(self.text or "")
+
+    @property
+    def line_count(self) -> int:
+        return len((self.text or "").splitlines())
+
+    def kernel_first(self, entry: str) -> Disassembly:
+        """The same listing with the kernel ``entry``'s function first."""
+        if not self.text or not entry:
+            return self
+        return dataclasses.replace(self, text=_kernel_first(self.text, entry))
+
 
 @dataclasses.dataclass(frozen=True)
 class PendingDisassembly(Disassembly):
@@ -43,9 +89,10 @@ class PendingDisassembly(Disassembly):
 
     NOTE = "being disassembled; the listing appears here in a moment"
     cubin: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    entry: str = ""  #: the kernel's function, listed first
 
     def result(self) -> Disassembly:
-        return disassemble(self.cubin)
+        return disassemble(self.cubin, entry=self.entry)
 
 
 def find_disassembler() -> tuple[str, str] | None:
@@ -99,8 +146,9 @@ def tidy_sass(text: str) -> str:
     return re.sub(r"\n{2,}(?=\s*/\*[0-9a-f]{4}\*/)", "\n", text)
 
 
-def disassemble(cubin: bytes | None, *, timeout: float = 60.0) -> Disassembly:
-    """SASS of ``cubin`` via ``cuobjdump -sass`` (or ``nvdisasm -c``)."""
+def disassemble(cubin: bytes | None, *, entry: str = "", timeout: float = 60.0) -> Disassembly:
+    """SASS of ``cubin`` via ``cuobjdump -sass`` (or ``nvdisasm -c``), the function
+    ``entry`` (the kernel's) first."""
     if cubin is None:
         return Disassembly(None, None, "no cubin: nvJitLink was not available to assemble the PTX")
     digest = hashlib.sha256(cubin).hexdigest()
@@ -108,7 +156,7 @@ def disassemble(cubin: bytes | None, *, timeout: float = 60.0) -> Disassembly:
         running = _pending.get(digest)
     if running is not None:  # started by prefetch(): its result lands in the memo below
         running.join(timeout)
-    return _disassemble_cached(digest, cubin, timeout)
+    return _disassemble_cached(digest, cubin, timeout).kernel_first(entry)
 
 
 _pending: dict[str, threading.Thread] = {}

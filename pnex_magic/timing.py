@@ -26,6 +26,7 @@ from typing import Any
 __all__ = [
     "Measurement",
     "Correctness",
+    "Mismatch",
     "TimingResult",
     "Timer",
     "measure",
@@ -37,6 +38,8 @@ __all__ = [
     "evaluate",
     "format_time",
     "format_bytes",
+    "rate_unit",
+    "format_rate",
 ]
 
 #: ``timer(fn, loops)`` calls ``fn()`` ``loops`` times and returns the elapsed seconds.
@@ -62,6 +65,19 @@ def format_bytes(n: float | None) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{int(n)} B"
+
+
+def rate_unit(*values: float | None) -> tuple[float, str]:
+    """``(1e12, "TB/s")`` or ``(1e9, "GB/s")``: one unit for a set of rates, chosen by
+    the largest, so that figures shown side by side are read in the same unit."""
+    top = max((v for v in values if v), default=0.0)
+    return (1e12, "TB/s") if top >= 1e12 else (1e9, "GB/s")
+
+
+def format_rate(bytes_per_second: float, unit: tuple[float, str] | None = None) -> str:
+    """``2.28 TB/s``, ``850 GB/s``: in ``unit`` (default: the rate's own, :func:`rate_unit`)."""
+    scale, name = unit or rate_unit(bytes_per_second)
+    return f"{bytes_per_second / scale:.3g} {name}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,12 +151,30 @@ class Measurement:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """One element of the op's results against the reference's."""
+
+    output: str  #: which result ("result", or "a (mutated)")
+    index: tuple[int, ...]
+    actual: Any
+    expected: Any
+
+    def __str__(self) -> str:
+        where = self.output.split(" ")[0] + (f"[{', '.join(map(str, self.index))}]" if self.index else "")
+        return f"{where} = {self.actual:.6g} where eager gives {self.expected:.6g}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Correctness:
     """The op's results against the eager reference's, compared in float64.
 
-    ``max_rel_error`` is taken over the elements where the reference is nonzero
-    (elsewhere ``max_abs_error`` says it all).  ``ok`` applies the tolerances of
-    ``torch.testing.assert_close`` for the op's output dtype (exact for integers).
+    ``ok`` applies the tolerances of ``torch.testing.assert_close`` for the op's output
+    dtype (exact for integers) to every element: ``|op - ref| <= atol + rtol * |ref|``.
+    ``max_abs_error`` is the largest ``|op - ref|``; :attr:`scaled_error` divides it by
+    the largest ``|ref|``, which reads right for data near zero, where
+    ``max_rel_error`` (taken element by element over nonzero references) is large
+    for a difference of one rounding.  ``worst`` is the element farthest outside the
+    tolerance, when one is.
     """
 
     max_abs_error: float
@@ -151,15 +185,38 @@ class Correctness:
     atol: float = 0.0
     note: str = ""  #: why the results could not be compared, when they could not
     where: str = ""  #: how the op ran ("CUDA simulator", "cuda:0")
+    max_reference: float = 0.0  #: the largest |reference| over the compared elements
+    elements: int = 0  #: elements compared
+    mismatched: int = 0  #: elements outside the tolerance
+    worst: Mismatch | None = None  #: the element farthest outside the tolerance (None when all are in)
+
+    @property
+    def scaled_error(self) -> float:
+        """``max |op - ref| / max |ref|``: the largest difference as a share of the
+        reference's scale (0 when both are 0)."""
+        if self.max_abs_error == 0:
+            return 0.0
+        return self.max_abs_error / self.max_reference if self.max_reference else math.inf
+
+    @property
+    def tolerance(self) -> str:
+        return f"rtol={self.rtol:g}, atol={self.atol:g}"
 
     def __str__(self) -> str:
         if self.note and not self.compared:
             return f"not compared: {self.note}"
-        verdict = "matches eager" if self.ok else "DIFFERS from eager"
-        text = (
-            f"{verdict}: max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g} "
-            f"({', '.join(self.compared)}; float64; rtol={self.rtol:g}, atol={self.atol:g})"
-        )
+        what = ", ".join(self.compared)
+        if self.ok and self.max_abs_error == 0:
+            text = f"matches eager: all {self.elements:,} elements of {what} identical"
+        elif self.ok:
+            text = (f"matches eager: all {self.elements:,} elements of {what} within {self.tolerance} (float64); "
+                    f"largest difference {self.max_abs_error:.3g}, {self.scaled_error:.2g} of the largest reference "
+                    f"value")
+        else:
+            text = (f"DIFFERS from eager: {self.mismatched:,} of {self.elements:,} elements of {what} outside "
+                    f"{self.tolerance}")
+            if self.worst is not None:
+                text += f"; worst: {self.worst}"
         return text + (f"; {self.note}" if self.note else "")
 
     def _repr_pretty_(self, p, cycle) -> None:
@@ -219,7 +276,8 @@ class TimingResult:
             return None
         return self.bytes_moved / self.eager.median
 
-    def lines(self) -> list[str]:
+    def lines(self, unit: tuple[float, str] | None = None) -> list[str]:
+        """The result as text; ``unit`` is the unit of its rate (default: its own)."""
         out = [f"timing of {self.name} on {self.device}"]
         if self.op is None:
             out.append(f"  not timed : {self.reason or 'no measurements'}")
@@ -229,12 +287,10 @@ class TimingResult:
             if self.eager is not None:
                 out.append(f"  {self.eager_name:<{width}}: {self.eager}")
             if self.speedup is not None:
-                out.append(f"  speed-up  : {self.speedup:.2f}x (eager median / op median)")
+                out.append(f"  speed-up  : {self.speedup:.2f}× (eager median / op median)")
             if self.bandwidth is not None:
-                out.append(
-                    f"  bandwidth : {self.bandwidth / 1e9:.1f} GB/s "
-                    f"({format_bytes(self.bytes_moved)} of arguments and outputs per call)"
-                )
+                rate = format_rate(self.bandwidth, unit or rate_unit(self.bandwidth, self.eager_bandwidth))
+                out.append(f"  bandwidth : {rate} ({format_bytes(self.bytes_moved)} of arguments and outputs per call)")
         if self.correctness is not None:
             out.append(f"  correct   : {self.correctness}")
         return out
@@ -347,11 +403,13 @@ def compare_outputs(
                 f"reference returned {len(expected)}"
             ), where=where,
         )
-    max_abs = 0.0
-    max_rel = 0.0
+    max_abs = max_rel = max_ref = 0.0
     ok = True
     notes = []
     rtol_used = atol_used = 0.0
+    elements = mismatched = 0
+    worst: Mismatch | None = None
+    worst_excess = -math.inf
     for name, a, e in zip(names, actual, expected, strict=True):
         if not isinstance(a, torch.Tensor):
             a = torch.as_tensor(a)
@@ -383,15 +441,26 @@ def compare_outputs(
         diff = torch.nan_to_num(diff, nan=math.inf)
         ref = e64.abs()
         max_abs = max(max_abs, float(diff.max()))
+        max_ref = max(max_ref, float(torch.nan_to_num(ref, nan=0.0, posinf=0.0).max()))
         nonzero = ref > 0
         if bool(nonzero.any()):
             max_rel = max(max_rel, float((diff[nonzero] / ref[nonzero]).max()))
-        if not bool((diff <= atol + rtol * torch.nan_to_num(ref, posinf=0.0)).all()):
+        excess = diff - (atol + rtol * torch.nan_to_num(ref, posinf=0.0))
+        outside = excess > 0
+        elements += a64.numel()
+        mismatched += int(outside.sum())
+        if bool(outside.any()):
             ok = False
+            flat = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))
+            if float(excess.flatten()[flat]) > worst_excess:
+                worst_excess = float(excess.flatten()[flat])
+                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a64.shape))
+                worst = Mismatch(name, index, a64.flatten()[flat].item(), e64.flatten()[flat].item())
         if a.dtype != e.dtype:
             op_dtype, ref_dtype = (str(d).removeprefix("torch.") for d in (a.dtype, e.dtype))
             notes.append(f"{name}: op dtype {op_dtype}, eager {ref_dtype}")
-    return Correctness(max_abs, max_rel, ok, names, rtol_used, atol_used, "; ".join(notes), where)
+    return Correctness(max_abs, max_rel, ok, names, rtol_used, atol_used, "; ".join(notes), where, max_ref, elements,
+                       mismatched, worst)
 
 
 def tensor_bytes(*values: Any) -> int:

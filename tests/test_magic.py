@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -166,6 +167,15 @@ def test_two_dimensional_launch_from_comma_separated_or_repeated_options(ip):
     torch.testing.assert_close(ip.user_ns["muladd_k"](A, B, 0.5), A * B + 0.5)
 
 
+def test_the_parameter_table_spells_a_scalar_as_the_signature_does(ip):
+    run(ip, "--n-threads result.size(1),result.size(0) --threads-per-block 8,4 -o rep", MULADD)
+    html = ip.user_ns["rep"].signature_html()
+    assert "c: float" in ip.user_ns["rep"].kernel.signature
+    assert re.search(r"<td[^>]*><code[^>]*>c</code></td><td[^>]*><code[^>]*>float</code></td>"
+                     r"<td[^>]*>argument, a float32 scalar</td>", html), html
+    assert "Scalar(float32)" not in html
+
+
 def test_inmut_kernel_is_checked_through_its_mutated_argument(ip):
     ip.run_cell("v = torch.arange(6, dtype=torch.float32)")
     run(ip, "--n-threads a.numel() --threads-per-block 32 --args (v, 3.0) --eager lambda a, s: a.add_(s) -o rep", '''
@@ -234,16 +244,18 @@ def test_widget_structure_and_content(ip):
     header, tab = view.children
     assert isinstance(header, w.HTML) and "copy_k" in header.value and "matches eager" in header.value
     assert isinstance(tab, w.Tab)
-    assert tuple(tab.get_title(i) for i in range(5)) == ("Signature", "Launch", "PTX", "Resources", "Timing")
-    signature, launch, ptx, resources, timing_tab = (c.value for c in tab.children)
+    assert tuple(tab.get_title(i) for i in range(6)) == ("Signature", "Launch", "PTX", "SASS", "Resources", "Timing")
+    signature, launch, ptx, sass_tab, resources, timing_tab = (c.value for c in tab.children)
     assert all(isinstance(c, w.HTML) for c in tab.children)
     assert "pnex::copy_k_" in signature and "Tensor a) -&gt; Tensor" in signature
     assert "copy_k(a" in signature and "returns one tensor" in signature
     assert "a.numel()" in launch and "(1, 1, 1)" in launch and "(32, 1, 1)" in launch and ">8<" in launch
-    assert ".entry" in ptx and "var(--jp-mirror-editor-keyword-color" in ptx and "SASS" in ptx
+    assert ".entry" in ptx and "var(--jp-mirror-editor-keyword-color" in ptx and "SASS" not in ptx
+    assert "SASS" in sass_tab or "not shown" in sass_tab
     assert "color-mix(in srgb, var(--jp-mirror-editor-keyword-color" in ptx  # readable on either theme
     assert f"{rep.registers}" in resources and "registers per thread" in resources and "occupancy" in resources
-    assert "CUDA simulator" in timing_tab and "matches eager" in timing_tab and "max abs error" in timing_tab
+    assert "CUDA simulator" in timing_tab and "matches eager" in timing_tab and "all 8 elements of result" in timing_tab
+    assert "max rel error" not in timing_tab  # the element-wise relative error misreads near zero
     assert "µs" not in timing_tab and "GB/s" not in timing_tab  # nothing timed without a GPU
 
 
@@ -255,12 +267,13 @@ def test_static_html_and_text_forms(ip):
     rep = ip.user_ns["rep"]
     page = rep.to_html()
     assert "<script" not in page and page.count("<style>") == 1 and "var(--jp-" in page  # theme colours
-    titles = ("Signature", "Launch", "PTX", "Resources", "Timing")
+    titles = ("Signature", "Launch", "PTX", "SASS", "Resources", "Timing")
 
     class Parse(html.parser.HTMLParser):
         def __init__(self):
             super().__init__()
             self.stack, self.summaries, self.radios, self.open_panels, self.bar_style = [], [], [], 0, None
+            self.fallback, self.rich_style, self.in_fallback = "", None, False
 
         def handle_starttag(self, tag, attrs):
             a = dict(attrs)
@@ -272,22 +285,36 @@ def test_static_html_and_text_forms(ip):
                 self.radios.append((a.get("type"), a.get("name"), "checked" in a))
             if "pnex-bar" in a.get("class", ""):
                 self.bar_style = a.get("style")
+            if "pnex-rich" in a.get("class", ""):
+                self.rich_style = a.get("style")
+            self.in_fallback = tag == "pre" and a.get("class") == "pnex-fallback"
 
         def handle_endtag(self, tag):
             self.stack.pop()
+            self.in_fallback = False
 
         def handle_data(self, data):
+            if self.in_fallback:
+                self.fallback += data
             if self.stack and self.stack[-1] == "summary" and data in titles:
                 self.summaries.append(data)
 
     parsed = Parse()
     parsed.feed(page)
     assert not parsed.stack  # well formed
-    # Without the <style> block (a sanitiser), every section is an open <details> under its title
-    # and the tab bar stays hidden by its inline style.
-    assert parsed.summaries == list(titles) and parsed.open_panels == 5 and parsed.bar_style == "display:none"
-    # With it, one radio group per rendering, the first tab checked.
-    assert [(t, c) for t, _n, c in parsed.radios] == [("radio", True)] + [("radio", False)] * 4
+    # Without the <style> block (a sanitiser), the rich view is hidden by its inline style and the
+    # text summary shows (xarray's fallback); with it, the summary is hidden and the tabs show.
+    assert parsed.rich_style == "display:none" and parsed.fallback == rep.summary()
+    assert ".pnex-report>.pnex-fallback{display:none}" in page
+    assert ".pnex-report>.pnex-rich{display:block!important}" in page
+    assert "pnex kernel 'copy_k': bound copy_k = pnex::copy_k_" in parsed.fallback
+    assert "registers per thread" in parsed.fallback
+    assert ".entry" not in parsed.fallback and len(parsed.fallback) < 1500  # no listings: a compact summary
+    # Without :has() or <input>, every section is an open <details> under its title and the tab bar
+    # stays hidden by its inline style.
+    assert parsed.summaries == list(titles) and parsed.open_panels == 6 and parsed.bar_style == "display:none"
+    # With them, one radio group per rendering, the first tab checked.
+    assert [(t, c) for t, _n, c in parsed.radios] == [("radio", True)] + [("radio", False)] * 5
     assert len({n for _t, n, _c in parsed.radios}) == 1
     again = set(re.findall(r'<input type="radio" name="([\w-]+)"', rep.to_html()))
     assert len(again) == 1 and again.isdisjoint(n for _t, n, _c in parsed.radios)  # two reports never share one
@@ -343,10 +370,11 @@ def test_report_renders_gpu_timings(ip):
     rep.timing = timing.TimingResult(op, eager, ok, 8 << 20, "cuda:0 (Fake GPU)", name="copy_k",
                                      eager_name="torch.clone")
     tab = rep.widget().children[1]
-    html = tab.children[4].value
+    html = tab.children[5].value
     for words in ("median", "IQR", "runs × loops", "7 × 100", "GB/s", "speed-up", "2.00×", "matches eager", "µs"):
         assert words in html, words
-    assert "2.00x vs eager" in rep.header_html() and "speed-up  : 2.0" in rep.to_text()
+    assert "2.00× vs eager" in rep.header_html() and "speed-up  : 2.00×" in rep.to_text()
+    assert "copy_k 10 µs, torch.clone 20 µs: 2.00× eager's speed on cuda:0 (Fake GPU)" in rep.summary()
 
 
 def test_progress_widget_steps_and_is_replaced(ip, capsys):
@@ -699,7 +727,7 @@ def test_timing_result_speedup_bandwidth_and_text():
                             eager_name="torch.clone")
     assert r.speedup == pytest.approx(2.0) and r.bandwidth == pytest.approx(8e6 / 10e-6)
     text = str(r)
-    assert "speed-up  : 2.00x" in text and "GB/s" in text and "copy" in text and "torch.clone" in text
+    assert "speed-up  : 2.00×" in text and "800 GB/s" in text and "copy" in text and "torch.clone" in text
     none = timing.TimingResult(None, None, c, 0, "cpu (CUDA simulator)", reason="no GPU")
     assert none.speedup is None and none.bandwidth is None and "not timed : no GPU" in str(none)
 
@@ -716,6 +744,38 @@ def test_compare_outputs():
     ints = torch.tensor([1, 2, 3])
     assert not timing.compare_outputs([ints], [ints + 1], ["i"]).ok  # integers must match exactly
     assert timing.compare_outputs([a.half()], [a.double()], ["h"]).note  # dtype differences are noted
+
+
+def test_a_pass_reads_as_a_pass_and_a_failure_names_the_worst_element():
+    """Near zero, one rounding is a large relative error: the check passes, and the block says
+    so with the largest difference against the reference's scale.  A poisoned element fails
+    it, and is named with both values."""
+    gen = torch.Generator().manual_seed(30)
+    ref = torch.randn(64, 48, generator=gen, dtype=torch.float64)
+    ref[3, 5] = 1e-9  # an element near zero
+    out = ref.to(torch.float32)
+    out[3, 5] = 1.05e-9  # within atol, 5% relative
+    c = timing.compare_outputs([out], [ref.to(torch.float32)], ["result"])
+    assert c.ok and c.max_rel_error > 0.04 and c.mismatched == 0 and c.worst is None and c.elements == 64 * 48
+    assert c.scaled_error == pytest.approx(c.max_abs_error / float(ref.abs().max()), rel=1e-6) and c.scaled_error < 1e-8
+    assert str(c).startswith("matches eager: all 3,072 elements of result within rtol=1.3e-06, atol=1e-05")
+    from pnex_magic.render.report import correctness_html
+
+    html = correctness_html(c)
+    assert "matches eager" in html and "max rel error" not in html and "of the largest reference value" in html
+    bad = out.clone()
+    row, col = torch.randint(0, 64, (1,), generator=gen).item(), torch.randint(0, 48, (1,), generator=gen).item()
+    bad[row, col] += 0.5
+    bad[0, 0] += 1e-4  # also outside the tolerance, by less
+    c = timing.compare_outputs([bad], [out], ["result"])
+    assert not c.ok and c.mismatched == 2 and c.worst.index == (row, col)
+    assert c.worst.actual == pytest.approx(float(bad[row, col])) and c.worst.expected == pytest.approx(float(out[row, col]))
+    assert f"worst: result[{row}, {col}] = {float(bad[row, col]):.6g} where eager gives {float(out[row, col]):.6g}" in str(c)
+    html = correctness_html(c)
+    assert "DIFFERS from eager" in html and "2 of 3,072 elements of result" in html and f"result[{row}, {col}]" in html
+    # several outputs: the worst over all of them; a mutated argument keeps its own name
+    c = timing.compare_outputs([out, bad], [out, out], ["x (mutated)", "y"])
+    assert c.worst.output == "y" and str(c.worst).startswith(f"y[{row}, {col}] = ")
 
 
 def test_evaluate_times_with_any_timer_and_checks_correctness(ip):
@@ -784,7 +844,58 @@ def test_real_sass_when_the_toolkit_has_a_disassembler(ip):
     run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY)
     rep = ip.user_ns["rep"]
     assert rep.sass and "MOV" in rep.sass.text and "/* 0x" not in rep.sass.text
-    assert "SASS</b> (" in rep.ptx_html()
+    assert "SASS</b> (" in rep.sass_html() and "SASS" not in rep.ptx_html()
+    # one line count everywhere: the tab's, the text report's and the listing's own
+    lines = len(rep.sass.text.splitlines())
+    assert f"SASS</b> ({lines} lines" in rep.sass_html() and f"sass      : {lines} lines" in rep.to_text()
+
+
+GATED = '''
+def gated_k(a: In("f32", (None,)), b: In("f32", "a"), out: Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        one = float32(1.0)
+        out[i] = a[i] * (one / (one + math.exp(-b[i])))
+'''
+
+
+def test_the_sass_listing_opens_at_the_kernel_not_a_helper(ip):
+    """The quickstart's gated kernel: its division makes ptxas add a helper function
+    (``__cuda_sm20_rcp_rn_f32_slowpath``), which cuobjdump lists before the kernel: the SASS
+    tab starts at the kernel, and names the helper."""
+    from pnex_magic import sass
+
+    if sass.find_disassembler() is None:
+        if os.environ.get("CI"):
+            pytest.fail('no cuobjdump or nvdisasm under CI: install the sass extra (pip install -e ".[cu13,test,sass]")')
+        pytest.skip('no cuobjdump or nvdisasm here (pip install "pnex_magic[sass]")')
+    ip.run_cell("import math\nfrom numba import float32")
+    run(ip, "--n-threads a.numel() --arch sm_90 -o rep", GATED)
+    rep = ip.user_ns["rep"]
+    names = rep.sass.functions
+    assert names[0] == rep.kernel.entry and [n for n in names[1:] if n.startswith("__cuda_")], names
+    html = rep.sass_html()
+    assert "the kernel first, then the helper function it calls: " in html and "slowpath" in html
+    listing = rep.sass.text
+    assert listing.index(rep.kernel.entry) < listing.index("Function : __cuda_")
+    raw = sass.disassemble(rep.op.definition.compiled("sm_90").cubin)  # the disassembler's own order, with entry=""
+    assert raw.functions[0] != rep.kernel.entry and sorted(raw.functions) == sorted(names)
+    assert len(raw.text.splitlines()) == len(listing.splitlines())  # reordered, not cut
+    assert f"{len(listing.splitlines())} lines (cuobjdump); the kernel first, then 1 helper function" in rep.to_text()
+
+
+def test_kernel_first_reorders_both_disassemblers_listings():
+    from pnex_magic.sass import Disassembly
+
+    cuobjdump = ("\n\tcode for sm_90\n\n\t\tFunction : helper\n\t.headerflags\t@x\n        /*0000*/ MOV R1 ;\n"
+                 "\t\t..........\n\n\n\t\tFunction : kern\n        /*0000*/ EXIT ;\n\t\t..........\n")
+    first = Disassembly(cuobjdump, "cuobjdump").kernel_first("kern")
+    assert first.functions == ("kern", "helper") and first.text.startswith("\n\tcode for sm_90\n\n\t\tFunction : kern")
+    assert sorted(first.text.splitlines()) == sorted(cuobjdump.splitlines())
+    assert first.kernel_first("kern") == first and Disassembly(cuobjdump, "x").kernel_first("nope").text == cuobjdump
+    nvdisasm = ("\t.headerflags\t@x\n\t.section\t.text.helper,\"ax\",@progbits\n  MOV R1 ;\n"
+                "\t.section\t.text.kern,\"ax\",@progbits\n  EXIT ;")
+    assert Disassembly(nvdisasm, "nvdisasm").kernel_first("kern").functions == ("kern", "helper")
 
 
 def test_sass_is_shown_when_a_disassembler_exists(monkeypatch, tmp_path):

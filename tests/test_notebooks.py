@@ -134,6 +134,11 @@ def test_saved_outputs_come_from_one_gpu_run(path):
     assert any("pnex kernel" in h and "CUDA events" in h for h in html), (
         f"{path.name} shows no %%pnex report timed on the GPU; {fix}"
     )
+    # The reports are the current renderer's: the tabs and, for an untrusted reader, the summary.
+    reports = [h for h in html if "pnex-report" in h]
+    assert reports and all('class="pnex-fallback"' in h and ">SASS</label>" in h for h in reports), (
+        f"{path.name} shows reports made before issue 30 (no text summary for untrusted readers, no SASS tab); {fix}"
+    )
 
 
 def test_colab_install_cell_has_no_placeholder():

@@ -28,21 +28,27 @@ nbviewer               kept      kept                   kept          kept
 GitHub                 dropped   (reported kept)        unknown       kept
 =====================  ========  =====================  ============  ==========
 
-So the theme colours fall back to the page's own text colour where ``var()`` is
-dropped, and the tabs fall back to the sections one under the other, each a
-``<details>`` block.
+So the report ships two views, as xarray's HTML repr does: a compact plain-text
+summary in a ``<pre class="pnex-fallback">``, and the rich view (tabs) in a
+``<div class="pnex-rich" style="display:none">``.  The one ``<style>`` block hides the
+summary and shows the rich view (``display:block !important`` beats the inline
+``display:none``).  Where ``<style>`` is dropped (an untrusted notebook, GitHub), the
+summary shows and the rich view stays hidden; everywhere else, the tabs.  Colours
+that a view needs even where ``var()`` is dropped (bar fills, badge borders) come
+with a plain colour first (:func:`themed`).
 """
 
 from __future__ import annotations
 
 import html as _html
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
-    "FG_MUTED", "BORDER", "CODE_BG", "MONO", "ERR", "WARN", "OK", "ACCENT", "readable",
-    "escape", "code", "pre", "table", "badge", "note", "log_details_html", "tabs",
+    "FG_MUTED", "BORDER", "CODE_BG", "MONO", "ERR", "WARN", "OK", "ACCENT", "readable", "themed",
+    "escape", "code", "pre", "table", "badge", "note", "log_details_html", "tabs", "static_view",
 ]
 
 FG_MUTED = "var(--jp-content-font-color2, #888)"
@@ -63,6 +69,14 @@ def readable(colour: str) -> str:
 ERR = readable("var(--jp-error-color1, #d9473f)")
 WARN = readable("var(--jp-warn-color1, #d98c00)")
 OK = readable("var(--jp-success-color1, #2e9d4f)")
+
+
+def themed(prop: str, colour: str) -> str:
+    """``prop:colour`` preceded by ``prop:`` and the colour's plain fallback (the first
+    ``#rrggbb`` in it), so that a sanitiser dropping declarations that use ``var()`` or
+    ``color-mix()`` leaves the plain one."""
+    plain = re.search(r"#[0-9a-fA-F]{6}\b", colour)
+    return (f"{prop}:{plain.group(0)};" if plain and plain.group(0) != colour else "") + f"{prop}:{colour}"
 
 
 def escape(value: Any) -> str:
@@ -95,8 +109,8 @@ def table(rows: list[tuple[str, ...]], header: tuple[str, ...] | None = None) ->
 
 def badge(text: str, colour: str) -> str:
     return (
-        f'<span style="border:1px solid {colour};color:{colour};border-radius:3px;padding:0 4px;'
-        f'font-size:11px;font-weight:600">{escape(text)}</span>'
+        f'<span style="border:1px solid;{themed("border-color", colour)};color:{colour};border-radius:3px;'
+        f'padding:0 4px;font-size:11px;font-weight:600">{escape(text)}</span>'
     )
 
 
@@ -114,11 +128,11 @@ def log_details_html(title: str, log: str, *, open_: bool = False) -> str:
 
 
 # Tabs from CSS alone.  Each section is an open <details> block; the tab bar (radio
-# buttons in labels) is hidden by an inline style that only this <style> block
-# overrides, and the sections are hidden and picked by `:has()` rules that need the
-# radio buttons.  So a front end that drops <style> (GitHub, an untrusted notebook in
-# JupyterLab) or <input>, or a browser without `:has()`, shows every section under
-# its <summary> heading instead: nothing is ever hidden without a way to show it.
+# buttons in labels) is hidden by an inline style that only the <style> block of
+# static_view() overrides, and the sections are hidden and picked by `:has()` rules that
+# need the radio buttons.  So a browser without `:has()`, or a front end that keeps
+# <style> but drops <input>, shows every section under its <summary> heading instead:
+# nothing is ever hidden without a way to show it.
 _TAB_CSS = (
     ".pnex-tabs:has(input)>.pnex-bar{display:flex!important;flex-wrap:wrap;gap:2px;"
     f"border-bottom:1px solid {BORDER};margin:6px 0 4px}}"
@@ -132,20 +146,19 @@ _TAB_CSS = (
     "background:var(--jp-layout-color0, transparent)}"
     f".pnex-tab:has(input:focus-visible){{outline:2px solid {ACCENT};outline-offset:-2px}}"
 )
+# Where <style> applies, the rich view replaces the text summary.
+_VIEW_CSS = ">.pnex-fallback{display:none}>.pnex-rich{display:block!important}"
 
 
 def tabs(sections: Sequence[tuple[str, str]]) -> str:
-    """Sections ``(title, html)`` as tabs made of CSS alone (the first one shown);
-    where the CSS or the radio buttons are removed, the sections one under the other."""
+    """Sections ``(title, html)`` as tabs made of CSS alone (the first one shown; the
+    CSS is :func:`static_view`'s); where the CSS or the radio buttons are removed, the
+    sections one under the other."""
     group = f"pnex-tabs-{uuid.uuid4().hex[:12]}"  # one radio group per rendering
     labels = "".join(
         f'<label class="pnex-tab"><input type="radio" name="{group}"{" checked" if i == 0 else ""}>'
         f"{escape(title)}</label>"
         for i, (title, _html) in enumerate(sections)
-    )
-    picks = "".join(
-        f".pnex-tabs:has(>.pnex-bar>label:nth-child({i + 1})>input:checked)>.pnex-p{i}{{display:block}}"
-        for i in range(len(sections))
     )
     panels = "".join(
         f'<details open class="pnex-panel pnex-p{i}" style="margin:4px 0">'
@@ -153,12 +166,27 @@ def tabs(sections: Sequence[tuple[str, str]]) -> str:
         f'<div style="padding-left:12px">{body}</div></details>'
         for i, (title, body) in enumerate(sections)
     )
+    return f'<div class="pnex-tabs"><div class="pnex-bar" style="display:none">{labels}</div>{panels}</div>'
+
+
+def static_view(summary: str, rich_html: str, tab_count: int) -> str:
+    """The report as one HTML fragment with two views: ``summary`` (plain text) in a
+    ``<pre class="pnex-fallback">``, shown where ``<style>`` is dropped, and ``rich_html``
+    (holding :func:`tabs` of ``tab_count`` sections) in a ``<div class="pnex-rich">``,
+    hidden by an inline style that the one ``<style>`` block overrides."""
+    picks = "".join(
+        f".pnex-tabs:has(>.pnex-bar>label:nth-child({i + 1})>input:checked)>.pnex-p{i}{{display:block}}"
+        for i in range(tab_count)
+    )
     return (
-        f'<div class="pnex-tabs"><style>{_scoped(_TAB_CSS + picks)}</style>'
-        f'<div class="pnex-bar" style="display:none">{labels}</div>{panels}</div>'
+        f'<div class="pnex-report" style="color:inherit;font-size:13px;line-height:1.45">'
+        f"<style>{_scoped(_VIEW_CSS)}{_scoped(_TAB_CSS + picks, ' ')}</style>"
+        f'<pre class="pnex-fallback" style="white-space:pre-wrap;margin:4px 0;color:inherit">{escape(summary)}</pre>'
+        f'<div class="pnex-rich" style="display:none">{rich_html}</div></div>'
     )
 
 
-def _scoped(css: str) -> str:
-    """Prefix every rule with ``.pnex-report`` so nothing outside a report is styled."""
-    return "".join(f".pnex-report {rule}}}" for rule in css.split("}") if rule.strip())
+def _scoped(css: str, joiner: str = "") -> str:
+    """Prefix every rule with ``.pnex-report`` (and ``joiner``) so nothing outside a
+    report is styled."""
+    return "".join(f".pnex-report{joiner}{rule}}}" for rule in css.split("}") if rule.strip())

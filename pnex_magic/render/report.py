@@ -4,10 +4,11 @@
 :class:`~pnex_magic.report.KernelReport` (from :func:`~pnex_magic.report.build_report`)
 and what the cell bound.  It renders as
 
-* HTML (:meth:`PnexReport.to_html`) with the tabs Signature, Launch, PTX,
+* HTML (:meth:`PnexReport.to_html`) with the tabs Signature, Launch, PTX, SASS,
   Resources and Timing, made of CSS alone (no script, no widget state), so the
-  live notebook, a reopened or converted one, nbviewer and GitHub show the same
-  report (sanitisers that drop the CSS leave the sections one under the other);
+  live notebook, a reopened or converted one and nbviewer show the same report;
+  where a sanitiser drops the CSS (an untrusted notebook, GitHub), a compact text
+  summary (:meth:`PnexReport.summary`) shows instead;
 * plain text (:meth:`PnexReport.to_text`): for terminal IPython and logs;
 * on request, an ipywidgets ``Tab`` (:meth:`PnexReport.widget`), core widgets only.
 
@@ -21,16 +22,20 @@ import dataclasses
 import math
 from typing import Any
 
-from ..report import KernelReport, occupancy
+from ..report import KernelReport, occupancy, sass_summary
 from ..sass import Disassembly
-from ..timing import TimingResult, format_bytes, format_time
-from .html import ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, table, tabs
+from ..spec import ScalarParam
+from ..timing import TimingResult, format_bytes, format_rate, format_time, rate_unit
+from .html import (
+    ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, static_view, table, tabs, themed,
+)
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+from .summary import summary_text
 from .tuning import autotune_html, efficiency_html, shows_autotune
 
 __all__ = ["PnexReport", "TAB_TITLES"]
 
-TAB_TITLES = ("Signature", "Launch", "PTX", "Resources", "Timing")
+TAB_TITLES = ("Signature", "Launch", "PTX", "SASS", "Resources", "Timing")
 
 
 @dataclasses.dataclass
@@ -129,20 +134,33 @@ class PnexReport:
             out.append(f"  compiled  : no ({self.not_compiled})")
         if self.n_threads_values is not None:
             out.append(f"  n_threads : {self.n_threads_values} for --args {self.args_text or ''}".rstrip())
-        sass = f"{len(self.sass.text.splitlines())} lines ({self.sass.tool})" if self.sass else self.sass.reason
-        out.append(f"  sass      : {sass}")
+        out.append(f"  sass      : {sass_summary(self.sass)}")
         if self.skipped:
             out.append(f"  skipped   : {', '.join(self.skipped)} (annotated too; compile one with --name)")
         if self.timing is not None:
-            out += ["  " + line for line in self.timing.lines()]
+            out += ["  " + line for line in self.timing.lines(self._unit())]
         else:
             out.append("  timing    : give --args (and --eager) to check correctness and time the op")
         if k.efficiency is not None:
             out += ["  " + line for line in k.efficiency.lines()]
         return out
 
+    def _unit(self) -> tuple[float, str]:
+        """One unit for every rate the report shows."""
+        e = self.kernel.efficiency
+        if e is not None:
+            return e.unit
+        t = self.timing
+        return rate_unit(t.bandwidth, t.eager_bandwidth) if t is not None else rate_unit()
+
     def to_text(self) -> str:
         return "\n".join(self.lines())
+
+    def summary(self) -> str:
+        """A compact plain-text summary: the kernel, its signature, the launch, the
+        registers and occupancy, and the correctness and timing verdicts (what an
+        untrusted notebook shows)."""
+        return summary_text(self)
 
     __str__ = to_text
 
@@ -163,7 +181,7 @@ class PnexReport:
             c = self.timing.correctness
             badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
         if self.timing is not None and self.timing.speedup is not None:
-            badges.append(badge(f"{self.timing.speedup:.2f}x vs eager", OK if self.timing.speedup >= 1 else WARN))
+            badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", OK if self.timing.speedup >= 1 else WARN))
         if k.autotune is not None and k.autotune.timed:
             badges.append(badge(f"autotuned: {k.autotune.candidates[k.autotune.choice].label()}", ACCENT))
         prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
@@ -198,7 +216,11 @@ class PnexReport:
             role = {"in": "argument", "inmut": "argument, written in place", "out": "returned",
                     "scalar": "argument", "unused": "dropped (passed None)",
                     "tune": "a compile-time constant the autotuner chooses (not an argument)"}[p.role]
-            rows.append((code(p.name), code(p.describe()), escape(role)))
+            annotation = p.describe()
+            if isinstance(p, ScalarParam):  # as the signature above spells it, with its dtype
+                annotation = p.dtype.python_type.__name__ + (f" = {p.default_text()}" if p.has_default else "")
+                role = f"argument, a {p.dtype.name} scalar"
+            rows.append((code(p.name), code(annotation), escape(role)))
         args = ", ".join(p.name for p in spec.arguments)
         torch_call = "torch.ops." + k.op_name.replace("::", ".") + f"({args})"
         parts = [
@@ -234,7 +256,9 @@ class PnexReport:
         header = ("axis", "n_threads", "value for --args", "threads per block", "blocks")
         parts = [table(rows, header)]
         block_total = math.prod(shape)
-        parts.append(f"<div>{block_total} threads per block ({' × '.join(map(str, shape))})</div>")
+        axes_used = [str(n) for n in shape]
+        per_axis = f" ({' × '.join(axes_used)})" if len(axes_used) > 1 else ""
+        parts.append(f"<div>{block_total} threads per block{per_axis}</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
             launched = blocks * block_total
@@ -260,24 +284,27 @@ class PnexReport:
         k = self.kernel
         if not k.ptx:
             return note(escape(f"no PTX: {self.not_compiled or 'the kernel was not compiled'}"))
-        ptx_lines = k.ptx.count("\n") + 1
         entry = k.entry[:36] + ("…" if len(k.entry) > 36 else "")
-        ptx = (
-            f'<div style="overflow-wrap:anywhere"><b>PTX</b> ({ptx_lines} lines, {escape(k.arch)}; '
+        return (
+            f'<div style="overflow-wrap:anywhere"><b>PTX</b> ({len(k.ptx.splitlines())} lines, {escape(k.arch)}; '
             f"entry {code(entry)})</div>"
             + listing(k.ptx, PtxLexer(), "rep.kernel.ptx")
         )
-        if self.sass:
-            sass = (
-                f"<div><b>SASS</b> ({self.sass.text.count(chr(10)) + 1} lines, from {escape(self.sass.tool)})</div>"
-                + listing(self.sass.text, SassLexer(), "rep.sass.text")
-            )
-        else:
-            sass = "<div><b>SASS</b></div>" + note(escape(f"not shown: {self.sass.reason}"))
+
+    def sass_html(self) -> str:
+        """The SASS listing, the kernel's own function first, then the helpers it calls."""
+        found = self.sass
+        if not found:
+            return note(escape(f"not shown: {found.reason}"))
+        names = found.functions
+        helpers = ""
+        if len(names) > 1:
+            helpers = (f"; the kernel first, then the helper function{'s' if len(names) > 2 else ''} it calls: "
+                       + ", ".join(code(n) for n in names[1:]))
         return (
-            '<div style="display:flex;flex-wrap:wrap;gap:12px">'
-            f'<div style="flex:1 1 28em;min-width:0">{ptx}</div>'
-            f'<div style="flex:1 1 28em;min-width:0">{sass}</div></div>'
+            f'<div style="overflow-wrap:anywhere"><b>SASS</b> ({found.line_count} lines, {escape(self.kernel.arch)}, '
+            f"from {escape(found.tool)}{helpers})</div>"
+            + listing(found.text, SassLexer(), "rep.sass.text")
         )
 
     def resources_html(self) -> str:
@@ -302,9 +329,10 @@ class PnexReport:
         ]
         if k.occupancy is not None:
             bar = (
-                f'<span style="display:inline-block;width:8em;height:0.7em;border:1px solid {BORDER};'
-                f'vertical-align:middle;margin-right:6px"><span style="display:block;height:100%;'
-                f'width:{k.occupancy * 100:.0f}%;background:{ACCENT}"></span></span>'
+                f'<span style="display:inline-block;width:8em;height:0.7em;border:1px solid;'
+                f'{themed("border-color", BORDER)};vertical-align:middle;margin-right:6px">'
+                f'<span style="display:block;height:100%;width:{k.occupancy * 100:.0f}%;'
+                f'{themed("background", ACCENT)}"></span></span>'
             )
             rows.append((f"theoretical occupancy ({tpb} threads/block, {escape(k.arch)})", f"{bar}{k.occupancy:.0%}"))
         parts = [table(rows)]
@@ -330,6 +358,7 @@ class PnexReport:
             return note("Give --args EXPR (example arguments) and --eager EXPR (a PyTorch function taking the "
                          "same arguments) to check the op against eager PyTorch and, on a GPU, time both.")
         parts = [f"<div>on {escape(t.device)}</div>"]
+        unit = self._unit()
         if t.op is not None:
             rows = []
             for label, m, bw in ((t.name, t.op, t.bandwidth), (t.eager_name, t.eager, t.eager_bandwidth)):
@@ -338,7 +367,7 @@ class PnexReport:
                 rows.append((
                     code(label), format_time(m.median), f"{format_time(m.q1)} – {format_time(m.q3)}",
                     format_time(m.best), f"{m.repeat} × {m.loops}",
-                    "" if bw is None else f"{bw / 1e9:.1f} GB/s",
+                    "" if bw is None else format_rate(bw, unit),
                 ))
             parts.append(table(rows, ("", "median", "IQR", "min", "runs × loops", "bandwidth")))
             if t.speedup is not None:
@@ -354,47 +383,37 @@ class PnexReport:
             parts.append(note(escape(f"not timed: {t.reason}")))
         if self.kernel.efficiency is not None:
             parts.append(efficiency_html(self.kernel.efficiency, t.name, t.eager_name))
-        c = t.correctness
-        if c is not None:
-            colour = OK if c.ok else ERR
-            verdict = "matches eager" if c.ok else "DIFFERS from eager" if c.compared else "not compared"
-            parts.append(f'<div style="color:{colour};font-weight:600">{verdict}</div>')
-            if c.compared:
-                parts.append(table([
-                    ("max abs error", f"{c.max_abs_error:.3g}"),
-                    ("max rel error", f"{c.max_rel_error:.3g}"),
-                    ("compared", escape(", ".join(c.compared))),
-                    ("tolerance", f"rtol={c.rtol:g}, atol={c.atol:g} (torch.testing defaults for the dtype)"),
-                ]))
-            if c.note:
-                parts.append(note(escape(c.note)))
+        if t.correctness is not None:
+            parts.append(correctness_html(t.correctness))
         elif self.eager_text is None:
             parts.append(note("give --eager EXPR to check the results against PyTorch"))
         return "".join(parts)
 
     def sections(self) -> list[tuple[str, str]]:
         contents = (
-            self.signature_html(), self.launch_html(), self.ptx_html(), self.resources_html(), self.timing_html(),
+            self.signature_html(), self.launch_html(), self.ptx_html(), self.sass_html(), self.resources_html(),
+            self.timing_html(),
         )
         return list(zip(TAB_TITLES, contents, strict=True))
 
     # ------------------------------------------------------------------ renderings
 
     def to_html(self) -> str:
-        """The static HTML form: the five sections as tabs that need no script and no
-        widget state (see :func:`~pnex_magic.render.html.tabs`), so a saved, reopened,
-        converted or shared notebook shows the same report as the live one."""
-        return (
-            f'<div class="pnex-report" style="color:inherit;font-size:13px;line-height:1.45">'
-            f'<div style="font-weight:600">pnex kernel {code(self.kernel.name)}</div>'
-            f"{self.header_html()}{tabs(self.sections())}</div>"
-        )
+        """The static HTML form: the sections as tabs that need no script and no widget
+        state (see :func:`~pnex_magic.render.html.tabs`), so a saved, reopened or
+        converted notebook shows the same report as the live one, and the compact
+        :meth:`summary` where a sanitiser drops the report's ``<style>``
+        (:func:`~pnex_magic.render.html.static_view`)."""
+        sections = self.sections()
+        rich = (f'<div style="font-weight:600">pnex kernel {code(self.kernel.name)}</div>'
+                f"{self.header_html()}{tabs(sections)}")
+        return static_view(self.summary(), rich, len(sections))
 
     def _repr_html_(self) -> str:
         return self.to_html()
 
     def widget(self):
-        """An ipywidgets view of the report (a header above a ``Tab`` with the five
+        """An ipywidgets view of the report (a header above a ``Tab`` with the six
         sections), for code that composes widgets; works with ipywidgets 7 and 8.
         Notebooks display :meth:`to_html` instead: a widget view shows only while its
         kernel lives (a reopened notebook without saved widget state shows "Error
@@ -413,6 +432,36 @@ class PnexReport:
         # Static forms only: every front end shows text/html without a kernel or widget
         # state (see pnex_magic/render/html.py for what each front end keeps of it).
         return {"text/plain": self.to_text(), "text/html": self.to_html()}
+
+
+def correctness_html(c) -> str:
+    """The op's results against the reference's: a pass that reads as one (every
+    element within the tolerance, the largest difference against the reference's
+    scale), or how many elements are outside it and the worst of them."""
+    colour = OK if c.ok else ERR
+    verdict = "matches eager" if c.ok else "DIFFERS from eager" if c.compared else "not compared"
+    parts = [f'<div style="color:{colour};font-weight:600;margin-top:6px">{verdict}</div>']
+    what = escape(", ".join(c.compared))
+    tolerance = f"{c.tolerance} (torch.testing's defaults for the dtype; compared in float64)"
+    difference = (f"{c.max_abs_error:.3g}, {c.scaled_error:.2g} of the largest reference value "
+                  f"({c.max_reference:.3g})")
+    if c.compared and c.ok and c.max_abs_error == 0:
+        parts.append(table([("checked", f"all {c.elements:,} elements of {what}: identical")]))
+    elif c.compared and c.ok:
+        parts.append(table([
+            ("checked", f"all {c.elements:,} elements of {what} within the tolerance"),
+            ("largest difference", difference),
+            ("tolerance", tolerance),
+        ]))
+    elif c.compared and c.elements:
+        rows = [("outside the tolerance", f"{c.mismatched:,} of {c.elements:,} elements of {what}")]
+        if c.worst is not None:
+            rows.append(("worst element", escape(str(c.worst))))
+        rows += [("largest difference", difference), ("tolerance", tolerance)]
+        parts.append(table(rows))
+    if c.note:
+        parts.append(note(escape(c.note)))
+    return "".join(parts)
 
 
 def _wrap(content: str) -> str:

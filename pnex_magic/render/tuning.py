@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from ..efficiency import FAR, Efficiency
 from ..launch.autotune import CandidateResult, TuneResult, format_block
 from ..report import KernelReport
-from ..timing import format_bytes, format_time
-from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, pre, table
+from ..timing import format_time
+from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, pre, table, themed
 from .listings import highlight, python_lexer
 
 __all__ = ["autotune_html", "efficiency_html", "tune_names", "has_tune", "shows_autotune"]
@@ -67,6 +67,8 @@ def autotune_html(k: KernelReport) -> str:
     else:
         head = f"<div style=\"margin-top:6px\"><b>autotune</b>: {len(tuned.candidates)} candidate block shapes"
     first = tuned.candidates[0].seconds
+    # A 1-D block's threads are its one size: the column would repeat the block's.
+    threads_column = any(len(c.block) > 1 for c in tuned.candidates)
     rows = []
     for i, c in enumerate(tuned.candidates):
         chosen = i == tuned.choice
@@ -76,7 +78,7 @@ def autotune_html(k: KernelReport) -> str:
         values = dict(c.tune)
         rows.append((
             f'<span style="{style}">{"▶ " if chosen else ""}{escape(format_block(c.block))}</span>',
-            str(math.prod(c.block)),
+            *((str(math.prod(c.block)),) if threads_column else ()),
             *(escape(repr(values[n])) if n in values else "–" for n in names),
             format_time(c.seconds) if c.seconds is not None else "–",
             relative,
@@ -86,7 +88,8 @@ def autotune_html(k: KernelReport) -> str:
     summary = (f"chose {code(chosen.label())} ({escape(tuned.source)}"
                + (f"; {tuned.speedup:.2f}× the first candidate's speed" if tuned.speedup is not None else "")
                + f") for {escape(tuned.key_text)}")
-    header = ("block", "threads", *(code(n) for n in names), "device time per call", "speed vs first", "")
+    header = ("block", *(("threads",) if threads_column else ()), *(code(n) for n in names), "device time per call",
+              "speed vs first", "")
     parts = [head + f": {summary}</div>", table(rows, header)]
     if tuned.seconds_total is not None:
         parts.append(f"<div>tuning took {format_time(tuned.seconds_total)} for this key "
@@ -100,9 +103,9 @@ def autotune_html(k: KernelReport) -> str:
 def _bar(fraction: float, colour: str) -> str:
     width = max(0.0, min(1.0, fraction)) * 100
     return (
-        f'<span style="display:inline-block;width:14em;height:0.8em;border:1px solid {BORDER};'
+        f'<span style="display:inline-block;width:14em;height:0.8em;border:1px solid;{themed("border-color", BORDER)};'
         f'vertical-align:middle;margin-right:6px"><span style="display:block;height:100%;'
-        f'width:{width:.1f}%;background:{colour}"></span></span>'
+        f'width:{width:.1f}%;{themed("background", colour)}"></span></span>'
     )
 
 
@@ -117,13 +120,13 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     scale = max(bw for _, bw, _ in rows) if rows else 1.0
     body = []
     for label, bw, colour in rows:
-        detail = e.describe(bw) if label in (code(op_name), code(eager_name)) else f"{bw / 1e12:.3g} TB/s"
+        detail = e.describe(bw) if label in (code(op_name), code(eager_name)) else e.rate(bw)
         body.append((label, _bar(bw / scale, colour) + escape(detail)))
     parts = [f"<div style=\"margin-top:6px\"><b>bandwidth against the device's limits</b> ({escape(e.device)})</div>",
              table(body)]
     if e.in_l2:
-        parts.append(note(escape(f"{format_bytes(e.bytes_moved)} per call fits in L2 ({format_bytes(e.l2_bytes)}): "
-                                 f"back-to-back calls hit the cache and may pass the DRAM ceilings")))
+        parts.append(f'<div style="margin-top:4px"><b>{escape(e.verdict.split(":", 1)[0])}</b>:'
+                     f"{escape(e.verdict.split(':', 1)[1])}</div>")
     found = e.explanation
     if found is not None:
         parts.append(f'<div style="color:{WARN};margin-top:4px"><b>why below {FAR:.0%} of the ceiling</b>: '
@@ -135,9 +138,6 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
             items = "".join(f"<li>{escape(r)}</li>" for r in e.also)
             parts.append(f'<div style="color:{FG_MUTED};margin:4px 0">also:<ul style="margin:2px 0">'
                          f"{items}</ul></div>")
-    sources = f"peak: {e.peak_source}; the copy is measured once per process (read + written bytes per second)"
-    if e.dram_latency and e.latency_source:
-        sources += (f"; DRAM latency {e.dram_latency * 1e9:.0f} ns, idle, from {e.latency_source} (under load it "
-                    f"is higher: the bytes in flight it asks for are a minimum)")
-    parts.append(note(escape(sources)))
+    parts.append(note(escape(f"the copy: a device-to-device copy measured once per process (bytes read + written per "
+                             f"second), the practical ceiling; the peak: {e.peak_source}")))
     return "".join(parts)
