@@ -22,7 +22,9 @@ from typing import Any
 from . import cache, vector, warmup
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
-from .linking import has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry
+from .linking import (
+    has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry, uses_grid_sync,
+)
 from .spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 
 __all__ = [
@@ -71,6 +73,9 @@ class CompiledKernel:
     max_registers: int | None
     layout: str = "C"  # of the input arrays: "C" contiguous, "A" any strides
     variant: int = 0  # the values of the Tune parameters: KernelSpec.tune_variants[variant]
+    #: The kernel synchronises its whole grid (cuda.cg.this_grid().sync()): its cubin links
+    #: CUDA's device runtime, and it must be launched cooperatively (every block resident).
+    cooperative: bool = False
 
     @property
     def ptx_params(self) -> list[int]:
@@ -415,6 +420,7 @@ def compile_kernel(
                     max_registers=max_registers,
                     layout=layout,
                     variant=variant,
+                    cooperative=bool(entry.meta.get("cooperative", uses_grid_sync(ptx))),
                 )
     start = time.perf_counter()
     ptx, entry_name = _numba_ptx(fn, spec, cc, layout, variant)
@@ -450,6 +456,7 @@ def compile_kernel(
         max_registers=max_registers,
         layout=layout,
         variant=variant,
+        cooperative=uses_grid_sync(ptx),
     )
     if use_cache:
         files: dict[str, str | bytes] = {"kernel.ptx": ptx, "link.log": log}
@@ -464,6 +471,7 @@ def compile_kernel(
                 "layout": layout,
                 "tune": {k: v for k, v in spec.tune_values(variant).items()},
                 "resources": dataclasses.asdict(resources) if resources else None,
+                "cooperative": compiled.cooperative,
                 "compile_seconds": seconds,
             },
             files,

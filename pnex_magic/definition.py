@@ -86,10 +86,12 @@ class JitOptions:
 # Distributions whose versions change compiled code: Numba's typing and lowering, the
 # NVVM that emits PTX (the cu13 and cu12 wheels), nvJitLink that links the cubin and
 # NVRTC that compiles the float16/bfloat16 helpers linked in, and their bindings.
+# The CUDA runtime wheels ship libcudadevrt.a, linked into kernels that synchronise their grid.
 _TOOLCHAIN_DISTS = (
     "numba-cuda", "numba", "llvmlite",
     "nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc",
     "nvidia-nvjitlink", "nvidia-nvjitlink-cu12", "nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12",
+    "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12",
     "cuda-bindings",
 )
 _NVVM_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
@@ -245,6 +247,15 @@ class KernelDefinition:
         """Whether a CUDA compiler was found when the kernel was defined (else it runs
         on CPU tensors only, through the simulator)."""
         return self.toolchain_error is None
+
+    @property
+    def cooperative(self) -> bool:
+        """Whether the kernel synchronises its whole grid (``cuda.cg.this_grid().sync()``),
+        so that GPU launchers launch it cooperatively, every block resident at once
+        (read from its compiled code; ``False`` for a kernel that does not compile here)."""
+        if self.toolchain_error is not None:
+            return False
+        return self.compiled().cooperative
 
     def compiled_if_available(self) -> CompiledKernel | None:
         return next(iter(self._compiled.values()), None)

@@ -9,8 +9,11 @@ loaded artifact links its PTX for a GPU it has no cubin for.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from .errors import KernelCompileError
@@ -19,6 +22,8 @@ __all__ = [
     "linker_classes",
     "object_code",
     "has_external_calls",
+    "uses_grid_sync",
+    "device_runtime",
     "ptx_entry",
     "link_cubin",
     "link_ptx",
@@ -35,7 +40,13 @@ def linker_classes():
     return Linker, LinkerOptions, ObjectCode
 
 
-_EXTERN_FUNC_RE = re.compile(r"^\s*\.extern\s+\.func\b", re.MULTILINE)
+# An external function the PTX declares: ".extern .func (.param .b64 func_retval0) name(" or
+# ".extern .func name(".
+_EXTERN_FUNC_RE = re.compile(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?([\w$]+)", re.MULTILINE)
+# What Numba's cooperative groups call (cuda.cg.this_grid() and its sync()): functions of
+# CUDA's device runtime library, libcudadevrt.a, which numba-cuda's own linker adds for
+# them (codegen.py, needs_cudadevrt); a kernel that calls them needs a cooperative launch.
+_DEVICE_RUNTIME_PREFIX = "cudaCG"
 
 _LINKABLE_KINDS = {
     "PTXSource": "from_ptx",
@@ -61,9 +72,68 @@ def object_code(code: Any, kernel: str) -> Any:
     return getattr(ObjectCode, factory)(data)
 
 
+def _external_functions(ptx: str) -> list[str]:
+    return _EXTERN_FUNC_RE.findall(ptx)
+
+
 def has_external_calls(ptx: str) -> bool:
-    """Whether the PTX calls functions it does not contain (to be linked in)."""
-    return _EXTERN_FUNC_RE.search(ptx) is not None
+    """Whether the PTX calls functions it does not contain, other than the device
+    runtime's (:func:`uses_grid_sync`): code compiled beside the kernel (float16/bfloat16
+    operators, ``declare_device`` functions) that must be linked in."""
+    return any(not name.startswith(_DEVICE_RUNTIME_PREFIX) for name in _external_functions(ptx))
+
+
+def uses_grid_sync(ptx: str) -> bool:
+    """Whether the PTX calls CUDA's cooperative groups (``cuda.cg.this_grid()``,
+    ``grid.sync()``): its cubin links CUDA's device runtime (:func:`device_runtime`)
+    and it must be launched cooperatively, with its whole grid resident at once."""
+    return any(name.startswith(_DEVICE_RUNTIME_PREFIX) for name in _external_functions(ptx))
+
+
+# libcudadevrt.a in the CUDA runtime wheels, by nvJitLink's major version: an archive from
+# a newer CUDA than the linker's cannot be linked by it.
+_DEVICE_RUNTIME_WHEELS = {13: ("nvidia", "cu13", "lib"), 12: ("nvidia", "cuda_runtime", "lib")}
+_DEVICE_RUNTIME_FILE = "libcudadevrt.a"
+
+
+@functools.lru_cache(maxsize=1)
+def device_runtime() -> tuple[bytes, str]:
+    """CUDA's device runtime library (``libcudadevrt.a``) for the nvJitLink in use, and
+    where it was found: from the CUDA runtime wheel of nvJitLink's major version
+    (``nvidia-cuda-runtime`` 13.x ships ``nvidia/cu13/lib/libcudadevrt.a``,
+    ``nvidia-cuda-runtime-cu12`` ``nvidia/cuda_runtime/lib/libcudadevrt.a``; the
+    ``cu13`` and ``cu12`` extras install them) on ``sys.path``, else a CUDA toolkit's
+    (``cuda.pathfinder``: ``$CUDA_HOME``, ``$CUDA_PATH``, conda).  Raises
+    :class:`KernelCompileError` where there is none."""
+    major = None
+    try:
+        from cuda.bindings import nvjitlink
+
+        major = nvjitlink.version()[0]
+    except Exception:  # no nvJitLink bindings: any wheel's archive, newest first
+        pass
+    wheels = [_DEVICE_RUNTIME_WHEELS[major]] if major in _DEVICE_RUNTIME_WHEELS else [
+        _DEVICE_RUNTIME_WHEELS[m] for m in sorted(_DEVICE_RUNTIME_WHEELS, reverse=True)
+    ]
+    for parts in wheels:
+        for root in sys.path:
+            path = Path(root or ".", *parts, _DEVICE_RUNTIME_FILE)
+            if path.is_file():
+                return path.read_bytes(), str(path)
+    try:
+        from cuda.pathfinder import find_static_lib
+
+        path = Path(find_static_lib("cudadevrt"))
+        return path.read_bytes(), str(path)
+    except Exception as exc:  # not found, or a cuda-pathfinder without find_static_lib
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    wheel = "nvidia-cuda-runtime-cu12" if major == 12 else "nvidia-cuda-runtime (13.x)"
+    raise KernelCompileError(
+        f"a kernel that synchronises its grid (cuda.cg.this_grid().sync()) links CUDA's device runtime "
+        f"library, {_DEVICE_RUNTIME_FILE}, which was not found ({why}). Install the CUDA runtime wheel of "
+        f"your nvJitLink, {wheel} (the pnex_magic[cu13] and [cu12] extras bring it), or set CUDA_HOME to a "
+        f"CUDA toolkit"
+    )
 
 
 _ENTRY_RE = re.compile(r"\.visible\s+\.entry\s+([\w$]+)\(")
@@ -86,6 +156,9 @@ def link_cubin(
         options["max_register_count"] = int(max_registers)
     if any(getattr(dep, "code_type", None) == "ltoir" for dep in dependencies):
         options["link_time_optimization"] = True
+    dependencies = list(dependencies)
+    if uses_grid_sync(ptx):
+        dependencies.append(ObjectCode.from_library(device_runtime()[0]))
     linker = Linker(ObjectCode.from_ptx(ptx.encode()), *dependencies, options=LinkerOptions(**options))
     try:
         cubin = linker.link("cubin")
@@ -108,7 +181,8 @@ def link_ptx(objects: list[Any], arch: str, kernel: str) -> str:
         return bytes(linker.link("ptx").code).decode()
     except Exception as exc:
         raise KernelCompileError(
-            f"kernel {kernel!r}: nvJitLink could not link its PTX for {arch}: {exc}", compiler_log=str(exc)
+            f"kernel {kernel!r}: nvJitLink could not link its PTX for {arch}: {_printable(str(exc))}",
+            compiler_log=_printable(str(exc)),
         ) from None
 
 
@@ -139,6 +213,9 @@ def link_ptx_direct(ptx: str, arch: str, max_registers: int | None, kernel: str)
         data = ptx.encode()
         try:
             nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), f"{kernel}.ptx")
+            if uses_grid_sync(ptx):
+                library, _ = device_runtime()
+                nvjitlink.add_data(handle, nvjitlink.InputType.LIBRARY, library, len(library), _DEVICE_RUNTIME_FILE)
             nvjitlink.complete(handle)
         except Exception as exc:
             log = ""
@@ -157,8 +234,18 @@ def link_ptx_direct(ptx: str, arch: str, max_registers: int | None, kernel: str)
         nvjitlink.destroy(handle)
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _printable(text: str) -> str:
+    """A linker's log or message as text: nvJitLink's logs are C strings that may end in
+    NUL bytes (and carry other control characters), which have no place in a message."""
+    return _CONTROL_RE.sub("", text).strip()
+
+
 def _link_error(kernel: str, arch: str, log: str, exc: BaseException) -> KernelCompileError:
+    log = _printable(log or "")
     return KernelCompileError(
-        f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log.strip() or exc}",
-        compiler_log=log or str(exc),
+        f"kernel {kernel!r}: nvJitLink could not build a cubin for {arch}: {log or _printable(str(exc))}",
+        compiler_log=log or _printable(str(exc)),
     )

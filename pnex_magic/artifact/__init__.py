@@ -178,6 +178,7 @@ def save(
             images,
             definition.options.max_registers,
             None if backward is None else _op_name(backward),
+            cooperative=definition.cooperative,
         )
         entries.append(entry)
         files.update(entry_files)

@@ -18,7 +18,7 @@ import threading
 from ..arch import parse_arch
 from ..definition import JitOptions
 from ..errors import KernelLaunchError
-from ..linking import link_ptx_direct
+from ..linking import link_ptx_direct, uses_grid_sync
 from ..spec import KernelSpec
 from .manifest import OpEntry
 
@@ -36,6 +36,8 @@ class SavedKernel:
         self.origin = origin
         self._op_name = entry.op_name
         self._images = entry.images
+        #: It synchronises its grid: GPU launchers launch it cooperatively.
+        self.cooperative = entry.cooperative
         self._linked: dict[tuple[str, str, int], bytes] = {}
         self._said: set[str] = set()
         self._lock = threading.Lock()
@@ -84,8 +86,15 @@ class SavedKernel:
             image = link_ptx_direct(images.ptx, arch, self.options.max_registers, name)
             how = "linked into a cubin by nvJitLink"
         except (ImportError, OSError, RuntimeError) as exc:  # KernelCompileError is a RuntimeError
-            image = images.ptx.encode() + b"\0"
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if uses_grid_sync(images.ptx):
+                raise KernelLaunchError(
+                    f"kernel {name!r} (loaded from {self.origin}) has no cubin for this GPU's architecture, {arch}, "
+                    f"and its PTX synchronises its grid (cuda.cg.this_grid()), which only nvJitLink can link (with "
+                    f"CUDA's device runtime library); nvJitLink is not usable here ({reason}). Save it with {arch} "
+                    f"in archs, or install nvJitLink and the CUDA runtime wheel (pnex_magic[cu13] or [cu12])"
+                ) from None
+            image = images.ptx.encode() + b"\0"
             how = f"compiled by the CUDA driver (nvJitLink is not usable here: {reason})"
         if arch not in self._said:
             self._said.add(arch)

@@ -28,6 +28,7 @@ from ..dtypes import resolve_dtype
 from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
 from ..launch.description import describe_launch
+from ..linking import uses_grid_sync
 from ..multiarch import LAYOUTS, ArchImages, target_archs
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam, UnusedParam
 
@@ -45,6 +46,7 @@ class OpEntry:
     images: tuple[dict[str, ArchImages], ...]  # per Tune variant, per input layout
     max_registers: int | None
     backward: str | None  # the op name of its attached backward op
+    cooperative: bool = False  # it synchronises its grid: launched cooperatively
 
 
 def _spec_json(spec: KernelSpec) -> dict[str, Any]:
@@ -86,10 +88,12 @@ def op_entry(
     images: tuple[Mapping[str, ArchImages], ...],
     max_registers: int | None,
     backward: str | None,
+    cooperative: bool = False,
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest entry of one op and the files it refers to; ``images`` holds the
     code per ``Tune`` variant of ``spec`` (one entry without ``Tune`` parameters), per
-    input layout."""
+    input layout; ``cooperative``: the kernel synchronises its grid (written only then,
+    so files of other kernels read as before)."""
     files: dict[str, bytes] = {}
     per_variant = []
     for variant, by_layout in enumerate(images):
@@ -115,6 +119,8 @@ def op_entry(
     }
     if len(per_variant) > 1:
         entry["tune_layouts"] = per_variant[1:]
+    if cooperative:
+        entry["cooperative"] = True
     return entry, files
 
 
@@ -301,6 +307,11 @@ def read_op_entry(d: Any, files: Mapping[str, bytes], where: str) -> OpEntry:
         backward = d.get("backward")
         if backward is not None:
             backward = _identifier(backward, "the backward op name")
+        cooperative = d.get("cooperative", False)
+        if not isinstance(cooperative, bool):
+            raise _Malformed(f"cooperative is {cooperative!r}")
+        # Its PTX says so too: a file that lost the flag still launches cooperatively.
+        cooperative = cooperative or any(uses_grid_sync(img.ptx) for layouts in images for img in layouts.values())
     except (_Malformed, PnexError) as exc:
         raise ArtifactError(f"{where}: op {name!r} is malformed in the manifest: {exc}") from None
-    return OpEntry(op_name, spec, images, max_registers, backward)
+    return OpEntry(op_name, spec, images, max_registers, backward, cooperative)

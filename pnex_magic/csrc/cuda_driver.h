@@ -23,6 +23,8 @@ struct Driver {
   decltype(&::cuModuleLoadData) moduleLoadData = nullptr;
   decltype(&::cuModuleGetFunction) moduleGetFunction = nullptr;
   decltype(&::cuLaunchKernel) launchKernel = nullptr;
+  decltype(&::cuLaunchCooperativeKernel) launchCooperativeKernel = nullptr;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancyMaxActiveBlocksPerMultiprocessor = nullptr;
   decltype(&::cuGetErrorName) getErrorName = nullptr;
   decltype(&::cuGetErrorString) getErrorString = nullptr;
   decltype(&::cuStreamSynchronize) streamSynchronize = nullptr;
@@ -62,6 +64,9 @@ inline const Driver& driver() {
     detail::bind(lib, "cuModuleLoadData", d.moduleLoadData, d.error);
     detail::bind(lib, "cuModuleGetFunction", d.moduleGetFunction, d.error);
     detail::bind(lib, "cuLaunchKernel", d.launchKernel, d.error);
+    detail::bind(lib, "cuLaunchCooperativeKernel", d.launchCooperativeKernel, d.error);
+    detail::bind(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", d.occupancyMaxActiveBlocksPerMultiprocessor,
+                 d.error);
     detail::bind(lib, "cuGetErrorName", d.getErrorName, d.error);
     detail::bind(lib, "cuGetErrorString", d.getErrorString, d.error);
     detail::bind(lib, "cuStreamSynchronize", d.streamSynchronize, d.error);

@@ -35,6 +35,7 @@
 // no link to libcuda, and the library loads on machines without a GPU.
 
 #include "cuda_driver.h"
+#include "cooperative.h"
 
 #include <array>
 #include <atomic>
@@ -73,6 +74,7 @@ struct Loaded {
 struct Kernel {
   std::string name;  // the user's kernel name, for messages (fixed at registration)
   std::vector<Param> params;  // fixed at registration
+  std::atomic<bool> cooperative{false};  // it synchronises its grid (pnex_jax_set_cooperative)
   std::mutex mutex;  // guards images and loaded
   std::map<int64_t, Image> images;  // by architecture, 10 * major + minor
   std::vector<Loaded> loaded;  // by context
@@ -306,6 +308,14 @@ ffi::ErrorOr<const Ready*> prepare(LaunchState& state, int32_t device, CUstream 
   CUcontext current = nullptr;
   d.ctxGetCurrent(&current);
   ready->push = current != ready->context;
+  if (kernel.cooperative.load()) {  // a grid sync: every block resident at once, or a clear refusal
+    ContextScope scope(ready->context);
+    CUdevice dev = 0;
+    CUresult r = scope.result() == CUDA_SUCCESS ? d.ctxGetDevice(&dev) : scope.result();
+    if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot query device " + std::to_string(device) + ": " + pnex::cu_error(r)));
+    const std::string problem = pnex::cooperative_problem(kernel.name, ready->function, dev, state.grid, state.block);
+    if (!problem.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument("pnex: " + problem));
+  }
   const Ready* result = ready.get();
   state.owned.push_back(std::move(ready));
   if (cached) state.ready[device].store(result, std::memory_order_release);
@@ -401,8 +411,11 @@ ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::Rema
   }
   const unsigned* grid = state->grid;
   const unsigned* block = state->block;
-  CUresult r = d.launchKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
-                              pointers.data(), nullptr);
+  CUresult r = kernel.cooperative.load(std::memory_order_relaxed)
+                   ? d.launchCooperativeKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1],
+                                               block[2], 0, stream, pointers.data())
+                   : d.launchKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                                    stream, pointers.data(), nullptr);
   if (r != CUDA_SUCCESS) {
     std::string hint;
     if (pnex::is_fault(r)) {
@@ -478,6 +491,16 @@ PNEX_EXPORT int pnex_jax_register(int64_t id, const char* name, int64_t nparams,
     kernel->params.push_back({table[4 * i], table[4 * i + 1], table[4 * i + 2], table[4 * i + 3]});
   }
   kernels()[id] = std::move(kernel);
+  return 0;
+}
+
+// Kernel `id` synchronises its grid (cuda.cg.this_grid().sync()): it is launched cooperatively,
+// and a call site whose grid cannot be resident at once is refused (cooperative.h).  Returns 0,
+// or -1 when no kernel `id` is registered.
+PNEX_EXPORT int pnex_jax_set_cooperative(int64_t id) {
+  auto kernel = find_kernel(id);
+  if (!kernel) return -1;
+  kernel->cooperative.store(true);
   return 0;
 }
 

@@ -140,6 +140,7 @@ struct Spec {
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
   std::shared_ptr<Callbacks> python;  // get_image, choose, describe
   bool check_always = false;  // every launch runs the checked variant (check=True)
+  bool cooperative = false;   // it synchronises its grid: launched cooperatively (cooperative.h)
   std::mutex mutex;      // loading code
   std::shared_mutex table_mutex;
   std::vector<Choice> table;  // autotune decisions made so far

@@ -42,6 +42,7 @@
 #include <cstring>
 #include <map>
 
+#include "cooperative.h"
 #include "launcher.h"
 
 namespace pnex::launcher {
@@ -441,8 +442,18 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
 
     CUfunction fn = function_for(spec, dev, contiguous, variant, checked);
     const Driver& d = driver();
-    CUresult r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
-                                params.data(), nullptr);
+    CUresult r;
+    if (spec.cooperative) {  // a grid sync: every block resident at once, or a clear refusal
+      CUdevice cu_device = 0;
+      d.deviceGet(&cu_device, dev);
+      const std::string problem = cooperative_problem(spec.kernel, fn, cu_device, grid.data(), block.data());
+      TORCH_CHECK(problem.empty(), "pnex: ", problem);
+      r = d.launchCooperativeKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
+                                    params.data());
+    } else {
+      r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, params.data(),
+                         nullptr);
+    }
     const char* previous = swap_last_kernel(dev, spec.interned);
     if (r != CUDA_SUCCESS) {
       std::string hint;

@@ -335,6 +335,7 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   spec->python->get_image = d["get_image"];
   if (d.contains("describe")) spec->python->describe = d["describe"];
   if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
+  if (d.contains("cooperative")) spec->cooperative = d["cooperative"].cast<bool>();
 
   registry().erase(name);
   Registration reg;

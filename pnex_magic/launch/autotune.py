@@ -56,7 +56,7 @@ from ..blocks import bucket
 from ..errors import KernelLaunchError
 from ..hardware import block_problem
 from ..spec import KernelSpec, TensorParam
-from . import checks
+from . import checks, cooperative
 from .kernel import Kernel
 
 __all__ = [
@@ -489,6 +489,9 @@ def _benchmark(
     rows: list[CandidateResult] = []
     reference: list[torch.Tensor] | None = None
     on_device = torch.cuda.device(runner.device) if runner.device.type == "cuda" else contextlib.nullcontext()
+    sms = 0  # for a cooperative kernel on a GPU: its SMs, to skip grids that cannot be resident
+    if getattr(definition, "cooperative", False) and runner.device.type == "cuda":
+        sms = torch.cuda.get_device_properties(runner.device).multi_processor_count
     with torch.no_grad(), on_device:
         for i, ((block, variant), row) in enumerate(zip(spec.launch_candidates, _rows(spec))):
             try:
@@ -503,6 +506,11 @@ def _benchmark(
             )
             if not problem and any(n <= 0 for n in n_threads):
                 problem = f"n_threads = {n_threads} with {row.label()}: nothing to launch"
+            if not problem and sms:  # a grid sync: every block resident at once
+                problem = cooperative.candidate_problem(
+                    spec.name, arch, resources.registers if resources else None,
+                    resources.shared_bytes if resources else None, block, n_threads, sms,
+                )
             if problem:
                 rows.append(dataclasses.replace(row, skipped=problem))
                 continue

@@ -24,7 +24,7 @@ import torch
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
-from . import autotune, checks
+from . import autotune, checks, cooperative
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
 
@@ -123,6 +123,7 @@ class DriverLauncher:
         self._modules: list[Any] = []
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}  # device index -> the kernel launched last there
+        self._occupancy: dict[tuple[int, int], tuple[int, int]] = {}  # (function, threads) -> (per SM, SMs)
 
     def last_kernel(self, device: int) -> str:
         """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
@@ -201,6 +202,34 @@ class DriverLauncher:
 
         return autotune.Runner(run, reset, n_threads, device)
 
+    def _check_coresident(self, definition: Kernel, fn: Any, index: int, grid: tuple[int, int, int],
+                          block: tuple[int, int, int]) -> None:
+        """Refuse a cooperative launch whose blocks cannot all be resident (:mod:`.cooperative`)."""
+        from cuda.bindings import driver
+
+        name = definition.spec.name
+        threads = block[0] * block[1] * block[2]
+        key = (int(fn), threads)
+        found = self._occupancy.get(key)
+        if found is None:
+            dev = _check(driver.cuDeviceGet(index), "finding the device", name)
+            attribute = driver.CUdevice_attribute
+            supported = _check(driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev),
+                               "querying the device", name)
+            if not supported:
+                raise KernelLaunchError(
+                    f"kernel '{name}' synchronises its grid (cuda.cg.this_grid().sync()), which needs a cooperative "
+                    f"launch, and this GPU does not support cooperative launches"
+                )
+            per_sm = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, 0),
+                            "querying the occupancy", name)
+            sms = _check(driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                         "querying the device", name)
+            found = self._occupancy[key] = (int(per_sm), int(sms))
+        problem = cooperative.problem(name, grid, block, *found)
+        if problem is not None:
+            raise KernelLaunchError(problem)
+
     def launch(
         self,
         definition: Kernel,
@@ -248,11 +277,13 @@ class DriverLauncher:
             previous = self._last.get(index, "")
             self._last[index] = definition.spec.name
             try:
-                _check(
-                    driver.cuLaunchKernel(fn, *grid, *block, 0, stream, (tuple(args), tuple(types)), 0),
-                    "launch",
-                    definition.spec.name,
-                )
+                packed = (tuple(args), tuple(types))
+                if getattr(definition, "cooperative", False):  # a grid sync: every block resident at once
+                    self._check_coresident(definition, fn, index, grid, block)
+                    result = driver.cuLaunchCooperativeKernel(fn, *grid, *block, 0, stream, packed)
+                else:
+                    result = driver.cuLaunchKernel(fn, *grid, *block, 0, stream, packed, 0)
+                _check(result, "launch", definition.spec.name)
             except KernelLaunchError as exc:
                 if not is_fault(exc) or launch_blocking():
                     raise

@@ -37,5 +37,11 @@ class Kernel(Protocol):
         (:mod:`pnex_magic.checking`; a kernel without one raises a clear error).  The C++ launcher also loads
         NUL-terminated PTX, but pnex's own definitions hand cubins only."""
 
+    @property
+    def cooperative(self) -> bool:
+        """Whether the kernel synchronises its whole grid (``cuda.cg.this_grid().sync()``):
+        GPU launchers then launch it cooperatively and refuse a grid whose blocks cannot
+        all be resident at once (:mod:`pnex_magic.launch.cooperative`)."""
+
     def simulated_function(self) -> types.FunctionType | None:
         """The Python function the CUDA simulator runs (``None`` without source)."""

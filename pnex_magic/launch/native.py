@@ -46,7 +46,10 @@ log = logging.getLogger(__name__)
 SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call", "autotune", "register"))
 #: Its own headers, part of the build key: the internal ones and the dlopen'd driver
 #: table (shared with jax_ffi.cpp).
-HEADERS = tuple(build.CSRC / name for name in ("launcher.h", "launcher_faults.h", "launcher_python.h", "cuda_driver.h"))
+HEADERS = tuple(
+    build.CSRC / name
+    for name in ("launcher.h", "launcher_faults.h", "launcher_python.h", "cuda_driver.h", "cooperative.h")
+)
 _module: Any = None
 _load_lock = threading.Lock()
 
@@ -139,6 +142,7 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
     return {
         **describe_launch(definition.spec), "get_image": get_image, "choose": choose, "describe": describe,
         "check": bool(getattr(definition.options, "check", False)),
+        "cooperative": bool(getattr(definition, "cooperative", False)),
     }
 
 

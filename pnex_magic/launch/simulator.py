@@ -2,7 +2,9 @@
 Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
 shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
-prototype and test without a GPU.  It is slow: keep problem sizes small.  An
+prototype and test without a GPU.  A kernel that synchronises its grid
+(``cuda.cg.this_grid().sync()``) runs with every block at once
+(:mod:`.grid_simulator`).  It is slow: keep problem sizes small.  An
 autotuned op runs its first candidate here (first block, first ``Tune`` choices)."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, TensorParam, TuneParam
-from . import checks
+from . import checks, grid_simulator
 from .kernel import Kernel
 
 
@@ -85,10 +87,13 @@ class SimulatorLauncher:
         record = np.zeros(checks.RECORD_SLOTS, dtype=np.int64)
         if checked:
             args.append(FakeCUDAArray(record))
-        kernel = FakeCUDAKernel(simulated, device=False)
+        whole_grid = grid[0] * grid[1] * grid[2] > 1 and grid_simulator.uses_grid_sync(simulated)
         with _LOCK:
             try:
-                kernel[grid, block](*args)
+                if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
+                    grid_simulator.run(definition.spec.name, simulated, grid, block, args)
+                else:
+                    FakeCUDAKernel(simulated, device=False)[grid, block](*args)
             except PnexError:
                 raise
             except Exception as exc:

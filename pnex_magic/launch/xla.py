@@ -69,7 +69,7 @@ TARGET = "pnex_magic_launch"
 #: The name its per-call-site state type is registered under.
 STATE_TYPE = "pnex_magic_launch_state"
 SOURCE = build.CSRC / "jax_ffi.cpp"
-HEADER = build.CSRC / "cuda_driver.h"
+HEADERS = (build.CSRC / "cuda_driver.h", build.CSRC / "cooperative.h")
 
 _library: ctypes.CDLL | None = None
 _lock = threading.Lock()
@@ -161,7 +161,7 @@ def _quick_key() -> str:
     import jaxlib
 
     h = hashlib.sha256()
-    for source in (SOURCE, HEADER):
+    for source in (SOURCE, *HEADERS):
         h.update(source.read_bytes())
     h.update(f"{jaxlib.__version__}|{os.environ.get('CXX') or 'c++'}|{_FLAGS}|{_LDFLAGS}".encode())
     return h.hexdigest()[:16]
@@ -192,7 +192,7 @@ def build_library(verbose: bool = False) -> Path:
         _STEM,
         [SOURCE],
         includes=_include_dirs(),
-        headers=[HEADER],
+        headers=list(HEADERS),
         cflags=list(_FLAGS),
         ldflags=list(_LDFLAGS),
         key_extra=f"jaxlib={jaxlib.__version__}",
@@ -212,6 +212,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.pnex_jax_register.restype = ctypes.c_int
     lib.pnex_jax_add_image.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p]
     lib.pnex_jax_add_image.restype = ctypes.c_int
+    lib.pnex_jax_set_cooperative.argtypes = [ctypes.c_int64]
+    lib.pnex_jax_set_cooperative.restype = ctypes.c_int
     lib.pnex_jax_archs.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
     lib.pnex_jax_archs.restype = ctypes.c_int64
     lib.pnex_jax_loaded.argtypes = [ctypes.c_int64]
@@ -300,6 +302,8 @@ def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = Fa
             table = call_layout(definition.spec).table
             array = (ctypes.c_int64 * len(table))(*table)
             lib.pnex_jax_register(found, definition.spec.name.encode(), len(table) // 4, array)
+            if getattr(definition, "cooperative", False):  # a grid sync: launched cooperatively
+                lib.pnex_jax_set_cooperative(found)
             _archs[found] = set()
         for arch in sorted({arch_name(parse_arch(a)) for a in archs} - _archs[found]):
             image, entry = definition.kernel_image(arch, "C", variant)
