@@ -8,7 +8,10 @@ The operator works eagerly, under ``torch.compile(fullgraph=True)`` and in CUDA
 graphs; on CPU tensors it runs through numba-cuda's CUDA simulator.
 :func:`inspect` reports the schema, PTX and resource usage without a GPU.
 Inside a kernel, :func:`vload` and :func:`vstore` read and write several
-consecutive elements in one vector instruction (what bandwidth-bound kernels need).
+consecutive elements in one vector instruction (what bandwidth-bound kernels need),
+and :mod:`pnex_magic.random` draws counter-based random numbers (Philox4x32-10)
+from a ``Seed`` parameter that each call draws from PyTorch's generator;
+:func:`xoroshiro128p_states` makes the states Numba's xoroshiro128+ functions take.
 :func:`jax_op` makes the same op a JAX function (``jax.jit``, ``grad``, ``vmap``);
 JAX is imported only then.
 :func:`save` writes an op as one self-contained file that :func:`load` registers
@@ -20,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .annotations import In, InMut, Out, Scalar, Tune, Unused
+from .annotations import In, InMut, Out, Scalar, Seed, Tune, Unused
 from .vector import vload, vstore
 from .errors import (
     ArgumentShapeError,
@@ -40,7 +43,9 @@ if TYPE_CHECKING:
     from .artifact import load, save
     from .autograd import attach_backward, backward_of
     from .frontends.jit import jit
+    from . import random
     from .op import PnexOp
+    from .random import xoroshiro128p_states
     from .report import KernelReport, build_report, inspect
 
 # Imported on first use (PEP 562), so that ``import pnex_magic`` stays cheap: the
@@ -56,8 +61,9 @@ _LAZY = {
     "load": ".artifact",
     "attach_backward": ".autograd",
     "backward_of": ".autograd",
+    "xoroshiro128p_states": ".random",
 }
-_SUBMODULES = frozenset({"autograd"})
+_SUBMODULES = frozenset({"autograd", "random"})
 
 
 def __getattr__(name: str) -> Any:
@@ -85,6 +91,9 @@ __all__ = [
     "Scalar",
     "Unused",
     "Tune",
+    "Seed",
+    "random",
+    "xoroshiro128p_states",
     "vload",
     "vstore",
     "inspect",

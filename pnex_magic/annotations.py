@@ -1,12 +1,12 @@
 """The parameter annotations a user writes: ``In``, ``InMut``, ``Out``, ``Scalar``,
-``Unused`` and ``Tune``.  They only record what was written; :func:`pnex_magic.spec.build_spec`
+``Unused``, ``Tune`` and ``Seed``.  They only record what was written; :func:`pnex_magic.spec.build_spec`
 checks them into a :class:`~pnex_magic.spec.KernelSpec`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["In", "InMut", "Out", "Scalar", "Unused", "Tune", "TensorAnnotation"]
+__all__ = ["In", "InMut", "Out", "Scalar", "Unused", "Tune", "Seed", "TensorAnnotation"]
 
 ShapeSpec = "tuple[int | str | None, ...] | str"
 
@@ -131,3 +131,19 @@ class Tune:
 
     def __repr__(self) -> str:
         return f"Tune({', '.join(map(repr, self.choices))})"
+
+
+class Seed:
+    """A fresh random seed for :mod:`pnex_magic.random` on every call: ``seed: Seed``
+    (or ``Seed()``).
+
+    The parameter is not an argument of the op: each call draws a 64-bit seed from
+    PyTorch's default generator of the op's device (one ``random_()`` of a one-element
+    tensor), so ``torch.manual_seed`` makes runs reproducible, and a CUDA graph that
+    captured the call draws a new seed on every replay, as torch's own random ops do.
+    In the kernel it is a one-element ``uint64`` array that ``pnex.random``'s
+    functions take as their seed: ``pnex.random.uniform(seed, i)``.
+    """
+
+    def __repr__(self) -> str:
+        return "Seed"

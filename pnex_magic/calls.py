@@ -33,6 +33,8 @@ __all__ = [
     "internal_overlap_message",
     "alias_message",
     "inmut_grad_error",
+    "record_layout_ok",
+    "record_message",
 ]
 
 
@@ -68,7 +70,11 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
             raise ArgumentTypeError(
                 f"{spec.name}(): argument {p.name!r} must be a {p.dtype.name} tensor, got {str(t.dtype).removeprefix('torch.')}"
             )
-        if t.dim() != p.ndim:
+        if p.dtype.is_record:
+            if not record_layout_ok(p, t):
+                raise ArgumentShapeError(record_message(spec, p) + f", got shape {format_shape(t.shape)} with "
+                                         f"strides {format_shape(t.stride())}")
+        elif t.dim() != p.ndim:
             raise ArgumentShapeError(
                 f"{spec.name}(): argument {p.name!r} must have {p.ndim} dimension(s) {p.shape_text()}, "
                 f"got {t.dim()} with shape {format_shape(t.shape)}"
@@ -100,6 +106,23 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
         if overlaps(env[written], env[other]):
             raise ArgumentShapeError(alias_message(spec, written, other))
     return device
+
+
+def record_layout_ok(p: TensorParam, t: torch.Tensor) -> bool:
+    """Whether ``t`` holds ``p``'s records (:attr:`~pnex_magic.dtypes.DType.lanes`
+    words each on its last, dense axis)."""
+    lanes = p.dtype.lanes
+    return t.dim() == p.storage_ndim and t.shape[-1] == lanes and (t.stride(-1) == 1 or lanes == 1)
+
+
+def record_message(spec: KernelSpec, p: TensorParam) -> str:
+    """What a tensor of record dtype must be (the Python and C++ launchers' message)."""
+    shape = ", ".join(["n"] * p.ndim + [str(p.dtype.lanes)])
+    return (
+        f"{spec.name}(): argument {p.name!r} holds {p.dtype.name} states ({p.describe()}): a ({shape}) "
+        f"{p.dtype.torch} tensor whose last axis is dense, the {p.dtype.lanes} words of each state, as "
+        f"pnex.xoroshiro128p_states(n, seed, device) makes it"
+    )
 
 
 # The two memory checks torch's in-place operators make (ATen's MemoryOverlap.h), in

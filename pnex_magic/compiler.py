@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from . import cache, vector, warmup
+from . import random as kernel_random
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
 from .linking import (
     has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry, uses_grid_sync,
 )
-from .spec import KernelSpec, ScalarParam, TensorParam, TuneParam
+from .spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
 
 __all__ = [
     "ResourceUsage",
@@ -88,7 +89,7 @@ def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tu
     strides, for views and transposes, whose loads are generic), ``In`` tensors
     read-only (a write to one fails to compile), outputs as C-contiguous arrays (they
     are allocated contiguous), scalars as their type, unused parameters as ``none``,
-    and ``Tune`` parameters as the value of ``variant`` (:attr:`KernelSpec.tune_variants`),
+    a ``Seed`` as a read-only one-element uint64 array, and ``Tune`` parameters as the value of ``variant`` (:attr:`KernelSpec.tune_variants`),
     ``Omitted``: Numba's type for an argument left to its default, which it lowers as a
     compile-time constant and passes no slot for."""
     from numba.cuda import types as nbtypes
@@ -107,6 +108,8 @@ def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tu
             )
         elif isinstance(p, ScalarParam):
             sig.append(p.dtype.numba_type())
+        elif isinstance(p, SeedParam):  # the seed drawn for this call: a one-element uint64 array
+            sig.append(nbtypes.Array(nbtypes.uint64, 1, "C", readonly=True))
         else:
             sig.append(nbtypes.none)
     return tuple(sig)
@@ -114,8 +117,8 @@ def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tu
 
 def abi_layout(spec: KernelSpec) -> list[list[int]]:
     """Byte sizes of the flattened kernel parameters Numba's ABI expects, one list
-    per parameter: an array is (meminfo, parent, nitems, itemsize, data, shape...,
-    strides...), a scalar its own size, an unused parameter one 8-byte slot, a ``Tune``
+    per parameter: an array (a ``Seed`` too) is (meminfo, parent, nitems, itemsize, data,
+    shape..., strides...), a scalar its own size, an unused parameter one 8-byte slot, a ``Tune``
     parameter none (it is a constant in the code)."""
     layout = []
     for p in spec.params:
@@ -123,6 +126,8 @@ def abi_layout(spec: KernelSpec) -> list[list[int]]:
             layout.append([])
         elif isinstance(p, TensorParam):
             layout.append([8] * (5 + 2 * p.ndim))
+        elif isinstance(p, SeedParam):
+            layout.append([8] * 7)  # a 1-D array
         elif isinstance(p, ScalarParam):
             layout.append([p.dtype.itemsize])
         else:
@@ -143,6 +148,9 @@ def _ptx_param_sizes(ptx: str, entry: str) -> list[int]:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Numba's typing error for an xoroshiro128p_* function given a plain array: it reads the
+# record's fields s0 and s1 by name.
+_XOROSHIRO_RE = re.compile(r"getitem\(array\((?:u?int\d+|float\d+)[^)]*\), (?:Literal\[str\]|unicode_type)\(?s[01]\)?|xoroshiro128p")
 
 
 def _condense_numba_error(exc: BaseException) -> str:
@@ -241,6 +249,7 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str,
     from numba import cuda
 
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
+    kernel_random.register_cuda()  # pnex.random in kernels
     sig = numba_signature(spec, layout, variant)
     try:
         with warnings.catch_warnings(), _target_device(cc):
@@ -254,7 +263,13 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str,
             line = _kernel_line(exc, fn)
             at = f" (line {line})" if line else ""
             hint = ""
-            if "readonly array" in str(exc) and ("setitem" in str(exc) or "atomic" in str(exc)):
+            if _XOROSHIRO_RE.search(str(exc)):
+                hint = (
+                    "\nNumba's xoroshiro128p_* functions take an array of xoroshiro128p records, which torch has no "
+                    "dtype for: declare the states InMut('xoroshiro128p', (None,)) and pass "
+                    "pnex.xoroshiro128p_states(n, seed, device), a (n, 2) uint64 tensor the kernel sees as n states"
+                )
+            elif "readonly array" in str(exc) and ("setitem" in str(exc) or "atomic" in str(exc)):
                 readonly = ", ".join(p.name for p in spec.params if getattr(p, "role", "") == "in")
                 hint = (
                     f"\nIn parameters ({readonly}) are read-only: declare a parameter InMut(...) "

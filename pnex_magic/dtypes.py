@@ -5,6 +5,13 @@ Numba-CUDA counterparts; :func:`resolve_dtype` maps any accepted spelling
 (``torch.float32``, ``float``, ``"float32"``, ``"f32"``, ``np.float32``,
 ``np.dtype("float32")``, ``"float"``, ``"uint8_t"``, ``"torch::kFloat32"``, a Numba
 type) onto one :class:`DType`.
+
+One dtype is a record: ``"xoroshiro128p"``, the state of one of Numba's
+xoroshiro128+ generators (``numba.cuda.random.xoroshiro128p_dtype``, two uint64
+words).  torch has no record dtypes, so its tensor is uint64 with a trailing axis of
+two words (:attr:`DType.lanes`), which kernels see as a 1-D array of records: the
+states :func:`pnex_magic.xoroshiro128p_states` makes, as Numba's
+``create_xoroshiro128p_states`` makes them.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DType", "resolve_dtype", "supported_dtype_names"]
+__all__ = ["DType", "XOROSHIRO128P", "resolve_dtype", "supported_dtype_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,10 +35,24 @@ class DType:
     numba_name: str  #: attribute of ``numba.cuda.types``
     short: str  #: ``"f32"``-style spelling
     c_name: str  #: the C type, e.g. ``"float"``, ``"uint8_t"``
+    #: torch elements per kernel element: 1, or for a record dtype the length of the
+    #: tensor's trailing axis (2 uint64 words per xoroshiro128p state)
+    lanes: int = 1
+
+    @property
+    def storage_itemsize(self) -> int:
+        """Bytes of one element of the torch tensor."""
+        return torch.empty((), dtype=self.torch).element_size()
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.torch).element_size()
+        """Bytes of one element as the kernel sees it (a whole record)."""
+        return self.storage_itemsize * self.lanes
+
+    @property
+    def is_record(self) -> bool:
+        """Whether the kernel sees records (:attr:`lanes` torch elements each)."""
+        return self.lanes > 1
 
     @property
     def is_floating_point(self) -> bool:
@@ -49,6 +70,10 @@ class DType:
         return {"bool": bool, "float": float, "int": int}[self.schema_scalar]
 
     def numba_type(self) -> Any:
+        if self.is_record:
+            from numba.cuda.np.numpy_support import from_dtype
+
+            return from_dtype(self.numpy)
         from numba.cuda import types as nbtypes
 
         return getattr(nbtypes, self.numba_name)
@@ -77,6 +102,15 @@ _DTYPES: tuple[DType, ...] = (
     _d("bool", torch.bool, "bool", "boolean", "b8", "bool"),
 )
 
+#: numba.cuda.random.xoroshiro128p_dtype, written out so that resolving it imports no Numba.
+XOROSHIRO128P = np.dtype([("s0", np.uint64), ("s1", np.uint64)], align=True)
+
+#: Record dtypes: a torch tensor of ``lanes`` elements per record on its last axis.
+_RECORDS: tuple[DType, ...] = (
+    DType("xoroshiro128p", torch.uint64, XOROSHIRO128P, "xoroshiro128p_type", "xoroshiro128p",
+          "xoroshiro128p_state", lanes=2),
+)
+
 
 def _build_aliases() -> dict[Any, DType]:
     aliases: dict[Any, DType] = {}
@@ -90,6 +124,8 @@ def _build_aliases() -> dict[Any, DType]:
         aliases.update({k: dt for k in keys})
     by_name = {dt.name: dt for dt in _DTYPES}
     # Python's own types and the C spellings follow the older package: float is float32.
+    for dt in _RECORDS:
+        aliases.update({dt.name: dt, dt.numpy: dt, f"{dt.name}_dtype": dt})
     aliases.update(
         {
             float: by_name["float32"],
@@ -119,7 +155,7 @@ _ALIASES = _build_aliases()
 
 
 def supported_dtype_names() -> tuple[str, ...]:
-    return tuple(dt.name for dt in _DTYPES)
+    return tuple(dt.name for dt in (*_DTYPES, *_RECORDS))
 
 
 def resolve_dtype(spelling: Any) -> DType | None:

@@ -29,6 +29,7 @@ from . import launch
 from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
 from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelIndexError, KernelLaunchError
 from .launch.kernel import Kernel
+from .random import draw_seed
 from .spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded"]
@@ -84,6 +85,9 @@ def make_impl(definition: Kernel):
         env = bind_arguments(spec, args)
         device = check_arguments(spec, env) or _default_device()
         outs = _allocate(spec, env, device, fake=False)
+        if spec.seeds and all(int(e.evaluate(env)) for e in spec.n_threads):
+            for p in spec.seeds:  # a draw per call that launches (as the C++ launcher); tuning reuses it
+                env[p.name] = draw_seed(device)
         values = [env.get(p.name) for p in spec.params]
         launcher = launch.launcher_for(device)
         shape, variant = None, 0
@@ -168,9 +172,13 @@ class PnexOp(CustomOpDef):
         for p, value in zip(spec.arguments, args):
             if isinstance(p, TensorParam):
                 if not isinstance(value, torch.Tensor):
+                    states = (
+                        f"; make the states with pnex.xoroshiro128p_states(n, seed, device), a (n, 2) uint64 tensor "
+                        f"(the streams numba.cuda.random.create_xoroshiro128p_states makes)" if p.dtype.is_record else ""
+                    )
                     raise ArgumentTypeError(
                         f"{spec.name}(): argument {p.name!r} must be a torch.Tensor ({p.describe()}), "
-                        f"got {type(value).__name__}"
+                        f"got {type(value).__name__}{states}"
                     ) from None
             elif isinstance(p, ScalarParam) and not _scalar_ok(p, value):
                 raise ArgumentTypeError(

@@ -30,7 +30,7 @@ from ..expressions import NameInfo, parse_expression
 from ..launch.description import describe_launch
 from ..linking import uses_grid_sync
 from ..multiarch import LAYOUTS, ArchImages, target_archs
-from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam, UnusedParam
+from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
@@ -146,12 +146,16 @@ def _identifier(value: Any, what: str) -> str:
     return value
 
 
-def _param(e: Any, visible: dict[str, NameInfo], kernel: str) -> TensorParam | ScalarParam | UnusedParam | TuneParam:
+def _param(
+    e: Any, visible: dict[str, NameInfo], kernel: str
+) -> TensorParam | ScalarParam | UnusedParam | TuneParam | SeedParam:
     name = _identifier(_get(e, "name", str, "a parameter"), "a parameter name")
     what = f"parameter {name!r}"
     role = _get(e, "role", str, what)
     if role == "unused":
         return UnusedParam(name)
+    if role == "seed":
+        return SeedParam(name)
     if role == "tune":
         choices = _get(e, "choices", list, what)
         kinds = {type(c) for c in choices}

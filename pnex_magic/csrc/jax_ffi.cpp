@@ -352,33 +352,39 @@ ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::Rema
     if (p.kind == TUNE) continue;  // a constant of the variant's code (one kernel id per variant): no slot
     void* data = nullptr;
     ffi::Span<const int64_t> dims;
+    size_t element = 0;  // bytes of one buffer element
     if (p.kind == IN) {
       auto buffer = args.get<ffi::AnyBuffer>(p.index);
       if (buffer.has_error()) return fail(kernel, "operand " + std::to_string(p.index) + ": " + buffer.error().message());
       data = buffer->untyped_data();
       dims = buffer->dimensions();
+      element = ffi::ByteWidth(buffer->element_type());
     } else {
       auto buffer = rets.get<ffi::AnyBuffer>(p.index);
       if (buffer.has_error()) return fail(kernel, "result " + std::to_string(p.index) + ": " + buffer.error().message());
       data = (*buffer)->untyped_data();
       dims = (*buffer)->dimensions();
+      element = ffi::ByteWidth((*buffer)->element_type());
     }
-    if (static_cast<int64_t>(dims.size()) != p.ndim) {
+    // A record dtype (xoroshiro128p): the buffer's last axis holds each record's words, and is no
+    // axis of the kernel's array (its item size is the record's).
+    const size_t rank = static_cast<int64_t>(element) < p.itemsize ? dims.size() - 1 : dims.size();
+    if (static_cast<int64_t>(rank) != p.ndim || dims.size() < rank) {
       return fail(kernel, "a buffer of rank " + std::to_string(dims.size()) + " where rank " + std::to_string(p.ndim) +
                               " was traced");
     }
     int64_t nitems = 1;
-    for (int64_t s : dims) nitems *= s;
+    for (size_t axis = 0; axis < rank; ++axis) nitems *= dims[axis];
     slots.push_back(0);
     slots.push_back(0);
     slots.push_back(static_cast<uint64_t>(nitems));
     slots.push_back(static_cast<uint64_t>(p.itemsize));
     slots.push_back(reinterpret_cast<uint64_t>(data));
-    for (int64_t s : dims) slots.push_back(static_cast<uint64_t>(s));
+    for (size_t axis = 0; axis < rank; ++axis) slots.push_back(static_cast<uint64_t>(dims[axis]));
     const size_t first_stride = slots.size();
-    slots.resize(first_stride + dims.size());
+    slots.resize(first_stride + rank);
     int64_t stride = p.itemsize;  // C-contiguous, in bytes
-    for (size_t axis = dims.size(); axis-- > 0;) {
+    for (size_t axis = rank; axis-- > 0;) {
       slots[first_stride + axis] = static_cast<uint64_t>(stride);
       stride *= dims[axis];
     }

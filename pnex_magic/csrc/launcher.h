@@ -91,7 +91,7 @@ std::string shape_str(c10::IntArrayRef sizes);
 uint64_t pack_scalar(const c10::IValue& v, c10::ScalarType t);
 
 // ---------------------------------------------------------------- the op's description
-enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4, TUNE = 5 };
+enum Kind : int { IN = 0, INMUT = 1, OUT = 2, SCALAR_PARAM = 3, UNUSED = 4, TUNE = 5, SEED = 6 };
 
 struct Param {
   std::string name;
@@ -104,6 +104,8 @@ struct Param {
   bool has_init = false;
   double init = 0.0;
   std::string describe;  // e.g. In(float32, (None,))
+  int64_t lanes = 1;  // > 1: a record dtype, `lanes` words per record on the tensor's last axis
+  std::string record_message;  // what such a tensor must be (pnex_magic.calls.record_message)
 };
 
 // One autotune decision: a key (device, layout, key values) and the candidate chosen.
@@ -187,6 +189,8 @@ void raise_violation(const Spec& spec, const at::Tensor& record);
 // ---------------------------------------------------------------- autotuning (launcher_autotune.cpp)
 // The tuner's own calls launch one candidate, forced on the calling thread.
 void force_candidate(const std::string& op_name, int candidate);
+// Whether this call is one of the tuner's (a candidate is forced for this op on this thread).
+bool tuning_call(const Spec& spec);
 // The candidate block for this call: forced, else the table's choice for its key, else
 // Python's (pnex_magic.launch.autotune.choose), which benchmarks unless the stream captures.
 int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, int device, bool contiguous,

@@ -44,6 +44,8 @@ void force_candidate(const std::string& op_name, int candidate) {
   t_forced_candidate = candidate;
 }
 
+bool tuning_call(const Spec& spec) { return t_forced_candidate >= 0 && t_forced_op == spec.op_name; }
+
 int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, int device, bool contiguous,
                  CUstream stream) {
   const int count = static_cast<int>(spec.candidates.size());

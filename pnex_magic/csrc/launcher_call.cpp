@@ -173,9 +173,15 @@ std::pair<c10::Device, bool> check_arguments(const Spec& spec, c10::ArrayRef<c10
     contiguous = contiguous && t.is_contiguous();
     TORCH_CHECK_TYPE(t.scalar_type() == p.dtype, "pnex: ", spec.kernel, "(): argument '", p.name,
                      "' must be a ", dtype_name(p.dtype), " tensor, got ", dtype_name(t.scalar_type()));
-    TORCH_CHECK_VALUE(t.dim() == p.ndim, "pnex: ", spec.kernel, "(): argument '", p.name, "' must have ",
-                      std::to_string(p.ndim), " dimension(s) ", p.describe, ", got ", std::to_string(t.dim()),
-                      " with shape ", shape_str(t.sizes()));
+    if (p.lanes > 1) {  // a record dtype: `lanes` words per record on a dense last axis
+      TORCH_CHECK_VALUE(t.dim() == p.ndim + 1 && t.size(-1) == p.lanes && t.stride(-1) == 1, "pnex: ",
+                        p.record_message, ", got shape ", shape_str(t.sizes()), " with strides ",
+                        shape_str(t.strides()));
+    } else {
+      TORCH_CHECK_VALUE(t.dim() == p.ndim, "pnex: ", spec.kernel, "(): argument '", p.name, "' must have ",
+                        std::to_string(p.ndim), " dimension(s) ", p.describe, ", got ", std::to_string(t.dim()),
+                        " with shape ", shape_str(t.sizes()));
+    }
     if (!device) {
       device = t.device();
       first = pi;
@@ -296,6 +302,21 @@ CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bo
   return fn;
 }
 
+// Numba's ABI for an array: (meminfo, parent, nitems, itemsize, data, shape..., strides... in bytes).
+// lanes > 1: a record dtype, whose tensor's last axis holds the words of each record (itemsize
+// `lanes` words, and that axis not an axis of the array).
+void pack_array(const at::Tensor& t, int64_t lanes, c10::SmallVector<uint64_t, 64>& slots) {
+  const int64_t item = t.element_size();
+  const int64_t axes = t.dim() - (lanes > 1 ? 1 : 0);
+  slots.push_back(0);
+  slots.push_back(0);
+  slots.push_back(static_cast<uint64_t>(t.numel() / lanes));
+  slots.push_back(static_cast<uint64_t>(item * lanes));
+  slots.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
+  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.size(axis)));
+  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.stride(axis) * item));
+}
+
 // Blocks per axis for `block`; returns the first axis over CUDA's grid limits, or -1.
 int grid_for(const Spec& spec, const int64_t* n, const std::array<unsigned, 3>& block, std::array<unsigned, 3>& grid,
              int64_t& blocks_over) {
@@ -412,6 +433,7 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
 
     // Numba's ABI: arrays are (meminfo, parent, nitems, itemsize, data, shape..., strides...).
     c10::SmallVector<uint64_t, 64> slots;
+    c10::SmallVector<at::Tensor, 1> seeds;  // alive until the launch is queued
     for (size_t pi = 0; pi < nparams; ++pi) {
       const Param& p = spec.params[pi];
       if (p.kind == SCALAR_PARAM) {
@@ -420,23 +442,19 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
         slots.push_back(0);
       } else if (p.kind == TUNE) {
         continue;  // a constant of the variant's code: no slot
+      } else if (p.kind == SEED) {
+        // pnex.random's seed: drawn from PyTorch's generator of the device for this call (one random_(),
+        // which a CUDA graph replays with a new value), except in the tuner's own runs, which compare
+        // candidates on one fixed seed and leave the generator as it was.
+        auto options = at::TensorOptions().dtype(at::kLong).device(device);
+        seeds.push_back(tuning_call(spec) ? at::zeros({1}, options)
+                                          : at::empty({1}, options).random_(INT64_MIN, std::optional<int64_t>()));
+        pack_array(seeds.back(), 1, slots);
       } else {
-        const at::Tensor& t = *v.tensors[pi];
-        const int64_t item = t.element_size();
-        slots.push_back(0);
-        slots.push_back(0);
-        slots.push_back(static_cast<uint64_t>(t.numel()));
-        slots.push_back(static_cast<uint64_t>(item));
-        slots.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
-        for (int64_t s : t.sizes()) slots.push_back(static_cast<uint64_t>(s));
-        for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
+        pack_array(*v.tensors[pi], p.lanes, slots);
       }
     }
-    if (checked) {  // Numba's ABI for a 1-D int64 array
-      for (uint64_t slot : {uint64_t(0), uint64_t(0), uint64_t(kRecordSlots), uint64_t(8),
-                            reinterpret_cast<uint64_t>(record.data_ptr()), uint64_t(kRecordSlots), uint64_t(8)})
-        slots.push_back(slot);
-    }
+    if (checked) pack_array(record, 1, slots);  // the error record, a 1-D int64 array, last
     c10::SmallVector<void*, 64> params(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 

@@ -278,6 +278,10 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
       p.has_init = true;
       p.init = pd["init"].cast<double>();
     }
+    if (pd.contains("lanes")) {  // a record dtype
+      p.lanes = pd["lanes"].cast<int64_t>();
+      p.record_message = pd["record_message"].cast<std::string>();
+    }
     if (p.kind == INMUT) mutates = true;
     spec->params.push_back(std::move(p));
   }

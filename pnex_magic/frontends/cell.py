@@ -66,7 +66,7 @@ from ..op import PnexOp
 from ..render.progress import LogDisplay, Progress
 from ..render.report import PnexReport
 from ..report import build_report
-from ..spec import In, InMut, Out, Scalar, Tune, Unused
+from ..spec import In, InMut, Out, Scalar, Seed, Tune, Unused
 from .capture import capture_output
 
 __all__ = ["CellRun", "HISTORY_NAMES", "injected_names"]
@@ -78,7 +78,8 @@ _HISTORY_RE = re.compile(r"_(?:i+|i?\d+)")
 
 def injected_names() -> dict[str, Any]:
     """The names every %%pnex cell sees without importing them."""
-    return {"In": In, "InMut": InMut, "Out": Out, "Scalar": Scalar, "Unused": Unused, "Tune": Tune, "cuda": cuda}
+    return {"In": In, "InMut": InMut, "Out": Out, "Scalar": Scalar, "Unused": Unused, "Tune": Tune, "Seed": Seed,
+            "cuda": cuda}
 
 
 def in_kernel(shell) -> bool:

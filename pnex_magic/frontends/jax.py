@@ -94,7 +94,7 @@ def _x64() -> bool:
 
 
 def _x64_hint(p: TensorParam) -> str:
-    if p.dtype.itemsize == 8 and not _x64():
+    if p.dtype.storage_itemsize == 8 and not _x64():
         return (
             ". JAX makes 32-bit arrays unless 64-bit types are enabled: "
             "jax.config.update('jax_enable_x64', True)"
@@ -134,7 +134,7 @@ def check_call(spec: KernelSpec, arrays: Sequence[Any], scalars: dict[str, Any],
                 f"{spec.name}(): the launch needs {blocks} blocks on axis {axis}, more than CUDA allows"
             )
     for p in spec.outputs:
-        if p.dtype.itemsize == 8 and not _x64():
+        if p.dtype.storage_itemsize == 8 and not _x64():
             raise ArgumentTypeError(
                 f"{spec.name}(): output {p.name!r} is {p.dtype.name}, which JAX makes only with 64-bit types "
                 f"enabled: jax.config.update('jax_enable_x64', True)"

@@ -73,6 +73,14 @@ class JaxOp:
     def __init__(self, op: PnexOp):
         if not isinstance(op, PnexOp):
             raise KernelDefinitionError(f"jax_op() expects an op made by pnex.jit or %%pnex, got {op!r}")
+        if op.spec.seeds:
+            names = ", ".join(p.name for p in op.spec.seeds)
+            raise KernelDefinitionError(
+                f"jax_op(): kernel {op.spec.name!r} has Seed parameter(s) ({names}), which each call draws from "
+                f"PyTorch's generator; JAX functions are pure, so a JAX function cannot draw them. Pass the seed "
+                f"explicitly instead (e.g. `seed: In('u64', (1,))` from jax.random.bits, or an integer Scalar): "
+                f"pnex.random's functions take either"
+            )
         self.op = op
         self._traced: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..calls import alias_message, internal_overlap_message
+from ..calls import alias_message, internal_overlap_message, record_message
+from ..dtypes import resolve_dtype
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
 __all__ = ["KINDS", "describe_launch"]
 
 #: Parameter kinds, as the C++ sources number them.  A ``Tune`` parameter has no
-#: argument slot: its value is a constant of the variant launched.
-KINDS = {"in": 0, "inmut": 1, "out": 2, "scalar": 3, "unused": 4, "tune": 5}
+#: argument slot: its value is a constant of the variant launched.  A ``Seed`` is a
+#: one-element array the launcher draws per call.
+KINDS = {"in": 0, "inmut": 1, "out": 2, "scalar": 3, "unused": 4, "tune": 5, "seed": 6}
 
 
 def describe_launch(spec: KernelSpec) -> dict[str, Any]:
@@ -32,7 +34,7 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": p.name, "kind": KINDS[p.role], "init": None}
         if isinstance(p, TensorParam):
             entry.update(
-                dtype=p.dtype.name,
+                dtype=p.dtype.name if not p.dtype.is_record else resolve_dtype(p.dtype.torch).name,  # the tensor's
                 itemsize=p.dtype.itemsize,
                 ndim=p.ndim,
                 describe=p.shape_text(),
@@ -40,6 +42,8 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
                 shape_text=["" if e is None else str(e) for e in p.shape],
                 init=None if p.init is None else float(p.init),
             )
+            if p.dtype.is_record:  # a torch axis of `lanes` words per record (only then: saved files compare)
+                entry.update(lanes=p.dtype.lanes, record_message=record_message(spec, p))
         else:
             dtype = p.dtype.name if isinstance(p, ScalarParam) else "int64"
             entry.update(dtype=dtype, itemsize=8, ndim=0, describe=p.describe(), shape=[], shape_text=[])

@@ -23,7 +23,7 @@ import torch
 
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
-from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
+from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
 from . import autotune, checks, cooperative
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .kernel import Kernel
@@ -91,6 +91,19 @@ def _ensure_context(device: torch.device, kernel: str) -> None:
     dev = _check(driver.cuDeviceGet(index), "finding the device", kernel)
     ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "retaining the primary context", kernel)
     _check(driver.cuCtxSetCurrent(ctx), "making the context current", kernel)
+
+
+def _pack_array(t: torch.Tensor, lanes: int, args: list[Any], types: list[Any]) -> None:
+    """Numba's ABI for an array: (meminfo, parent, nitems, itemsize, data, shape...,
+    strides... in bytes).  ``lanes > 1``: a record dtype, whose tensor's last axis holds
+    the words of each record (itemsize ``lanes`` words, that axis not an axis)."""
+    item = t.element_size()
+    axes = t.dim() - (1 if lanes > 1 else 0)
+    args += [0, 0, t.numel() // lanes, item * lanes, t.data_ptr()]
+    args += list(t.shape[:axes])
+    args += [stride * item for stride in t.stride()[:axes]]
+    types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    types += [ctypes.c_int64] * (2 * axes)
 
 
 def _contiguous(spec: KernelSpec, values: Sequence[Any]) -> bool:
@@ -252,12 +265,9 @@ class DriverLauncher:
             if isinstance(param, TuneParam):
                 continue  # a constant in the variant's code: no argument slot
             if isinstance(param, TensorParam):
-                t = value
-                args += [0, 0, t.numel(), t.element_size(), t.data_ptr()]
-                args += list(t.shape)
-                args += [s * t.element_size() for s in t.stride()]
-                types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-                types += [ctypes.c_int64] * (2 * t.dim())
+                _pack_array(value, param.dtype.lanes, args, types)
+            elif isinstance(param, SeedParam):  # the seed drawn for this call (op.py), a 1-D array
+                _pack_array(value, 1, args, types)
             elif isinstance(param, ScalarParam):
                 args.append(scalar_bits(param.dtype.name, value))
                 types.append(_SCALAR_CTYPES[param.dtype.name])
@@ -267,9 +277,7 @@ class DriverLauncher:
         record = None
         if checked:  # the error record, a 1-D int64 array, last
             record = torch.zeros(checks.RECORD_SLOTS, dtype=torch.int64, device=device)
-            args += [0, 0, checks.RECORD_SLOTS, 8, record.data_ptr(), checks.RECORD_SLOTS, 8]
-            types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-            types += [ctypes.c_int64] * 2
+            _pack_array(record, 1, args, types)
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)

@@ -10,6 +10,7 @@ autotuned op runs its first candidate here (first block, first ``Tune`` choices)
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import KernelLaunchError, PnexError
-from ..spec import ScalarParam, TensorParam, TuneParam
+from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import checks, grid_simulator
 from .kernel import Kernel
 
@@ -76,7 +77,12 @@ class SimulatorLauncher:
                     if param.role != "in":
                         write_back.append((tensor, shadow))
                     tensor = shadow
-                args.append(FakeCUDAArray(tensor.numpy()))
+                array = tensor.numpy()
+                if param.dtype.is_record:  # (..., lanes) words: a view of records, writes land in the tensor
+                    array = array.view(param.dtype.numpy)[..., 0]
+                args.append(FakeCUDAArray(array))
+            elif isinstance(param, SeedParam):  # the int64 seed drawn for this call, read as uint64
+                args.append(FakeCUDAArray(value.numpy().view(np.uint64)))
             elif isinstance(param, ScalarParam):
                 np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
                 args.append(np_type(value))
@@ -88,7 +94,10 @@ class SimulatorLauncher:
         if checked:
             args.append(FakeCUDAArray(record))
         whole_grid = grid[0] * grid[1] * grid[2] > 1 and grid_simulator.uses_grid_sync(simulated)
-        with _LOCK:
+        with _LOCK, warnings.catch_warnings():
+            # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
+            # inf without a word: NumPy's scalar warnings about it say nothing about the kernel.
+            warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
             try:
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
                     grid_simulator.run(definition.spec.name, simulated, grid, block, args)

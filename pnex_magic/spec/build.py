@@ -15,13 +15,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..annotations import InMut, Scalar, TensorAnnotation, Tune, Unused
+from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from ..dtypes import DType, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, Size, parse_expression
-from .records import KernelSpec, ScalarParam, TensorParam, TuneParam, UnusedParam
+from .records import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
 from .validate import (
+    check_record,
     check_tuned_n_threads,
     check_value,
     default_error,
@@ -101,7 +102,7 @@ def build_spec(
     if ret not in (None, "None"):
         raise KernelDefinitionError(f"kernel {kernel!r} is annotated to return {ret!r}; kernels return nothing")
 
-    params: list[TensorParam | ScalarParam | UnusedParam | TuneParam] = []
+    params: list[TensorParam | ScalarParam | UnusedParam | TuneParam | SeedParam] = []
     visible: dict[str, NameInfo] = {}
     tune_overrides = dict(tune or {})
     may_alias: dict[str, Any] = {}  # InMut name -> its may_alias option, resolved once all names are known
@@ -136,6 +137,11 @@ def build_spec(
                 raise default_error(where, "an Unused parameter", parameter.default)
             params.append(UnusedParam(pname))
             continue
+        if ann is Seed or isinstance(ann, Seed):
+            if has_default:
+                raise default_error(where, "a Seed parameter (each call draws it)", parameter.default)
+            params.append(SeedParam(pname))
+            continue
         if isinstance(ann, type) and issubclass(ann, TensorAnnotation):
             raise KernelDefinitionError(f"{where}: {ann.__name__} needs a dtype and a shape, e.g. {ann.__name__}('f32', (None,))")
         if isinstance(ann, TensorAnnotation):
@@ -143,6 +149,7 @@ def build_spec(
                 what = "an Out tensor (the op creates it)" if ann.role == "out" else f"an {type(ann).__name__} tensor"
                 raise default_error(where, what, parameter.default)
             dtype = _dtype(where, ann.dtype)
+            check_record(where, dtype, ann.role)
             shape = _shape(where, ann, visible)
             init = getattr(ann, "init", None)
             if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float))):
@@ -164,6 +171,7 @@ def build_spec(
                 f"{where}: {ann!r} is not a pnex annotation; expected In(dtype, shape), InMut(dtype, shape), "
                 f"Out(dtype, shape[, init]), Scalar(dtype), a dtype such as float or 'f32', or Unused"
             )
+        check_record(where, dtype, "scalar")
         default = scalar_default(where, parameter.default, dtype) if has_default else None
         params.append(ScalarParam(pname, dtype, default=default))
         visible[pname] = NameInfo("scalar", integral=not dtype.is_floating_point and dtype.name != "bool")

@@ -17,7 +17,7 @@ import itertools
 from ..dtypes import DType
 from ..expressions import Expr, Size
 
-__all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "KernelSpec"]
+__all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "SeedParam", "KernelSpec"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,14 @@ class TensorParam:
 
     @property
     def ndim(self) -> int:
+        """Axes as the kernel sees the array (a record dtype's words are not an axis)."""
         return len(self.shape)
+
+    @property
+    def storage_ndim(self) -> int:
+        """Axes of the torch tensor: :attr:`ndim`, plus the trailing axis of a record
+        dtype's words (``"xoroshiro128p"``: a (n, 2) uint64 tensor is a 1-D array)."""
+        return self.ndim + (1 if self.dtype.is_record else 0)
 
     @property
     def is_input(self) -> bool:
@@ -100,7 +107,20 @@ class TuneParam:
         return f"Tune({', '.join(map(repr, self.choices))})"
 
 
-Param = "TensorParam | ScalarParam | UnusedParam | TuneParam"
+@dataclasses.dataclass(frozen=True)
+class SeedParam:
+    """A seed for :mod:`pnex_magic.random`, drawn from PyTorch's generator on every call
+    (``seed: Seed``): not an argument of the op; in the kernel a one-element uint64
+    array."""
+
+    name: str
+    role: str = "seed"
+
+    def describe(self) -> str:
+        return "Seed"
+
+
+Param = "TensorParam | ScalarParam | UnusedParam | TuneParam | SeedParam"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +130,7 @@ class KernelSpec:
     name: str
     qualname: str
     module: str
-    params: tuple[TensorParam | ScalarParam | UnusedParam | TuneParam, ...]
+    params: tuple[TensorParam | ScalarParam | UnusedParam | TuneParam | SeedParam, ...]
     n_threads: tuple[Expr, ...]  # X, Y, Z order; 1 to 3 entries
     threads_per_block: tuple[int, ...]  # same length as n_threads; the default (first) candidate
     #: Autotune candidates, ``threads_per_block`` first; empty when the block is fixed.
@@ -168,6 +188,11 @@ class KernelSpec:
     @property
     def outputs(self) -> tuple[TensorParam, ...]:
         return tuple(p for p in self.params if p.role == "out")
+
+    @property
+    def seeds(self) -> tuple[SeedParam, ...]:
+        """The ``Seed`` parameters: each call draws one seed for each."""
+        return tuple(p for p in self.params if isinstance(p, SeedParam))
 
     def param(self, name: str) -> TensorParam | ScalarParam | UnusedParam:
         for p in self.params:

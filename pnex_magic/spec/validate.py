@@ -19,7 +19,7 @@ from ..expressions import Expr, NameInfo
 from .records import ScalarParam, TensorParam, TuneParam, UnusedParam
 
 __all__ = ["tune_choices", "refuse_tuned", "check_tuned_n_threads", "check_value", "default_error",
-           "scalar_default", "resolve_may_alias"]
+           "scalar_default", "resolve_may_alias", "check_record"]
 
 
 def tune_choices(where: str, choices: Any) -> tuple[int | float | bool, ...]:
@@ -181,3 +181,18 @@ def resolve_may_alias(
                     )
         resolved.append(dataclasses.replace(p, may_alias=tuple(names)))
     return resolved
+
+
+def check_record(where: str, dtype: DType, role: str) -> None:
+    """A record dtype (``"xoroshiro128p"``) is for tensors the caller passes (``In``,
+    ``InMut``): the op cannot make one (``Out``), and a scalar cannot be one."""
+    if not dtype.is_record:
+        return
+    if role in ("in", "inmut"):
+        return
+    what = "an Out tensor (the op would have to create the states)" if role == "out" else "a scalar"
+    raise KernelDefinitionError(
+        f"{where}: {dtype.name} states cannot be {what}; declare them InMut({dtype.name!r}, (None,)) and pass "
+        f"pnex.xoroshiro128p_states(n, seed, device) (a (n, 2) uint64 tensor: the states Numba's "
+        f"create_xoroshiro128p_states makes)"
+    )
