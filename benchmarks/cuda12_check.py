@@ -4,6 +4,10 @@ proved without Colab.
 NVVM and nvJitLink from the CUDA 12 wheels compile a Numba-CUDA kernel to PTX and
 link it into a cubin for sm_75 (Colab's T4) and, on a GPU, for the GPU's own
 architecture; each cubin's ELF header must name its target (``pnex_magic/cubin.py``).
+A kernel that synchronises its grid (``cuda.cg.this_grid().sync()``) is linked by
+pnex's own ``pnex_magic/linking.py`` (loaded on its own) with the CUDA 12 device runtime,
+``libcudadevrt.a`` from ``nvidia-cuda-runtime-cu12`` (which the ``cu12`` extra brings), and
+on a GPU launched cooperatively.
 On a GPU the cubin is then loaded with ``cuModuleLoadData`` and launched through the
 driver API with ``CUDA_DISABLE_PTX_JIT=1``, so nothing can have been JIT-compiled
 from PTX (a control load of the PTX must fail), and its result is checked against
@@ -26,7 +30,7 @@ folders come before the image's site-packages).
     W="python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
        --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_12_x86_64"
     $W -d .cu12a numba-cuda==0.30.4 "cuda-bindings==12.9.*" cuda-core==1.2.2 cuda-pathfinder==1.9.0 \\
-       "nvidia-nvjitlink-cu12==12.9.*"                                                        # 54 MB
+       "nvidia-nvjitlink-cu12==12.9.*" "nvidia-cuda-runtime-cu12==12.9.*"                     # 58 MB
     $W -d .cu12b "nvidia-cuda-nvcc-cu12==12.9.*" "numpy==2.4.*"              # 39 MB NVVM, about 17 MB numpy
     # on the GPU machine (no network), two calls on the same (warm) machine, from the repository root:
     #   carry [".cu12a"]:
@@ -140,6 +144,82 @@ def compile_cubin(cc: tuple[int, int]) -> tuple[str, bytes, str]:
     return ptx, bytes(linker.link("cubin").code), entry
 
 
+def sequential_rows(M):
+    col = cuda.grid(1)  # noqa: F821 (bound by compile_grid_sync)
+    g = cuda.cg.this_grid()  # noqa: F821
+    for row in range(1, M.shape[0]):
+        M[row, col] = M[row - 1, M.shape[1] - col - 1] + 1
+        g.sync()
+
+
+def _pnex_linking():
+    """``pnex_magic/linking.py`` (and the ``errors`` module it imports) without the
+    package, whose ``__init__`` would import torch."""
+    import types
+
+    package = types.ModuleType("pnex_linking_only")
+    package.__path__ = [str(REPO / "pnex_magic")]
+    sys.modules["pnex_linking_only"] = package
+    spec = importlib.util.spec_from_file_location("pnex_linking_only.linking", REPO / "pnex_magic" / "linking.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_grid_sync(cc: tuple[int, int]) -> tuple[str, bytes, str, str]:
+    """(PTX, cubin, entry, the device runtime's path) of ``sequential_rows``: NVVM's PTX
+    linked by pnex's linking.py with the device runtime it picks for this nvJitLink."""
+    global cuda
+    from numba import cuda, int32
+
+    from numba.cuda import dispatcher
+
+    # Numba compiles cooperative groups' overloads for the current device, which needs a driver:
+    # the target stands in for it, as pnex_magic/compiler.py does.
+    current = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: type("Target", (), {"compute_capability": cc})()
+    try:
+        ptx, _ = cuda.compile(sequential_rows, (int32[:, ::1],), device=False, abi="numba", cc=cc, output="ptx")
+    finally:
+        dispatcher.get_current_device = current
+    linking = _pnex_linking()
+    if not linking.uses_grid_sync(ptx):
+        raise SystemExit("the grid-sync kernel's PTX calls no cudaCG* function")
+    _, where = linking.device_runtime()
+    cubin, _log = linking.link_cubin(ptx, f"sm_{cc[0]}{cc[1]}", None, "sequential_rows")
+    return ptx, cubin, linking.ptx_entry(ptx), where
+
+
+def run_grid_sync_on_gpu(cc: tuple[int, int]) -> dict[str, object]:
+    """Launch the CUDA 12 grid-sync cubin cooperatively (two blocks of 32 threads over a
+    64 x 64 int32 matrix) in the current context and check every row."""
+    import numpy as np
+    from cuda.bindings import driver
+
+    _ptx, cubin, entry, _where = compile_grid_sync(cc)
+    module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData(grid-sync cubin)")
+    fn = _check(driver.cuModuleGetFunction(module, entry.encode()), "cuModuleGetFunction")
+    n = 64
+    m = np.zeros((n, n), np.int32)
+    m[0] = np.random.default_rng().integers(-1000, 1000, n)
+    m[1:] = -(2**31)  # poisoned: every row must be written
+    buf = _check(driver.cuMemAlloc(m.nbytes), "cuMemAlloc")
+    _check(driver.cuMemcpyHtoD(buf, m.ctypes.data, m.nbytes), "copy M")
+    args = (0, 0, n * n, 4, int(buf), n, n, 4 * n, 4)
+    types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    _check(driver.cuLaunchCooperativeKernel(fn, 2, 1, 1, 32, 1, 1, 0, 0, (args, types)), "cuLaunchCooperativeKernel")
+    _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    out = np.empty_like(m)
+    _check(driver.cuMemcpyDtoH(out.ctypes.data, buf, m.nbytes), "copy M back")
+    driver.cuMemFree(buf)
+    expected = m.copy()
+    for row in range(1, n):
+        expected[row] = expected[row - 1][::-1] + 1
+    return {"rows_ok": bool(np.array_equal(out, expected))}
+
+
 def _check(result, what: str):
     from cuda.bindings import driver
 
@@ -216,9 +296,15 @@ def main(argv: list[str] | None = None) -> int:
     _ptx, cubin75, _entry = compile_cubin((7, 5))
     rows.append(("sm_75 cubin: ELF header says sm_75", f"{cubin_arch(cubin75)}, ELF ABI {cubin75[8]}",
                  cubin_arch(cubin75) == "sm_75"))
+    ptx_sync, cubin_sync, _entry, devrt = compile_grid_sync((7, 5))
+    rows.append(("sm_75 grid-sync cubin linked with the CUDA 12 device runtime",
+                 f"{cubin_arch(cubin_sync)}, {len(cubin_sync)} B, {devrt}",
+                 cubin_arch(cubin_sync) == "sm_75" and "cuda_runtime" in devrt))
     gpu = None
     if not opts.compile_only:
         gpu = run_on_gpu(compile_cubin)
+        grid_sync = run_grid_sync_on_gpu((int(gpu["cc"][3:-1]), int(gpu["cc"][-1])))
+        rows.append((f"{gpu['cc']} grid-sync cubin launched cooperatively", str(grid_sync), grid_sync["rows_ok"]))
         own = cubin_arch(gpu.pop("cubin"))
         rows.append((f"{gpu['cc']} cubin: ELF header says {gpu['cc']}", own, own == gpu["cc"]))
         rows.append(("PTX refused with CUDA_DISABLE_PTX_JIT=1", gpu["ptx_load_with_jit_off"],

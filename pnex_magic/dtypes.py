@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DType", "XOROSHIRO128P", "resolve_dtype", "supported_dtype_names"]
+__all__ = ["DType", "XOROSHIRO128P", "resolve_dtype", "supported_dtype_names", "record_dtype_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,13 @@ _ALIASES = _build_aliases()
 
 
 def supported_dtype_names() -> tuple[str, ...]:
-    return tuple(dt.name for dt in (*_DTYPES, *_RECORDS))
+    """The element dtypes (every one a torch dtype of its own)."""
+    return tuple(dt.name for dt in _DTYPES)
+
+
+def record_dtype_names() -> tuple[str, ...]:
+    """The record dtypes (a torch tensor of :attr:`DType.lanes` words per record)."""
+    return tuple(dt.name for dt in _RECORDS)
 
 
 def resolve_dtype(spelling: Any) -> DType | None:

@@ -260,6 +260,18 @@ def test_a_seed_is_a_one_element_array_in_the_compiled_kernel_and_in_saved_artif
     assert [p.role for p in read_op_entry(manifest["ops"][0], files, str(path)).spec.params] == ["out", "seed"]
 
 
+def test_the_report_shows_a_seed_parameter_and_record_states():
+    from pnex_magic.render.report import PnexReport
+
+    op = _draws(32, 1, "uniform")
+    html = PnexReport.from_kernel(pnex.build_report(op, args=()), op, "draws")._repr_mimebundle_()["text/html"]
+    assert "drawn per call from torch" in html
+    mc = _monte_carlo()
+    states = pnex.xoroshiro128p_states(16, seed=3)
+    text = str(pnex.build_report(mc, args=(torch.zeros(16), states, 1, 2)))
+    assert "Tensor[xoroshiro128p, (out.size(0),)]" in text
+
+
 # ---------------------------------------------------------------------------- Numba's xoroshiro128p states
 
 

@@ -215,7 +215,8 @@ class PnexReport:
         for p in spec.params:
             role = {"in": "argument", "inmut": "argument, written in place", "out": "returned",
                     "scalar": "argument", "unused": "dropped (passed None)",
-                    "tune": "a compile-time constant the autotuner chooses (not an argument)"}[p.role]
+                    "tune": "a compile-time constant the autotuner chooses (not an argument)",
+                    "seed": "pnex.random's seed, drawn per call from torch's generator (not an argument)"}[p.role]
             annotation = p.describe()
             if isinstance(p, ScalarParam):  # as the signature above spells it, with its dtype
                 annotation = p.dtype.python_type.__name__ + (f" = {p.default_text()}" if p.has_default else "")

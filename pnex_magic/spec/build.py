@@ -17,7 +17,7 @@ from typing import Any
 
 from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
-from ..dtypes import DType, resolve_dtype, supported_dtype_names
+from ..dtypes import DType, record_dtype_names, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, Size, parse_expression
 from .records import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
@@ -232,7 +232,8 @@ def _dtype(where: str, spelling: Any) -> DType:
     if dtype is None:
         raise KernelDefinitionError(
             f"{where}: unknown dtype {spelling!r}; expected one of {', '.join(supported_dtype_names())} "
-            f"(as torch.float32, 'float32', 'f32', numpy dtypes, float, int or bool)"
+            f"(as torch.float32, 'float32', 'f32', numpy dtypes, float, int or bool), or the record dtype "
+            f"{', '.join(record_dtype_names())} (Numba's generator states)"
         )
     return dtype
 
