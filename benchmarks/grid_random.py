@@ -52,31 +52,29 @@ def _kernels():
         if i < out.shape[0]:
             out[i] = pnex.random.uniform(seed, i)
 
-    @pnex.jit(n_threads="out.size(0)", threads_per_block=256)
-    def uniform1(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = pnex.random.uniform(seed, i)
+    def named(fn, name: str):  # an op's name follows its function's: one per draw function, not one per factory
+        fn.__name__ = fn.__qualname__ = name
+        return fn
 
-    @pnex.jit(n_threads="out.size(0) // 4", threads_per_block=256)
-    def uniform_by4(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
-        i = cuda.grid(1)
-        if 4 * i + 3 < out.shape[0]:
-            a, b, c, d = pnex.random.uniform4(seed, i)
-            out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3] = a, b, c, d
+    def one_per_thread(draw):
+        def fill1(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
+            i = cuda.grid(1)
+            if i < out.shape[0]:
+                out[i] = draw(seed, i)
 
-    @pnex.jit(n_threads="out.size(0)", threads_per_block=256)
-    def normal1(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = pnex.random.normal(seed, i)
+        return pnex.jit(n_threads="out.size(0)", threads_per_block=256)(named(fill1, f"{draw.__name__}_1"))
 
-    @pnex.jit(n_threads="out.size(0) // 4", threads_per_block=256)
-    def normal_by4(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
-        i = cuda.grid(1)
-        if 4 * i + 3 < out.shape[0]:
-            a, b, c, d = pnex.random.normal4(seed, i)
-            out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3] = a, b, c, d
+    def four_per_thread(draw4):
+        def fill4(n: int, out: pnex.Out("f32", ("n",)), seed: pnex.Seed):
+            i = cuda.grid(1)
+            if 4 * i + 3 < out.shape[0]:
+                a, b, c, d = draw4(seed, i)
+                out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3] = a, b, c, d
+
+        return pnex.jit(n_threads="out.size(0) // 4", threads_per_block=256)(named(fill4, f"{draw4.__name__}_by4"))
+
+    uniform1, uniform_by4 = one_per_thread(pnex.random.uniform), four_per_thread(pnex.random.uniform4)
+    normal1, normal_by4 = one_per_thread(pnex.random.normal), four_per_thread(pnex.random.normal4)
 
     @pnex.jit(n_threads="x.size(0)", threads_per_block=256)
     def plain(x: pnex.InMut("f32", (None,))):
@@ -91,7 +89,8 @@ def _kernels():
         if i < x.shape[0]:
             x[i] += 1.0
 
-    return locals()
+    return {"drawn": drawn, "passed": passed, "uniform1": uniform1, "uniform_by4": uniform_by4, "normal1": normal1,
+            "normal_by4": normal_by4, "plain": plain, "cooperative": cooperative}
 
 
 def _host_us(calls: dict, rounds: int, per_round: int = 2000) -> dict:

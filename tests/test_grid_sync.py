@@ -10,9 +10,11 @@ capture a cooperative launch in a CUDA graph."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,101 +29,67 @@ from pnex_magic.launch import cooperative, grid_simulator, native
 from toolchain import needs_nvvm
 
 
-def _sequential_rows(block=4, check=False):
-    """numba-cuda's doc example (test_cg.py): row r's element c is row r-1's element at
-    the mirrored column, plus one, so every row reads the other blocks' last writes."""
+def _rotate(block=4, check=False):
+    """Every element takes its right neighbour's value, ``steps`` times: each step reads what
+    another block's thread held before the grid sync and writes after the next one.  Threads
+    past the end return before the loop (every block keeps its thread 0)."""
 
-    @pnex.jit(n_threads="M.size(1)", threads_per_block=block, check=check)
-    def sequential_rows(M: pnex.InMut("i32", (None, None))):
-        col = cuda.grid(1)
+    @pnex.jit(n_threads="x.size(0) + extra", threads_per_block=block, check=check)
+    def rotate(x: pnex.InMut("i64", (None,)), steps: int, extra: int):
+        i = cuda.grid(1)
+        if i >= x.shape[0]:
+            return
         g = cuda.cg.this_grid()
-        rows = M.shape[0]
-        cols = M.shape[1]
-        for row in range(1, rows):
-            opposite = cols - col - 1
-            M[row, col] = M[row - 1, opposite] + 1
+        for _ in range(steps):
+            v = x[(i + 1) % x.shape[0]]
+            g.sync()
+            x[i] = v
             g.sync()
 
-    return sequential_rows
+    return rotate
 
 
-def _heat(block=8):
-    """The Laplace example's kernel (test_laplace.py): threads past the end return
-    before the loop; every block keeps its thread 0."""
+def _shifted(block=4):
+    """A grid-synchronising kernel that writes one element past the end."""
 
-    @pnex.jit(n_threads="buf_0.size(0)", threads_per_block=block)
-    def solve_heat_equation(buf_0: pnex.InMut("f64", (None,)), buf_1: pnex.InMut("f64", "buf_0"), timesteps: int,
-                            k: float):
+    @pnex.jit(n_threads="x.size(0)", threads_per_block=block, check=True)
+    def shifted(x: pnex.InMut("f32", (None,))):
         i = cuda.grid(1)
-        if i >= len(buf_0):
-            return
-        grid = cuda.cg.this_grid()
-        for step in range(timesteps):
-            if (step % 2) == 0:
-                data = buf_0
-                next_data = buf_1
-            else:
-                data = buf_1
-                next_data = buf_0
-            curr_temp = data[i]
-            if i == 0:
-                next_temp = curr_temp + k * (data[i + 1] - (2 * curr_temp))
-            elif i == len(data) - 1:
-                next_temp = curr_temp + k * (data[i - 1] - (2 * curr_temp))
-            else:
-                next_temp = curr_temp + k * (data[i - 1] - (2 * curr_temp) + data[i + 1])
-            next_data[i] = next_temp
-            grid.sync()
+        cuda.cg.this_grid().sync()
+        x[i + 1] = 1.0
 
-    return solve_heat_equation
+    return shifted
 
 
-def _heat_reference(data: np.ndarray, steps: int, k: float) -> np.ndarray:
-    a, b = data.astype(np.float64).copy(), np.zeros_like(data, dtype=np.float64)
-    for step in range(steps):
-        src, dst = (a, b) if step % 2 == 0 else (b, a)
-        left = np.concatenate([[0.0], src[:-1]])
-        right = np.concatenate([src[1:], [0.0]])
-        dst[:] = src + k * (left - 2 * src + right)
-    return b if steps % 2 else a
-
-
-def _mirror_reference(n: int) -> np.ndarray:
-    return np.tile(np.arange(n, dtype=np.int32), (n, 1)).T
+def _docs_cg():
+    """numba-cuda's doc example (test_cg.py), as ported in examples/numba_docs/cg.py."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "numba_docs" / "cg.py"
+    spec = importlib.util.spec_from_file_location("pnex_numba_docs_cg_port", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ---------------------------------------------------------------------------- the simulator
 
 
-def test_the_simulator_syncs_the_whole_grid():
-    op = _sequential_rows(block=4)
-    a = torch.full((16, 16), -7, dtype=torch.int32)
-    a[0] = 0
-    op(a)
-    np.testing.assert_array_equal(a.numpy(), _mirror_reference(16))
+def test_the_simulator_syncs_the_whole_grid_and_returned_threads_do_not_block_it():
+    op = _rotate(block=4)
+    x = torch.randint(-1000, 1000, (14,))  # 4 blocks of 4: the last block's 2 extra threads return at once
+    expected = torch.roll(x, -5)
+    op(x, 5, 2)
+    assert torch.equal(x, expected)
 
 
 def test_numbas_own_simulator_would_not_which_is_why_pnex_runs_every_block_at_once():
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    op = _sequential_rows(block=4)
-    a = np.zeros((16, 16), np.int32)
-    FakeCUDAKernel(op.definition.simulated_function(), device=False)[4, 4](FakeCUDAArray(a))
-    assert not np.array_equal(a, _mirror_reference(16))  # blocks one by one: the mirror reads stale rows
+    op = _rotate(block=4)
+    x = np.arange(16, dtype=np.int64)
+    FakeCUDAKernel(op.definition.simulated_function(), device=False)[4, 4](FakeCUDAArray(x), 3, 0)
+    assert not np.array_equal(x, np.roll(np.arange(16), -3))  # blocks one by one: stale neighbours
     assert grid_simulator.uses_grid_sync(op.definition.simulated_function())
-
-
-def test_threads_that_return_early_do_not_block_the_sync():
-    rng = np.random.default_rng(1)
-    n, steps, k = 37, 40, 0.25  # 5 blocks of 8: the last block's threads past 37 return at once
-    data = rng.random(n) * 100
-    op = _heat(block=8)
-    a, b = torch.tensor(data), torch.full((n,), float("nan"), dtype=torch.float64)
-    op(a, b, steps, k)
-    expected = _heat_reference(data, steps, k)
-    got = (a if steps % 2 == 0 else b).numpy()
-    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_shared_memory_is_per_block_while_every_block_runs():
@@ -195,10 +163,10 @@ def test_threads_of_a_block_at_different_barriers_is_an_error_not_a_hang():
 
 
 def test_too_many_threads_for_the_simulator_is_a_clear_error():
-    op = _sequential_rows(block=64)
+    op = _rotate(block=64)
     n = grid_simulator.MAX_THREADS + 64
     with pytest.raises(KernelLaunchError, match=rf"this launch has {n} .*more than the {grid_simulator.MAX_THREADS}"):
-        op(torch.zeros((2, n), dtype=torch.int32))
+        op(torch.zeros(n, dtype=torch.int64), 1, 0)
 
 
 def test_an_exception_in_one_thread_is_reported_with_its_line():
@@ -213,19 +181,12 @@ def test_an_exception_in_one_thread_is_reported_with_its_line():
 
 
 def test_the_checked_variant_syncs_the_grid_and_names_an_access_out_of_bounds():
-    op = _sequential_rows(block=4, check=True)
-    a = torch.zeros((8, 8), dtype=torch.int32)
-    op(a)
-    np.testing.assert_array_equal(a.numpy(), _mirror_reference(8))
-
-    @pnex.jit(n_threads="x.size(0)", threads_per_block=4, check=True)
-    def shifted(x: pnex.InMut("f32", (None,))):
-        i = cuda.grid(1)
-        cuda.cg.this_grid().sync()
-        x[i + 1] = 1.0
-
+    op = _rotate(block=4, check=True)
+    x = torch.arange(8)
+    op(x, 3, 0)
+    assert torch.equal(x, torch.roll(torch.arange(8), -3))
     with pytest.raises(KernelIndexError, match=r"index 8 is out of bounds for axis 0 of parameter 'x'"):
-        shifted(torch.zeros(8))
+        _shifted(block=4)(torch.zeros(8))
 
 
 def test_which_simulated_kernels_sync_the_grid():
@@ -254,7 +215,7 @@ def test_which_simulated_kernels_sync_the_grid():
 
 @needs_nvvm
 def test_a_grid_sync_kernel_links_the_device_runtime_and_is_cooperative(fresh_cache):
-    op = _sequential_rows()
+    op = _rotate()
     compiled = op.definition.compiled()
     assert compiled.cubin is not None and compiled.cooperative and op.definition.cooperative
     assert linking.uses_grid_sync(compiled.ptx) and not linking.has_external_calls(compiled.ptx)
@@ -263,13 +224,13 @@ def test_a_grid_sync_kernel_links_the_device_runtime_and_is_cooperative(fresh_ca
     meta = [json.loads(p.read_text()) for p in fresh_cache.rglob("meta.json")]
     assert meta and all(m["cooperative"] for m in meta)
     # A new definition of the same kernel is a cache hit that still says so.
-    again = _sequential_rows().definition.compiled()
+    again = _rotate().definition.compiled()
     assert again.cache_hit and again.cooperative
-    plain = _heat_free_kernel().definition
+    plain = _plain_copy().definition
     assert not plain.compiled().cooperative and not plain.cooperative
 
 
-def _heat_free_kernel():
+def _plain_copy():
     @pnex.jit(n_threads="x.size(0)")
     def plain_copy(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
         i = cuda.grid(1)
@@ -281,14 +242,14 @@ def _heat_free_kernel():
 
 @needs_nvvm
 def test_the_launchers_are_told_to_launch_it_cooperatively():
-    assert native.launcher_spec(_sequential_rows().definition)["cooperative"] is True
-    assert native.launcher_spec(_heat_free_kernel().definition)["cooperative"] is False
+    assert native.launcher_spec(_rotate().definition)["cooperative"] is True
+    assert native.launcher_spec(_plain_copy().definition)["cooperative"] is False
 
 
 @needs_nvvm
 def test_a_saved_artifact_keeps_the_flag_and_links_every_architecture(tmp_path):
-    op = _sequential_rows()
-    path = pnex.save(op, tmp_path / "rows.pnex", archs=("sm_75", "sm_90"))
+    op = _rotate()
+    path = pnex.save(op, tmp_path / "rotate.pnex", archs=("sm_75", "sm_90"))
     with zipfile.ZipFile(path) as z:
         manifest = json.loads(z.read("manifest.json"))
         assert manifest["ops"][0]["cooperative"] is True
@@ -368,49 +329,40 @@ def test_autotune_skips_candidates_whose_grid_cannot_be_resident():
 
 @pytest.mark.gpu
 def test_cooperative_launch_on_the_gpu_matches_the_reference(gpu_cache, launcher):
-    op = _sequential_rows(block=32)  # the docs' launch: 32 blocks of one warp
-    a = torch.full((1024, 1024), -1, dtype=torch.int32, device="cuda")
-    a[0] = 0
-    op(a)
-    np.testing.assert_array_equal(a.cpu().numpy(), _mirror_reference(1024))
-    data = np.random.default_rng(3).random(1001) * 100
-    x, y = torch.tensor(data, device="cuda"), torch.zeros(1001, dtype=torch.float64, device="cuda")
-    _heat(block=128)(x, y, 1000, 0.25)
-    np.testing.assert_allclose(x.cpu().numpy(), _heat_reference(data, 1000, 0.25), rtol=1e-9, atol=1e-9)
+    cg = _docs_cg()  # the docs' launch: 32 blocks of one warp over 1024 x 1024
+    results, references = cg.run("cuda", 26)
+    assert torch.equal(results["M"].cpu().long(), references["M"])
+    x = torch.randint(-(2**40), 2**40, (100_003,), device="cuda")
+    expected = torch.roll(x, -7)
+    _rotate(block=128)(x, 7, 61)
+    assert torch.equal(x, expected)
 
 
 @pytest.mark.gpu
 def test_a_grid_that_cannot_be_resident_is_refused_and_the_context_survives(gpu_cache, launcher):
-    op = _sequential_rows(block=1024)
+    op = _rotate(block=1024)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cols = 1024 * (2 * sms + 1)  # at most 2 blocks of 1024 threads per SM on any GPU pnex supports
+    n = 1024 * (2 * sms + 1)  # at most 2 blocks of 1024 threads per SM on any GPU pnex supports
     with pytest.raises(KernelLaunchError, match=r"synchronises its grid.*blocks of 1024 threads.*per SM x "
                                                 rf"{sms} SMs.*grid-stride loop"):
-        op(torch.zeros((2, cols), dtype=torch.int32, device="cuda"))
-    a = torch.zeros((64, 64), dtype=torch.int32, device="cuda")
-    _sequential_rows(block=32)(a)
-    np.testing.assert_array_equal(a.cpu().numpy(), _mirror_reference(64))
+        op(torch.zeros(n, dtype=torch.int64, device="cuda"), 1, 0)
+    x = torch.arange(64, device="cuda")
+    _rotate(block=32)(x, 1, 0)
+    assert torch.equal(x.cpu(), torch.roll(torch.arange(64), -1))
 
 
 @pytest.mark.gpu
 def test_a_cooperative_launch_is_captured_in_a_cuda_graph(gpu_cache, launcher):
-    @pnex.jit(n_threads="x.size(0)", threads_per_block=64)
-    def shift_left(x: pnex.InMut("i64", (None,))):
-        i = cuda.grid(1)
-        g = cuda.cg.this_grid()
-        v = x[(i + 1) % x.shape[0]]
-        g.sync()
-        x[i] = v
-
+    op = _rotate(block=64)
     x = torch.arange(4096, device="cuda")
-    shift_left(x)  # loads the code outside the capture
+    op(x, 1, 0)  # loads the code outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        shift_left(x)
+        op(x, 1, 0)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(x.cpu(), torch.roll(torch.arange(4096), -5))
+    assert torch.equal(x.cpu(), torch.roll(torch.arange(4096), -4))
 
 
 @pytest.mark.gpu
@@ -435,19 +387,41 @@ def test_autotune_keeps_a_candidate_whose_grid_is_resident(gpu_cache, launcher):
 
 @pytest.mark.gpu
 def test_a_checked_cooperative_launch_finds_an_access_out_of_bounds(gpu_cache, launcher):
-    op = _sequential_rows(block=32, check=True)
-    a = torch.zeros((128, 128), dtype=torch.int32, device="cuda")
-    op(a)
-    np.testing.assert_array_equal(a.cpu().numpy(), _mirror_reference(128))
-
-    @pnex.jit(n_threads="x.size(0)", threads_per_block=32, check=True)
-    def shifted(x: pnex.InMut("f32", (None,))):
-        i = cuda.grid(1)
-        cuda.cg.this_grid().sync()
-        x[i + 1] = 1.0
-
+    op = _rotate(block=32, check=True)
+    x = torch.arange(1000, device="cuda")
+    op(x, 9, 24)
+    assert torch.equal(x.cpu(), torch.roll(torch.arange(1000), -9))
     with pytest.raises(KernelIndexError, match=r"index 64 is out of bounds"):
-        shifted(torch.zeros(64, device="cuda"))
+        _shifted(block=32)(torch.zeros(64, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("without_cubin", [False, True])
+def test_a_loaded_artifact_launches_cooperatively_in_a_fresh_process(gpu_cache, launcher, pnex_env, tmp_path,
+                                                                    without_cubin):
+    """With its cubin, and without one for this GPU (its PTX linked by nvJitLink with the
+    device runtime at load), in a process that cannot import Numba or NVVM."""
+    from blocked_imports import run_blocked
+
+    native.load_launcher()
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    archs = ("sm_75",) if without_cubin and arch != "sm_75" else (arch,)
+    path = pnex.save(_rotate(block=32), tmp_path / "rotate.pnex", archs=archs)
+    result = run_blocked(
+        f"""
+        import torch
+        import pnex_magic as pnex
+        op = pnex.load({str(path)!r})
+        assert op.definition.cooperative
+        x = torch.arange(4000, device="cuda")
+        op(x, 11, 0)
+        assert torch.equal(x.cpu(), torch.roll(torch.arange(4000), -11))
+        print("OK")
+        """,
+        {**pnex_env, "PNEX_LAUNCHER": launcher},
+        block_nvjitlink=False,
+    )
+    assert "OK" in result.stdout, result.stderr[-3000:]
 
 
 @pytest.mark.gpu
@@ -455,9 +429,12 @@ def test_jax_launches_it_cooperatively(gpu_cache):
     jax = pytest.importorskip("jax")
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX has no GPU here (pip install 'jax[cuda13]')")
-    op = _sequential_rows(block=32)
-    f = pnex.jax_op(op)
-    a = np.zeros((256, 256), np.int32)
-    result = jax.jit(f)(jax.numpy.asarray(a))
+    f = pnex.jax_op(_rotate(block=32))
+    x = np.arange(3000, dtype=np.int32)  # int64 only with jax_enable_x64: rotate takes int64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        result = jax.jit(f, static_argnums=(1, 2))(jax.numpy.asarray(x, dtype=jax.numpy.int64), 5, 0)
+    finally:
+        jax.config.update("jax_enable_x64", False)
     result = result[0] if isinstance(result, (tuple, list)) else result
-    np.testing.assert_array_equal(np.asarray(result), _mirror_reference(256))
+    np.testing.assert_array_equal(np.asarray(result), np.roll(x, -5))

@@ -120,14 +120,14 @@ def _draws(n_threads: int, per_thread: int, which: str):
     draw = functions[which]
     dtype = "f64" if which.endswith("f64") else "f32"
 
-    @pnex.jit(n_threads="out.size(1)", threads_per_block=32)
     def draws(out: pnex.Out(dtype, (per_thread, n_threads)), seed: pnex.Seed):
         i = cuda.grid(1)
         if i < out.shape[1]:
             for k in range(out.shape[0]):
                 out[k, i] = draw(seed, i + k * out.shape[1])
 
-    return draws
+    draws.__qualname__ = f"draws_{which}"  # an op per kind (an op's name follows where it was defined)
+    return pnex.jit(n_threads="out.size(1)", threads_per_block=32)(draws)
 
 
 def test_a_seed_parameter_draws_from_torchs_generator_once_per_call():
@@ -266,35 +266,33 @@ def test_the_report_shows_a_seed_parameter_and_record_states():
     op = _draws(32, 1, "uniform")
     html = PnexReport.from_kernel(pnex.build_report(op, args=()), op, "draws")._repr_mimebundle_()["text/html"]
     assert "drawn per call from torch" in html
-    mc = _monte_carlo()
     states = pnex.xoroshiro128p_states(16, seed=3)
-    text = str(pnex.build_report(mc, args=(torch.zeros(16), states, 1, 2)))
-    assert "Tensor[xoroshiro128p, (out.size(0),)]" in text
+    text = str(pnex.build_report(_two_draws(), args=(states,)))
+    assert "Tensor[xoroshiro128p, (None,)]" in text
 
 
 # ---------------------------------------------------------------------------- Numba's xoroshiro128p states
 
 
-def _monte_carlo():
-    import numba
-    from numba.cuda.random import xoroshiro128p_uniform_float32
+def _two_draws():
+    """Two draws per state: Numba's float64 uniform, then its float32 one."""
+    from numba.cuda.random import xoroshiro128p_uniform_float32, xoroshiro128p_uniform_float64
 
-    @numba.jit
-    def func(x):
-        return 1.0 / x
+    @pnex.jit(n_threads="rng_states.size(0)", threads_per_block=16)
+    def two_draws(rng_states: pnex.InMut("xoroshiro128p", (None,)), out: pnex.Out("f64", ("rng_states.size(0)", 2))):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i, 0] = xoroshiro128p_uniform_float64(rng_states, i)
+            out[i, 1] = xoroshiro128p_uniform_float32(rng_states, i)
 
-    @pnex.jit(n_threads="out.size(0)", threads_per_block=16)
-    def mc_integrator_kernel(out: pnex.InMut("f32", (None,)), rng_states: pnex.InMut("xoroshiro128p", "out"),
-                             lower_lim: float, upper_lim: float):
-        size = len(out)
-        gid = cuda.grid(1)
-        if gid < size:
-            samp = xoroshiro128p_uniform_float32(rng_states, gid)
-            samp = samp * (upper_lim - lower_lim) + lower_lim
-            y = func(samp)
-            out[gid] = y
+    return two_draws
 
-    return mc_integrator_kernel
+
+def _two_draws_reference(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    first, states = _advanced(_numba_states(n, seed).view(np.uint64).reshape(n, 2))
+    second, states = _advanced(states)
+    unit = lambda r: (r >> np.uint64(11)).astype(np.float64) * 2.0**-53  # noqa: E731
+    return np.stack([unit(first), unit(second).astype(np.float32).astype(np.float64)], 1), states
 
 
 def _numba_states(n: int, seed: int) -> np.ndarray:
@@ -306,9 +304,9 @@ def _numba_states(n: int, seed: int) -> np.ndarray:
 
 
 def _advanced(states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Numba's xoroshiro128+ step on every state (NumPy, vectorised): the uint64 each
-    returns and the states after it."""
-    s = states.view(np.uint64).reshape(-1, 2).copy()
+    """Numba's xoroshiro128+ step on every state ((n, 2) uint64 words; NumPy, vectorised):
+    the uint64 each returns and the states after it."""
+    s = states.copy()
     s0, s1 = s[:, 0].copy(), s[:, 1].copy()
     with np.errstate(over="ignore"):
         result = s0 + s1
@@ -328,25 +326,22 @@ def test_xoroshiro128p_states_are_numbas_streams():
 def test_numbas_generators_run_on_the_states_and_advance_them_as_numba_does():
     n = 48
     states = pnex.xoroshiro128p_states(n, seed=7)
-    out = torch.full((n,), float("nan"))
-    _monte_carlo()(out, states, 1.0, 2.0)
-    result, after = _advanced(_numba_states(n, 7))
-    samples = ((result >> np.uint64(11)).astype(np.float64) * 2.0**-53).astype(np.float32)
-    np.testing.assert_allclose(out.numpy(), 1.0 / (samples * np.float32(1.0) + np.float32(1.0)), rtol=1e-6)
+    out = _two_draws()(states)
+    expected, after = _two_draws_reference(n, 7)
+    np.testing.assert_array_equal(out.numpy(), expected)
     np.testing.assert_array_equal(states.numpy(), after)
 
 
 def test_states_the_kernel_cannot_read_are_refused_clearly():
-    op = _monte_carlo()
-    out = torch.zeros(8)
+    op = _two_draws()
     states = pnex.xoroshiro128p_states(8, seed=1)
     for bad in (states[:, :1].contiguous(), states.t().contiguous().t(), states.view(torch.int64).reshape(16)):
         with pytest.raises((ArgumentShapeError, ArgumentTypeError), match=r"rng_states"):
-            op(out, bad, 1.0, 2.0)
+            op(bad)
     with pytest.raises(ArgumentShapeError, match=r"holds xoroshiro128p states .*a \(n, 2\) torch.uint64 tensor"):
-        op(out, states[:, :1].contiguous(), 1.0, 2.0)
+        op(states[:, :1].contiguous())
     with pytest.raises(ArgumentTypeError, match=r"pnex.xoroshiro128p_states\(n, seed, device\)"):
-        op(out, states.numpy(), 1.0, 2.0)
+        op(states.numpy())
 
 
 def test_record_states_cannot_be_an_output_or_a_scalar():
@@ -373,10 +368,10 @@ def test_a_uint64_view_of_the_states_gets_a_typing_error_that_names_the_recipe()
 
 
 def test_the_launchers_see_records_of_16_bytes_without_the_words_axis():
-    entry = describe_launch(_monte_carlo().spec)["params"][1]
+    entry = describe_launch(_two_draws().spec)["params"][0]
     assert (entry["dtype"], entry["itemsize"], entry["ndim"], entry["lanes"]) == ("uint64", 16, 1, 2)
     assert "pnex.xoroshiro128p_states" in entry["record_message"]
-    assert "lanes" not in describe_launch(_monte_carlo().spec)["params"][0]  # other parameters' entries as before
+    assert "lanes" not in describe_launch(_two_draws().spec)["params"][1]  # other parameters' entries as before
 
 
 # ---------------------------------------------------------------------------- on a GPU
@@ -473,9 +468,7 @@ def test_torch_compile_reduce_overhead_draws_per_call(gpu_cache):
 def test_xoroshiro128p_states_on_the_gpu_advance_as_numbas(gpu_cache, launcher):
     n = 1 << 16
     states = pnex.xoroshiro128p_states(n, seed=42, device="cuda")
-    out = torch.zeros(n, device="cuda")
-    _monte_carlo()(out, states, 1.0, 2.0)
-    result, after = _advanced(_numba_states(n, 42))
+    out = _two_draws()(states)
+    expected, after = _two_draws_reference(n, 42)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
     np.testing.assert_array_equal(states.cpu().numpy(), after)
-    samples = ((result >> np.uint64(11)).astype(np.float64) * 2.0**-53).astype(np.float32)
-    np.testing.assert_allclose(out.cpu().numpy(), 1.0 / (samples + np.float32(1.0)), rtol=1e-6)

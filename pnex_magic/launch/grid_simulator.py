@@ -129,25 +129,23 @@ def _thread_class() -> type:
             finally:
                 self.manager.changed()
 
-        def syncthreads(self):
+        def _wait(self, barrier: str, flag: str, event: threading.Event) -> None:
+            """Say this thread waits at ``barrier`` (setting ``flag``), then wait until the
+            manager releases it (or aborts the grid)."""
             if self.abort:
-                raise RuntimeError("abort flag set on syncthreads call")
-            self.syncthreads_blocked = True
+                raise RuntimeError(f"abort flag set on {barrier}")
+            setattr(self, flag, True)
             self.manager.changed()
-            self.syncthreads_event.wait()
-            self.syncthreads_event.clear()
+            event.wait()
+            event.clear()
             if self.abort:
-                raise RuntimeError("abort flag set on syncthreads clear")
+                raise RuntimeError(f"abort flag set on {barrier}")
+
+        def syncthreads(self):
+            self._wait("syncthreads", "syncthreads_blocked", self.syncthreads_event)
 
         def grid_sync(self):
-            if self.abort:
-                raise RuntimeError("abort flag set on grid sync")
-            self.grid_blocked = True
-            self.manager.changed()
-            self.grid_event.wait()
-            self.grid_event.clear()
-            if self.abort:
-                raise RuntimeError("abort flag set on grid sync")
+            self._wait("grid sync", "grid_blocked", self.grid_event)
 
     return GridThread
 
