@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -89,12 +90,13 @@ def test_without_a_cubin_the_launch_fails_instead_of_handing_over_ptx(monkeypatc
 
 @pytest.mark.slow
 def test_cuda12_wheels_make_an_sm75_cubin(pip_target):
-    """numba-cuda[cu12]'s NVVM and nvJitLink, in a folder on PYTHONPATH beside this
-    environment's CUDA 13 ones (as on the GPU machine): benchmarks/cuda12_check.py."""
+    """numba-cuda[cu12]'s NVVM, nvJitLink and CUDA runtime (its device runtime library, for
+    grid syncs), in a folder on PYTHONPATH beside this environment's CUDA 13 ones (as on the
+    GPU machine): benchmarks/cuda12_check.py."""
     overlay = pip_target(
         "pnex-cu12", f"numba-cuda=={metadata.version('numba-cuda')}", "cuda-bindings==12.9.*",
         f"cuda-core=={metadata.version('cuda-core')}", f"cuda-pathfinder=={metadata.version('cuda-pathfinder')}",
-        "nvidia-cuda-nvcc-cu12==12.9.*", "nvidia-nvjitlink-cu12==12.9.*",
+        "nvidia-cuda-nvcc-cu12==12.9.*", "nvidia-nvjitlink-cu12==12.9.*", "nvidia-cuda-runtime-cu12==12.9.*",
     )
     env = dict(os.environ, PYTHONPATH=str(overlay))
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda12_check.py"), "--compile-only",
@@ -103,4 +105,6 @@ def test_cuda12_wheels_make_an_sm75_cubin(pip_target):
     assert f"libnvJitLink   {overlay}/nvidia/nvjitlink/lib/libnvJitLink.so.12" in done.stdout
     assert f"libnvvm        {overlay}/nvidia/cuda_nvcc/nvvm/lib64/libnvvm.so" in done.stdout
     assert "nvJitLink      12." in done.stdout
-    assert "sm_75 cubin: ELF header says sm_75  yes   sm_75, ELF ABI 7" in done.stdout
+    assert re.search(r"sm_75 cubin: ELF header says sm_75 +yes +sm_75, ELF ABI 7", done.stdout)
+    assert re.search(rf"sm_75 grid-sync cubin linked with the CUDA 12 device runtime +yes +sm_75, \d+ B, "
+                     rf"{re.escape(str(overlay))}/nvidia/cuda_runtime/lib/libcudadevrt.a", done.stdout)
