@@ -87,11 +87,12 @@ def checked_kernel(fn: Callable, spec: Any = None, hidden: Sequence[str] = ()) -
     source = kernel_source(fn)
     fdef = source.fdef
     _check_signature(fn, fdef)
-    params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args} | set(hidden)
+    params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args}
     blocks = spec.block_candidates if spec is not None else None
-    namespace = {k: v for k, v in namespace_of(fn).items() if k not in params}  # hidden arguments are parameters
+    namespace = {k: v for k, v in namespace_of(fn).items() if k not in hidden}  # arguments now: nothing is known
     ranges = IndexRanges(fdef, namespace, blocks, tensor_dims(spec) if spec is not None else None)
-    rewriter = Rewriter(dict(source.lines), params, array_roles(fdef), ranges)
+    roles = {**array_roles(fdef), **{name: "global device array" for name in hidden}}
+    rewriter = Rewriter(dict(source.lines), params, roles, ranges)
     fdef.body = rewriter.visit_block(fdef.body)
     # Same name and parameters, no decorators, annotations or defaults (the launch
     # passes every argument), plus the error record, then the hidden arguments.

@@ -162,6 +162,14 @@ def build_spec(
             dtype = _dtype(where, ann.dtype)
         elif resolve_dtype(ann) is not None:
             dtype = resolve_dtype(ann)
+        elif type(ann).__name__ == "CPointer" and type(ann).__module__.startswith("numba"):
+            pointee = resolve_dtype(getattr(ann, "dtype", None))
+            spelled = f"'{pointee.short}'" if pointee is not None else "dtype"
+            raise KernelDefinitionError(
+                f"{where}: {ann} is a raw pointer (CPointer), which a PyTorch op cannot take: pnex passes tensors. "
+                f"Annotate it InMut({spelled}, (None,)) (or In(...) if the kernel only reads it) and pass the tensor "
+                f"itself; the body indexes it the same way (x[i])"
+            )
         else:
             raise KernelDefinitionError(
                 f"{where}: {ann!r} is not a pnex annotation; expected In(dtype, shape), InMut(dtype, shape), "
