@@ -115,6 +115,11 @@ def _is_dispatcher(value: Any) -> bool:
     return type(value).__module__.startswith("numba") and getattr(value, "py_func", None) is not None
 
 
+def _is_library_function(fn: Any) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in _LIBRARIES
+
+
 def is_foreign_function(value: Any) -> bool:
     """A CUDA C++ function declared with ``cuda.declare_device``."""
     return type(value).__name__ == "ExternFunction" and type(value).__module__.startswith("numba")
@@ -128,12 +133,18 @@ class DeviceFunction:
     """A ``@cuda.jit(device=True)`` (or ``numba.jit``) function a kernel calls, frozen:
     its Python function's copy and the options of its dispatcher."""
 
-    __slots__ = ("function", "options", "cuda")
+    __slots__ = ("function", "options", "original")
 
-    def __init__(self, function: types.FunctionType, options: dict[str, Any], cuda: bool):
+    def __init__(self, function: types.FunctionType, options: dict[str, Any], original: Any):
         self.function = function
         self.options = options  #: the CUDA dispatcher's options ({} for numba.jit)
-        self.cuda = cuda  #: a CUDA dispatcher (else numba.jit, compiled as a device function)
+        self.original = original  #: the dispatcher it was frozen from
+
+    @property
+    def library(self) -> bool:
+        """Whether it is a library's (``numba.cuda.random``'s, say), whose globals do not
+        change: compiled through its own dispatcher, which keeps what it compiled."""
+        return _is_library_function(self.original.py_func)
 
     def __repr__(self) -> str:
         return f"<pnex frozen device function {self.function.__qualname__}>"
@@ -313,8 +324,7 @@ class _Freezer:
         found = self.devices.get(id(dispatcher))
         if found is not None:
             return found
-        is_cuda = type(dispatcher).__module__.startswith("numba.cuda")
-        frozen = DeviceFunction(None, device_options(dispatcher), is_cuda)  # type: ignore[arg-type] # filled below: it may call itself
+        frozen = DeviceFunction(None, device_options(dispatcher), dispatcher)  # type: ignore[arg-type] # filled below
         self.devices[id(dispatcher)] = frozen
         frozen.function = self.function(dispatcher.py_func)
         return frozen
@@ -388,10 +398,12 @@ class _Deriver:
             found = self.memo.get(id(value))
             if found is None:
                 new, fresh = self.copy(value.function)
-                found = self.memo[id(value)] = self.convert(DeviceFunction(new, value.options, value.cuda), in_closure)
+                found = self.memo[id(value)] = self.convert(DeviceFunction(new, value.options, value.original), in_closure)
                 if fresh:
                     self.fill(value.function, new)
             return found
+        if isinstance(value, tuple):
+            return tuple(self.value(item, in_closure) for item in value)
         if isinstance(value, FrozenModule):
             found = self.memo.get(id(value))
             if found is None:
@@ -406,11 +418,14 @@ class _Deriver:
 def compilable(fn: types.FunctionType) -> types.FunctionType:
     """``fn`` (a frozen kernel, possibly rewritten) as Numba compiles it: each
     :class:`DeviceFunction` a new ``@cuda.jit(device=True)`` dispatcher of its frozen
-    function with its options, pnex's lazy ``cuda`` the module.  Imports Numba."""
+    function with its options (a library's: its own dispatcher), pnex's lazy ``cuda``
+    the module.  Imports Numba."""
     from numba import cuda
 
     def convert(value: Any, in_closure: bool) -> Any:
         if isinstance(value, DeviceFunction):
+            if value.library:
+                return value.original
             return cuda.jit(device=True, **value.options)(value.function)
         return resolve_lazy_cuda(value)
 
