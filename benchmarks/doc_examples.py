@@ -22,8 +22,6 @@ benchmarks/results/doc-examples-<date>.json (doc-examples-cpu-<date>.json for
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import os
 import sys
 import time
@@ -50,43 +48,15 @@ import torch  # noqa: E402
 
 from bench_common import device_seconds, result_header, versions, write_result  # noqa: E402
 
-
-def ports(only: list[str] | None) -> list[str]:
-    names = sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
-    return [n for n in names if not only or n in only]
-
-
-def load(name: str):
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    spec = importlib.util.spec_from_file_location(f"pnex_numba_docs_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.contextmanager
-def poisoned_outputs():
-    """Tensors PyTorch allocates uninitialised (the ops' outputs) filled with NaN first."""
-    import torch.utils.deterministic as deterministic
-
-    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        deterministic.fill_uninitialized_memory = fill
-        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+sys.path.insert(0, str(EXAMPLES))
+from _harness import compare, load, missing_requirements, poisoned_outputs, ports  # noqa: E402
 
 
 def check(module, device: str, seed: int) -> dict:
     """Run the port once; what happened."""
     row: dict = {"port": module.__name__.removeprefix("pnex_numba_docs_"), "title": module.TITLE,
                  "source": module.SOURCE, "gpu_only": module.GPU_ONLY, "tolerance": module.TOLERANCE}
-    missing = [r for r in getattr(module, "REQUIRES", ()) if importlib.util.find_spec(r) is None]
+    missing = missing_requirements(module)
     if missing:
         return {**row, "works": False, "outcome": f"skipped: needs {', '.join(missing)}"}
     start = time.perf_counter()
@@ -101,22 +71,13 @@ def check(module, device: str, seed: int) -> dict:
             getattr(module, "FOREIGN", "?") in str(exc) and "runs on a GPU only" in str(exc))
         return {**row, "works": refused, "outcome": ("refused, as expected on CPU: " if refused else "failed: ") + text,
                 "seconds": time.perf_counter() - start}
-    worst, within = 0.0, results.keys() == references.keys()
-    for key, reference in references.items():
-        got = results.get(key)
-        if got is None or got.shape != reference.shape:
-            within = False
-            continue
-        got, want = got.detach().cpu().double(), reference.detach().cpu().double()
-        error = (got - want).abs()
-        error = torch.where(torch.isnan(error), torch.tensor(float("inf"), dtype=error.dtype), error)
-        worst = max(worst, float(error.max()) if error.numel() else 0.0)
-        within = within and bool(torch.isclose(got, want, **module.TOLERANCE).all())
+    worst, problems = compare(module, results, references)
+    within = not problems
     outcome = "correct" if within else "WRONG RESULT"
     if device == "cpu" and module.GPU_ONLY:
         within, outcome = False, "ran on CPU, but a CUDA C++ port must be refused there"
-    return {**row, "works": within, "outcome": outcome, "max_abs_error": worst, "keys": sorted(references),
-            "seconds": time.perf_counter() - start}
+    return {**row, "works": within, "outcome": outcome, "max_abs_error": worst, "problems": problems,
+            "keys": sorted(references), "seconds": time.perf_counter() - start}
 
 
 def timings(module, repeats: int) -> dict:
@@ -136,7 +97,7 @@ def main() -> None:
         raise SystemExit("no GPU here: run with --device cpu for the simulator's column")
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     rows = []
-    for name in ports(args.only):
+    for name in [n for n in ports() if not args.only or n in args.only]:
         module = load(name)
         row = check(module, args.device, seed)
         if args.device == "cuda" and row["works"]:

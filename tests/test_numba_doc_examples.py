@@ -22,8 +22,6 @@ The GPU tests of issue 26's cases 1 to 3 are here too.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import importlib.util
 import os
 import subprocess
@@ -39,59 +37,25 @@ import pnex_magic as pnex
 from pnex_magic.errors import KernelDefinitionError, KernelLaunchError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "numba_docs"
-NAMES = sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
+sys.path.insert(0, str(EXAMPLES))
+from _harness import compare, load, missing_requirements, poisoned_outputs, ports  # noqa: E402
 
-
-def load(name: str):
-    """The port ``name`` as a module (its folder on ``sys.path`` for its helpers)."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    module_name = f"pnex_numba_docs_{name}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+NAMES = ports()
 
 
 def fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-@contextlib.contextmanager
-def poisoned_outputs():
-    """Every tensor PyTorch allocates uninitialised (the ops' outputs) filled with NaN
-    (integers: their largest value) first."""
-    import torch.utils.deterministic as deterministic
-
-    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    deterministic.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        deterministic.fill_uninitialized_memory = fill
-        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
-
-
 def skip_unless_requirements(module) -> None:
-    for requirement in getattr(module, "REQUIRES", ()):
-        pytest.importorskip(requirement, reason=f"the port {module.__name__} needs {requirement}")
+    missing = missing_requirements(module)
+    if missing:
+        pytest.skip(f"the port {module.__name__} needs {', '.join(missing)}")
 
 
 def check_results(module, results: dict, references: dict, seed: int) -> None:
-    assert results.keys() == references.keys(), (module.__name__, seed)
-    assert results, module.__name__
-    for key, reference in references.items():
-        got = results[key]
-        assert isinstance(got, torch.Tensor) and got.shape == reference.shape, (module.__name__, key, seed)
-        torch.testing.assert_close(
-            got.detach().cpu().double(), reference.detach().cpu().double(), **module.TOLERANCE,
-            msg=lambda m, key=key: f"{module.__name__}[{key!r}] (seed {seed}): {m}",
-        )
+    _, problems = compare(module, results, references)
+    assert problems == [], f"{module.__name__} (seed {seed})"
 
 
 def test_the_ports_are_there():
