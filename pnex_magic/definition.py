@@ -225,7 +225,7 @@ class KernelDefinition:
         ``variant`` picks the values of the ``Tune`` parameters
         (:attr:`~pnex_magic.spec.KernelSpec.tune_variants`; 0: the first choices).
         ``checked``: the checked variant (:meth:`checked_kernel`), which takes the error
-        record as one more, last, argument."""
+        record after the kernel's parameters (and before its :attr:`hidden_arrays`)."""
         arch = self.target_arch(arch)
         with self._lock:
             found = self._compiled.get((arch, layout, variant, checked))
