@@ -460,3 +460,19 @@ def test_a_kernel_without_source_reading_a_device_array_says_so(fresh_cache):
     with pytest.raises(KernelDefinitionError, match=r"device array\(s\) TABLE as arguments.*no source here|"
                                                     r"device array\(s\) TABLE as arguments.*there is none here"):
         d.simulated_function()
+
+
+def test_jax_on_cpu_runs_a_kernel_with_a_hidden_argument_in_the_simulator(fresh_cache, monkeypatch):
+    jnp = pytest.importorskip("jax.numpy")
+    import jax
+
+    this = sys.modules[__name__]
+    table = torch.randn(4)
+    monkeypatch.setattr(this, "LOOKUP", table)
+    f = pnex.jax_op(_reads_lookup())
+    x = jnp.arange(6, dtype=jnp.float32)
+    expected = torch.arange(6, dtype=torch.float32) + table.repeat(2)[:6]
+    torch.testing.assert_close(torch.from_numpy(np.asarray(f(x))), expected)
+    table.mul_(2.0)
+    expected = torch.arange(6, dtype=torch.float32) + table.repeat(2)[:6]
+    torch.testing.assert_close(torch.from_numpy(np.asarray(jax.jit(f)(x))), expected)
