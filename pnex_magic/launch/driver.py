@@ -26,6 +26,7 @@ from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 from . import autotune, checks
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
+from .hidden import hidden_tensors
 from .kernel import Kernel
 
 
@@ -219,16 +220,19 @@ class DriverLauncher:
         fn = self._function(definition, device, layout, variant, checked)
         args: list[Any] = []
         types: list[Any] = []
+
+        def array(t: torch.Tensor) -> None:
+            args.extend([0, 0, t.numel(), t.element_size(), t.data_ptr()])
+            args.extend(t.shape)
+            args.extend(s * t.element_size() for s in t.stride())
+            types.extend([ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p])
+            types.extend([ctypes.c_int64] * (2 * t.dim()))
+
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TuneParam):
                 continue  # a constant in the variant's code: no argument slot
             if isinstance(param, TensorParam):
-                t = value
-                args += [0, 0, t.numel(), t.element_size(), t.data_ptr()]
-                args += list(t.shape)
-                args += [s * t.element_size() for s in t.stride()]
-                types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-                types += [ctypes.c_int64] * (2 * t.dim())
+                array(value)
             elif isinstance(param, ScalarParam):
                 args.append(scalar_bits(param.dtype.name, value))
                 types.append(_SCALAR_CTYPES[param.dtype.name])
@@ -236,11 +240,11 @@ class DriverLauncher:
                 args.append(0)
                 types.append(ctypes.c_void_p)
         record = None
-        if checked:  # the error record, a 1-D int64 array, last
+        if checked:  # the error record, a 1-D int64 array, after the kernel's parameters
             record = torch.zeros(checks.RECORD_SLOTS, dtype=torch.int64, device=device)
-            args += [0, 0, checks.RECORD_SLOTS, 8, record.data_ptr(), checks.RECORD_SLOTS, 8]
-            types += [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-            types += [ctypes.c_int64] * 2
+            array(record)
+        for _, tensor in hidden_tensors(definition, device):  # device arrays read as globals, last
+            array(tensor)
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)

@@ -17,6 +17,7 @@ import torch
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, TensorParam, TuneParam
 from . import checks
+from .hidden import hidden_tensors
 from .kernel import Kernel
 
 
@@ -65,16 +66,20 @@ class SimulatorLauncher:
 
         args: list[Any] = []
         write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def array(value: torch.Tensor, written: bool) -> Any:
+            tensor = value.detach()
+            if tensor.dtype == torch.bfloat16:
+                # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
+                shadow = tensor.float()
+                if written:
+                    write_back.append((tensor, shadow))
+                tensor = shadow
+            return FakeCUDAArray(tensor.numpy())
+
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TensorParam):
-                tensor = value.detach()
-                if tensor.dtype == torch.bfloat16:
-                    # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
-                    shadow = tensor.float()
-                    if param.role != "in":
-                        write_back.append((tensor, shadow))
-                    tensor = shadow
-                args.append(FakeCUDAArray(tensor.numpy()))
+                args.append(array(value, param.role != "in"))
             elif isinstance(param, ScalarParam):
                 np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
                 args.append(np_type(value))
@@ -85,6 +90,9 @@ class SimulatorLauncher:
         record = np.zeros(checks.RECORD_SLOTS, dtype=np.int64)
         if checked:
             args.append(FakeCUDAArray(record))
+        # Device arrays the kernel reads as globals (CPU tensors here), after the record:
+        # a NumPy view of each, so the kernel reads (and may write) the tensor itself.
+        args += [array(tensor, True) for _, tensor in hidden_tensors(definition, device)]
         kernel = FakeCUDAKernel(simulated, device=False)
         with _LOCK:
             try:
