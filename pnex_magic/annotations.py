@@ -28,10 +28,11 @@ class TensorAnnotation:
 class In(TensorAnnotation):
     """An input tensor the kernel only reads: ``param: In(dtype, shape)``.
 
-    ``shape`` is the name of an earlier tensor parameter (same shape as that
-    one) or a tuple with one entry per axis: an ``int`` (fixed size), ``None``
-    (any size) or an expression string such as ``"a.size(0)"``, ``"n * 2"`` or a
-    bare tensor name (that tensor's size on the same axis).
+    ``shape`` is the name of another input tensor parameter (same shape as that
+    one; declared before or after) or a tuple with one entry per axis: an ``int``
+    (fixed size), ``None`` (any size) or an expression string such as
+    ``"a.size(0)"``, ``"n * 2"`` or a bare tensor name (that tensor's size on the
+    same axis).  An ``Out``'s shape may also name the outputs declared before it.
     """
 
     role = "in"

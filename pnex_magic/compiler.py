@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import cache, vector, warmup
@@ -83,15 +83,18 @@ class CompiledKernel:
         return _ptx_param_sizes(self.ptx, self.entry)
 
 
-def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tuple[Any, ...]:
+def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0, hidden: Sequence[Any] = ()) -> tuple[Any, ...]:
     """Numba types of the kernel's parameters: input tensors as arrays of ``layout``
     (``"C"``: C-contiguous, the fast variant whose loads are ``ld.global``; ``"A"``: any
     strides, for views and transposes, whose loads are generic), ``In`` tensors
     read-only (a write to one fails to compile), outputs as C-contiguous arrays (they
     are allocated contiguous), scalars as their type, unused parameters as ``none``,
-    a ``Seed`` as a read-only one-element uint64 array, and ``Tune`` parameters as the value of ``variant`` (:attr:`KernelSpec.tune_variants`),
+    a ``Seed`` as a read-only one-element uint64 array, and ``Tune`` parameters as the
+    value of ``variant`` (:attr:`KernelSpec.tune_variants`),
     ``Omitted``: Numba's type for an argument left to its default, which it lowers as a
-    compile-time constant and passes no slot for."""
+    compile-time constant and passes no slot for; then the ``hidden`` arguments
+    (:class:`~pnex_magic.snapshot.HiddenArray`: device arrays the kernel reads as
+    globals), writable arrays of the layout they had at definition."""
     from numba.cuda import types as nbtypes
 
     values = spec.tune_values(variant)
@@ -112,14 +115,16 @@ def numba_signature(spec: KernelSpec, layout: str = "C", variant: int = 0) -> tu
             sig.append(nbtypes.Array(nbtypes.uint64, 1, "C", readonly=True))
         else:
             sig.append(nbtypes.none)
+    for h in hidden:
+        sig.append(nbtypes.Array(h.dtype.numba_type(), h.ndim, h.layout))
     return tuple(sig)
 
 
-def abi_layout(spec: KernelSpec) -> list[list[int]]:
+def abi_layout(spec: KernelSpec, hidden: Sequence[Any] = ()) -> list[list[int]]:
     """Byte sizes of the flattened kernel parameters Numba's ABI expects, one list
     per parameter: an array (a ``Seed`` too) is (meminfo, parent, nitems, itemsize, data,
     shape..., strides...), a scalar its own size, an unused parameter one 8-byte slot, a ``Tune``
-    parameter none (it is a constant in the code)."""
+    parameter none (it is a constant in the code); then the ``hidden`` arrays."""
     layout = []
     for p in spec.params:
         if isinstance(p, TuneParam):
@@ -132,6 +137,7 @@ def abi_layout(spec: KernelSpec) -> list[list[int]]:
             layout.append([p.dtype.itemsize])
         else:
             layout.append([8])
+    layout += [[8] * (5 + 2 * h.ndim) for h in hidden]
     return layout
 
 
@@ -244,13 +250,15 @@ def _target_device(cc: tuple[int, int]):
             dispatcher.get_current_device = original
 
 
-def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str, variant: int = 0) -> tuple[str, str]:
+def _numba_ptx(
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str, variant: int = 0, hidden: Sequence[Any] = ()
+) -> tuple[str, str]:
     warmup.wait()  # never beside the background warm-up (%load_ext): it does this first compile's set-up
     from numba import cuda
 
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     kernel_random.register_cuda()  # pnex.random in kernels
-    sig = numba_signature(spec, layout, variant)
+    sig = numba_signature(spec, layout, variant, hidden)
     try:
         with warnings.catch_warnings(), _target_device(cc):
             warnings.simplefilter("ignore")
@@ -275,7 +283,8 @@ def _numba_ptx(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str,
                     f"\nIn parameters ({readonly}) are read-only: declare a parameter InMut(...) "
                     f"if the kernel writes to it"
                 )
-            sig_text = ", ".join(f"{p.name}: {t}" for p, t in zip(spec.params, sig))
+            names = [p.name for p in spec.params] + [f"{h.name} (a global device array)" for h in hidden]
+            sig_text = ", ".join(f"{name}: {t}" for name, t in zip(names, sig))
             raise KernelTypingError(
                 f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
                 f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n"
@@ -333,7 +342,9 @@ def _parse_resources(log: str) -> ResourceUsage | None:
     )
 
 
-def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0) -> list[Any]:
+def ltoir_objects(
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = ()
+) -> list[Any]:
     """The kernel and the code it links against (float16/bfloat16 operators,
     ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
     kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
@@ -347,7 +358,7 @@ def ltoir_objects(fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: s
         with warnings.catch_warnings(), _target_device(cc), _without_debug_subroutines():
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
-                fn, numba_signature(spec, layout, variant), device=False, abi="numba", cc=cc, output="ltoir",
+                fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",
             )
     except Exception as exc:
         raise KernelCompileError(
@@ -381,7 +392,8 @@ def _without_debug_subroutines():
 
 
 def _link_dependencies(
-    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C", variant: int = 0
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], ptx: str, layout: str = "C", variant: int = 0,
+    hidden: Sequence[Any] = (),
 ) -> list[Any]:
     """Code the kernel's PTX calls but does not contain, for nvJitLink.
 
@@ -391,11 +403,11 @@ def _link_dependencies(
     a kernel whose PTX declares external functions pays for this second pass."""
     if not has_external_calls(ptx):
         return []
-    return ltoir_objects(fn, spec, cc, layout, variant)[1:]
+    return ltoir_objects(fn, spec, cc, layout, variant, hidden)[1:]
 
 
 def compile_kernel(
-    fn: Callable,
+    fn: Callable | None,
     spec: KernelSpec,
     *,
     arch: str,
@@ -406,10 +418,15 @@ def compile_kernel(
     layout: str = "C",
     refresh: bool = False,
     variant: int = 0,
+    hidden: Sequence[Any] = (),
+    make_fn: Callable[[], Callable] | None = None,
 ) -> CompiledKernel:
-    """PTX, cubin and resources of ``fn`` for ``arch`` (``variant``: which values of
-    the ``Tune`` parameters, see :attr:`KernelSpec.tune_variants`); served from the disk
-    cache when ``key`` (which must cover everything that changes the result) matches."""
+    """PTX, cubin and resources of ``fn`` (``None``: the function ``make_fn()`` makes,
+    on a cache miss only) for ``arch`` (``variant``: which values of
+    the ``Tune`` parameters, see :attr:`KernelSpec.tune_variants`; ``hidden``: the
+    device arrays ``fn`` takes after the spec's parameters, see :func:`numba_signature`);
+    served from the disk cache when ``key`` (which must cover everything that changes
+    the result) matches."""
     cc = parse_arch(arch)
     arch = arch_name(cc)
     if cache_id and layout != "C":
@@ -438,8 +455,10 @@ def compile_kernel(
                     cooperative=bool(entry.meta.get("cooperative", uses_grid_sync(ptx))),
                 )
     start = time.perf_counter()
-    ptx, entry_name = _numba_ptx(fn, spec, cc, layout, variant)
-    expected = [size for sizes in abi_layout(spec) for size in sizes]
+    if fn is None:
+        fn = make_fn()
+    ptx, entry_name = _numba_ptx(fn, spec, cc, layout, variant, hidden)
+    expected = [size for sizes in abi_layout(spec, hidden) for size in sizes]
     found = _ptx_param_sizes(ptx, entry_name)
     if found != expected:
         raise KernelCompileError(
@@ -450,7 +469,7 @@ def compile_kernel(
     cubin: bytes | None
     try:
         cubin, log = link_cubin(
-            ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant)
+            ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)
         )
     except KernelCompileError:
         raise

@@ -5,7 +5,13 @@ the op, the launchers and the report read from it.
 What the stages after this one need of a definition is small, and a kernel loaded
 from a saved artifact provides the same: ``spec``, ``op_name``, ``options``,
 ``kernel_image(arch, layout, variant, checked)`` (the code a GPU launcher loads) and, for CPU
-tensors, ``simulated_function()``."""
+tensors, ``simulated_function()``.
+
+A definition takes one snapshot of what the kernel reads (:mod:`pnex_magic.snapshot`)
+when it is made; every form of the kernel (each layout, ``Tune`` and checked variant,
+on every architecture, compiled now or later, and the simulator's) is built from it,
+and the cache key is its fingerprint.  A device array the kernel reads as a global is
+one of its ``hidden_arrays``: a trailing parameter every launcher passes."""
 
 from __future__ import annotations
 
@@ -22,8 +28,8 @@ from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
-from .fingerprint import function_fingerprint, referenced_names
-from .lazycuda import resolve as resolve_lazy_cuda
+from .fingerprint import function_fingerprint
+from .snapshot import HiddenArray, compilable, freeze, simulable
 from .spec import KernelSpec
 
 if TYPE_CHECKING:  # the compile stage is imported when a kernel is compiled (pnex.load never compiles)
@@ -141,17 +147,23 @@ class KernelDefinition:
         self.fn = fn
         self.spec = spec
         self.options = options
-        self.source_key = function_fingerprint(fn, spec.describe())
+        # What the kernel reads, as it is now (as Numba freezes the globals it reads when
+        # it compiles): every compile and the simulator start from this copy, and the
+        # cache key is taken of it.  Needs no Numba.
+        self.snapshot = freeze(fn)
+        self.source_key = function_fingerprint(self.snapshot.function, spec.describe())
         self._compiled: dict[str, CompiledKernel] = {}
         self._lock = threading.Lock()
-        self._simulated: Any = None
         self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
-        self._simulated_checked: Any = None
+        self._forms: dict[tuple[str, bool], types.FunctionType] = {}  # (for what, checked) -> function
         self.toolchain_error: str | None = None
-        # Freeze what the simulator will see now, as Numba freezes the globals it reads
-        # when it compiles; the simulator itself (and Numba) is imported at the first run.
-        self._frozen: dict[int, types.FunctionType] = {}
-        _freeze(fn, self._frozen)
+
+    @property
+    def hidden_arrays(self) -> tuple[HiddenArray, ...]:
+        """The device arrays the kernel reads as globals (or closure variables), by name:
+        its trailing parameters, after the error record of a checked launch, which every
+        launcher passes (:mod:`pnex_magic.snapshot`)."""
+        return self.snapshot.hidden
 
     @property
     def op_name(self) -> str:
@@ -177,8 +189,28 @@ class KernelDefinition:
         array access tested against its array's shape, the first violation recorded.
         Raises ``KernelDefinitionError`` when the kernel's source cannot be read."""
         if self._checked is None:
-            self._checked = _checking().checked_kernel(self.fn, self.spec)
+            self._checked = _checking().checked_kernel(self.snapshot.function, self.spec, self.snapshot.hidden_names)
         return self._checked
+
+    def _kernel_function(self, checked: bool) -> types.FunctionType:
+        """The snapshot's kernel with its hidden arguments as trailing parameters (after
+        the error record when ``checked``), its device functions still frozen."""
+        if checked:
+            return self.checked_kernel().function
+        if not self.snapshot.hidden:
+            return self.snapshot.function
+        return _checking().with_parameters(self.snapshot.function, self.snapshot.hidden_names)
+
+    def compile_function(self, checked: bool = False) -> types.FunctionType:
+        """The function Numba compiles (:func:`pnex_magic.snapshot.compilable`): made once,
+        when first compiled (a cache hit needs none)."""
+        key = ("compile", checked)
+        if key not in self._forms:
+            from . import warmup
+
+            warmup.wait()  # imports Numba: never beside the background warm-up's import
+            self._forms[key] = compilable(self._kernel_function(checked))
+        return self._forms[key]
 
     def violation_error(self, record: Any) -> Exception | None:
         """The ``KernelIndexError`` a checked launch whose record (:mod:`pnex_magic.checking`)
@@ -195,21 +227,21 @@ class KernelDefinition:
         ``variant`` picks the values of the ``Tune`` parameters
         (:attr:`~pnex_magic.spec.KernelSpec.tune_variants`; 0: the first choices).
         ``checked``: the checked variant (:meth:`checked_kernel`), which takes the error
-        record as one more, last, argument."""
+        record after the kernel's parameters (and before its :attr:`hidden_arrays`)."""
         arch = self.target_arch(arch)
         with self._lock:
             found = self._compiled.get((arch, layout, variant, checked))
             if found is not None and not force:
                 return found
-            fn, spec, cache_id = self.fn, self.spec, self.options.cache_id
+            spec, cache_id = self.spec, self.options.cache_id
             if checked:
-                fn, spec = self.checked_kernel().function, _checking().checked_spec(self.spec)
+                spec = _checking().checked_spec(self.spec)
                 cache_id = None if cache_id is None else f"{cache_id}-checked"
             # lazy: keeps the cache-hit path (and a loaded artifact's) free of Numba's compiler
             from .compiler import compile_kernel
 
             result = compile_kernel(
-                fn,
+                None,
                 spec,
                 arch=arch,
                 key=self.cache_key(arch, layout, variant, checked),
@@ -219,6 +251,8 @@ class KernelDefinition:
                 refresh=force or self.options.force,
                 layout=layout,
                 variant=variant,
+                hidden=self.snapshot.hidden,
+                make_fn=functools.partial(self.compile_function, checked),
             )
             self._compiled[(arch, layout, variant, checked)] = result
             return result
@@ -286,101 +320,24 @@ class KernelDefinition:
             raise
 
     def simulated_function(self, checked: bool = False) -> types.FunctionType:
-        """The kernel as the CUDA simulator runs it: the copy frozen at definition, whose
-        ``@cuda.jit(device=True)`` functions are replaced by their simulated forms (made
-        on the first call, which imports the simulator); ``checked``: the checked
-        variant's (:meth:`checked_kernel`), which takes the error record last."""
+        """The kernel as the CUDA simulator runs it (:func:`pnex_magic.snapshot.simulable`):
+        the snapshot's, with its hidden arguments as trailing parameters and its
+        ``@cuda.jit(device=True)`` functions simulated (made on the first call, which
+        imports the simulator); ``checked``: the checked variant's (:meth:`checked_kernel`),
+        which takes the error record after the kernel's parameters.
+
+        Raises
+        ------
+        KernelLaunchError
+            The kernel calls CUDA C++ (``cuda.declare_device``), which runs on a GPU only.
+        """
         from . import warmup
 
         # Never import Numba beside the background warm-up (%load_ext): an import of the
         # simulator racing it failed with "cannot import name" in a cell run at once.
         warmup.wait()
-        if checked:
-            if self._simulated_checked is None:
-                with _SIMULABLE_LOCK:
-                    if self._simulated_checked is None:
-                        function = self.checked_kernel().function
-                        self._simulated_checked = _simulable(function, {}, {})
-            return self._simulated_checked
-        if self._simulated is None:
-            with _SIMULABLE_LOCK:
-                if self._simulated is None:
-                    self._simulated = _simulable(self.fn, self._frozen, {})
-        return self._simulated
-
-
-# Making a frozen copy simulable changes it in place: one thread at a time.
-_SIMULABLE_LOCK = threading.Lock()
-
-
-def _is_device_function(value: Any) -> bool:
-    # The type's module first: reading an attribute of pnex's lazy ``cuda`` imports Numba.
-    return type(value).__module__.startswith("numba") and getattr(value, "py_func", None) is not None
-
-
-def _freeze(fn: types.FunctionType, frozen: dict[int, types.FunctionType]) -> types.FunctionType:
-    """A copy of ``fn`` that keeps what it reads as it is now, as Numba's compiled code
-    does: its own globals dict (a shallow copy; NumPy arrays it reads are copied, since
-    Numba bakes their contents into the code), new closure cells, and the same for the
-    device functions it calls, recursively.  ``frozen`` maps ``id`` of each original
-    function to its copy.  Needs no Numba: converting the copy for the simulator waits
-    for the first simulated run (:func:`_simulable`)."""
-    import numpy as np
-
-    if id(fn) in frozen:
-        return frozen[id(fn)]
-    new_globals = dict(fn.__globals__)
-    closure = None
-    if fn.__closure__:
-        closure = tuple(types.CellType(_cell_value(c)) for c in fn.__closure__)
-    clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, closure)
-    clone.__qualname__ = fn.__qualname__
-    frozen[id(fn)] = clone
-    values = [new_globals[name] for name in referenced_names(fn) if name in new_globals]
-    for name in referenced_names(fn):
-        if isinstance(new_globals.get(name), np.ndarray):
-            new_globals[name] = new_globals[name].copy()
-    values += [cell.cell_contents for cell in closure or ()]
-    for value in values:
-        if _is_device_function(value):
-            _freeze(value.py_func, frozen)
-    return clone
-
-
-def _simulable(
-    fn: types.FunctionType, frozen: dict[int, types.FunctionType], memo: dict[int, Any]
-) -> types.FunctionType:
-    """``fn``'s frozen copy, made runnable by the simulator: every device function it
-    reads becomes a simulated device function (of its own frozen copy), and pnex's lazy
-    ``cuda`` the real module (the simulator swaps that for its fake one by identity)."""
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
-
-    clone = frozen.get(id(fn))
-    if clone is None:  # a device function first reached at run time: freeze it now
-        clone = _freeze(fn, frozen)
-    if id(clone) in memo:
-        return clone
-    memo[id(clone)] = clone
-
-    def convert(value: Any) -> Any:
-        value = resolve_lazy_cuda(value)
-        if _is_device_function(value):
-            if id(value) not in memo:
-                memo[id(value)] = FakeCUDAKernel(_simulable(value.py_func, frozen, memo), device=True)
-            return memo[id(value)]
-        return value
-
-    glb = clone.__globals__
-    for name in referenced_names(fn):
-        if name in glb:
-            glb[name] = convert(glb[name])
-    for cell in clone.__closure__ or ():
-        cell.cell_contents = convert(_cell_value(cell))
-    return clone
-
-
-def _cell_value(cell) -> Any:
-    try:
-        return cell.cell_contents
-    except ValueError:
-        return None
+        key = ("simulate", checked)
+        with self._lock:
+            if key not in self._forms:
+                self._forms[key] = simulable(self._kernel_function(checked), self.spec.name, self.snapshot.foreign)
+            return self._forms[key]

@@ -456,11 +456,23 @@ class Efficiency:
         return self.l2_bytes is not None and self.bytes_moved <= self.l2_bytes
 
     @property
+    def launch_bound(self) -> bool:
+        """Whether launch overhead dominates the call: then it is far from any ceiling,
+        DRAM's or L2's, whatever the kernel does."""
+        return bool(self.reasons) and self.reasons[0].kind == "launch"
+
+    @property
+    def judged(self) -> bool:
+        """Whether the DRAM ceilings apply to the call: it does not fit in L2, or it is
+        launch-bound (too short for the cache to matter)."""
+        return not self.in_l2 or self.launch_bound
+
+    @property
     def far(self) -> bool:
         """Whether the op reaches less than :data:`FAR` of the ceiling, on a call the
-        DRAM ceilings apply to (one that does not fit in L2)."""
+        DRAM ceilings apply to (:attr:`judged`)."""
         fraction = self.op_of_ceiling
-        return fraction is not None and fraction < FAR and not self.in_l2
+        return fraction is not None and fraction < FAR and self.judged
 
     @property
     def explanation(self) -> Reason | None:
@@ -505,7 +517,7 @@ class Efficiency:
     @property
     def verdict(self) -> str:
         """One line on the op against the ceiling: how close, or why it is not judged."""
-        if self.in_l2:
+        if not self.judged:
             return (f"not judged: the call's {format_bytes(self.bytes_moved)} fit in the GPU's "
                     f"{format_bytes(self.l2_bytes)} L2, so back-to-back timed calls may be served from the cache and "
                     f"the DRAM ceilings do not apply; time it on inputs larger than L2 to compare it with them")
@@ -527,7 +539,7 @@ class Efficiency:
                f"op        : {self.describe(self.op_bandwidth)}"]
         if self.eager_bandwidth is not None:
             out.append(f"eager     : {self.describe(self.eager_bandwidth)}")
-        if self.in_l2:
+        if not self.judged:
             out.append(f"verdict   : {self.verdict}")
         found = self.explanation
         if found is not None:

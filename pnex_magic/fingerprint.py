@@ -2,42 +2,34 @@
 
 A kernel's compiled code depends on its source and on the *values* of the globals
 and closure variables it reads (Numba freezes them as constants), recursively
-through the device functions it calls.  :func:`function_fingerprint` hashes all
-of that, so that a block-size constant changed between two definitions is never
-served stale, while an unchanged kernel redefined in a fresh process hashes the
-same.
+through the device functions it calls (their source, globals and options), and on
+the CUDA C++ it links (``cuda.declare_device``: the declaration and the linked
+files' contents).  :func:`function_fingerprint` hashes all of that, so that a
+block-size constant changed between two definitions is never served stale, while
+an unchanged kernel redefined in a fresh process hashes the same.
+
+A kernel definition hashes its snapshot (:mod:`pnex_magic.snapshot`), the copy every
+compile is built from: a device array read as a global is a hidden argument there,
+hashed by its dtype, rank and layout, never by its address or contents.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 import textwrap
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 
 from .lazycuda import MODULE_NAME as LAZY_MODULE_NAME
 from .lazycuda import is_lazy_cuda
+from .snapshot import DeviceFunction, device_options, HiddenArray, is_foreign_function, is_user_module, referenced_names
 
-__all__ = ["function_fingerprint", "referenced_names"]
-
-
-def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
-    yield code
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_objects(const)
-
-
-def referenced_names(fn: types.FunctionType) -> set[str]:
-    """Global names (and attribute names) the function's code mentions."""
-    names: set[str] = set()
-    for code in _code_objects(fn.__code__):
-        names.update(code.co_names)
-    return names
+__all__ = ["function_fingerprint"]
 
 
 def _source(fn: types.FunctionType) -> str:
@@ -66,6 +58,14 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
     if isinstance(value, np.ndarray):
         digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
         return f"ndarray:{value.dtype}:{value.shape}:{digest}"
+    if isinstance(value, HiddenArray):  # passed at each launch: its address and contents are not in the code
+        return f"hidden-array:{value.dtype.name}:{value.ndim}:{value.layout}"
+    if isinstance(value, torch.Tensor):  # (an unfrozen function's: the same as its snapshot's hidden argument)
+        return f"hidden-array:{str(value.dtype).removeprefix('torch.')}:{value.dim()}:{'C' if value.is_contiguous() else 'A'}"
+    if isinstance(value, DeviceFunction):
+        return f"cuda-function{_options_token(value.options)}:" + _function_token(value.function, depth + 1, seen)
+    if is_foreign_function(value):
+        return _foreign_token(value)
     if isinstance(value, (np.generic, np.dtype)):
         return f"{type(value).__name__}:{value!r}"
     if isinstance(value, types.ModuleType):
@@ -73,7 +73,8 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
     if is_lazy_cuda(value):  # %%pnex's ``cuda``: the same kernel as with ``from numba import cuda``
         return f"module:{LAZY_MODULE_NAME}"
     if _is_dispatcher(value):
-        return "cuda-function:" + _function_token(value.py_func, depth + 1, seen)
+        options = _options_token(device_options(value))
+        return f"cuda-function{options}:" + _function_token(value.py_func, depth + 1, seen)
     if isinstance(value, types.FunctionType):
         return "function:" + _function_token(value, depth + 1, seen)
     if isinstance(value, type):
@@ -96,7 +97,7 @@ def _function_token(fn: types.FunctionType, depth: int, seen: set[int]) -> str:
             continue
         value = glb[name]
         parts.append(f"global {name}={_value_token(value, depth, seen)}")
-        if isinstance(value, types.ModuleType) and not value.__name__.startswith(("numba", "math", "numpy", "cmath", "operator")):
+        if is_user_module(value):
             # Attribute reads of a user module (config.BLOCK): hash those values too.
             for attr in sorted(names):
                 if attr != name and hasattr(value, attr):
@@ -111,6 +112,52 @@ def _function_token(fn: types.FunctionType, depth: int, seen: set[int]) -> str:
     if fn.__defaults__:
         parts.append(f"defaults={_value_token(fn.__defaults__, depth, seen)}")
     return "\n".join(parts)
+
+
+def _options_token(options: dict[str, Any]) -> str:
+    """A device function's options that change its code (none: "")."""
+    if not options:
+        return ""
+    items = []
+    for key, value in sorted(options.items()):
+        if key == "link":
+            value = [_file_token(item) for item in value]
+        items.append(f"{key}={value!r}")
+    return "[" + ",".join(items) + "]"
+
+
+def _file_token(item: Any) -> str:
+    """A linked file by its path and contents (a linkable object by its repr)."""
+    if isinstance(item, (str, bytes)) or hasattr(item, "__fspath__"):
+        try:
+            with open(item, "rb") as f:
+                return f"{item!s}:{hashlib.sha256(f.read()).hexdigest()}"
+        except OSError:
+            return f"{item!s}:unreadable"
+    data = getattr(item, "data", None)
+    if isinstance(data, (bytes, str)):
+        raw = data.encode() if isinstance(data, str) else data
+        return f"{type(item).__name__}:{hashlib.sha256(raw).hexdigest()}"
+    return f"{type(item).__module__}.{type(item).__qualname__}"
+
+
+def _foreign_token(value: Any) -> str:
+    """A ``cuda.declare_device`` function: its name, signature, the files linked for it
+    (paths and contents, read from Numba's registry of it) and NVRTC's extra include
+    folders."""
+    links: list[str] = []
+    try:
+        descriptor = sys.modules.get("numba.cuda.descriptor")
+        context = getattr(getattr(descriptor, "cuda_target", None), "_targetctx", None)
+        selector = context._defns.get(value) if context is not None else None
+        for _, impl in getattr(selector, "versions", ()):
+            for library in getattr(impl, "libs", ()):
+                links += sorted(_file_token(f) for f in getattr(library, "_linking_files", ()))
+    except Exception:  # another numba-cuda layout: the declaration alone
+        links.append("links unknown")
+    config = sys.modules.get("numba.cuda.config")
+    search = getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "")
+    return f"foreign:{getattr(value, 'name', '?')}:{getattr(value, 'sig', '?')}:{links}:{search}"
 
 
 def function_fingerprint(fn: types.FunctionType, *extra: str) -> str:

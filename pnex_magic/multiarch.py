@@ -79,7 +79,10 @@ def build_images(
     if has_external_calls(ptx):
         from .compiler import ltoir_objects  # building images compiles; loading them does not
 
-        objects = ltoir_objects(definition.fn, definition.spec, parse_arch(ptx_arch), layout, variant)
+        objects = ltoir_objects(
+            definition.compile_function(), definition.spec, parse_arch(ptx_arch), layout, variant,
+            definition.hidden_arrays,
+        )
         ptx = link_ptx(objects, ptx_arch, name)
         found = ptx_entry(ptx)
         if found is None:

@@ -27,9 +27,8 @@ from numba import cuda, float32
 
 import pnex_magic as pnex
 from pnex_magic import checking as C
-from pnex_magic.definition import _simulable
 from pnex_magic.errors import KernelDefinitionError, KernelIndexError, PnexError
-from toolchain import needs_nvvm, simulate
+from toolchain import needs_nvvm, simulable, simulate
 
 RECORD = C.RECORD_SIZE
 
@@ -39,7 +38,7 @@ def run_plain(fn, grid, block, *args):
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     wrapped = [FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in args]
-    FakeCUDAKernel(_simulable(fn, {}, {}), device=False)[grid, block](*wrapped)
+    FakeCUDAKernel(simulable(fn), device=False)[grid, block](*wrapped)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -432,7 +431,7 @@ def test_the_workloads_kernels_give_the_same_results_checked(monkeypatch):
         ck = C.checked_kernel(d.fn)
         err = C.error_buffer()
         stand_in = types.SimpleNamespace(
-            spec=C.checked_spec(d.spec), simulated_function=lambda: _simulable(ck.function, {}, {})
+            spec=C.checked_spec(d.spec), simulated_function=lambda: simulable(ck.function)
         )
         SimulatorLauncher().launch(stand_in, [*values, err], grid, block, torch.device("cpu"))
         return ck.describe(err)

@@ -16,7 +16,7 @@ from numba import cuda, float32
 
 import pnex_magic as pnex
 from pnex_magic import checking as C
-from pnex_magic.definition import _simulable
+from toolchain import simulable
 
 pytestmark = pytest.mark.gpu
 
@@ -66,7 +66,7 @@ class _Checked:
         return compiled.cubin, compiled.entry
 
     def simulated_function(self):
-        return _simulable(self.ck.function, {}, {})
+        return simulable(self.ck.function)
 
 
 def _launch(op, args, device):

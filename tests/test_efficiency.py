@@ -267,6 +267,21 @@ def test_a_call_that_fits_in_l2_is_not_judged_against_dram():
     assert not past.in_l2 and past.far and past.explanation.kind == "narrow"
 
 
+def test_a_tiny_call_in_l2_is_judged_launch_bound():
+    """A 4 kB copy fits in any L2, but what keeps it from the ceiling is the launch, not DRAM:
+    it is judged, and told so (the H100 run of tests/test_gpu_efficiency.py, 2026-11-25)."""
+    facts = dataclasses.replace(FACTS, op_seconds=5e-6, bytes_moved=8192, input_bytes=4096)
+    found = reasons(facts)
+    assert kinds(found)[0] == "launch"
+    e = efficiency(0.0005, found, moved=8192, l2_bytes=52_428_800)
+    assert e.in_l2 and e.launch_bound and e.judged and e.far and e.explanation.kind == "launch"
+    assert not e.verdict.startswith("not judged") and "verdict   : not judged" not in "\n".join(e.lines())
+    assert "why below" in efficiency_html(e, "copy", "torch.clone")
+    # the same bytes, not launch-bound (a slow kernel): in L2, not judged
+    slow = efficiency(0.0005, (), moved=8192, l2_bytes=52_428_800)
+    assert not slow.judged and not slow.far and slow.verdict.startswith("not judged")
+
+
 def test_efficiency_fractions_and_the_unexplained_line():
     e = efficiency(0.9)
     assert e.op_of_copy == pytest.approx(0.9) and e.op_of_peak == pytest.approx(0.9 * 3.83 / 4.8) and not e.far

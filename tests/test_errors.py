@@ -98,18 +98,55 @@ def test_shape_names_unknown_parameter():
         define(k)
 
 
-def test_shape_names_later_parameter():
-    def k(a: pnex.In("f32", ("b.size(0)",)), b: pnex.In("f32", (None,))):
+def test_shape_may_name_a_parameter_declared_later():
+    """The docs' ufunc-style kernels put the output first (issue 26, case 6)."""
+
+    def k(r: pnex.Out("f32", "x"), a: pnex.In("f32", ("n", "b.size(0)")), b: pnex.In("f32", "x"),
+          x: pnex.In("f32", (None,)), n: int):
         pass
 
-    with raises_named(ShapeExpressionError, r"parameter 'a', shape\[0\]: unknown name 'b'.*'b.size\(0\)'"):
-        define(k)
+    spec = build_spec(k, n_threads="r.numel()")
+    assert [str(e) for e in spec.param("r").shape] == ["x.size(0)"]
+    assert [str(e) for e in spec.param("a").shape] == ["n", "b.size(0)"]
+    assert spec.param("b").ndim == 1
 
-    def k2(a: pnex.In("f32", "b"), b: pnex.In("f32", (None,))):
+
+def test_shape_names_unknown_cyclic_and_output_references_clearly():
+    def unknown(r: pnex.Out("f32", "b"), a: pnex.In("f32", (None,))):
         pass
 
-    with raises_named(ShapeExpressionError, r"parameter 'a': shape 'b'.*not an earlier tensor parameter"):
-        define(k2)
+    with raises_named(ShapeExpressionError, r"parameter 'r': shape 'b'.*'b' is not a tensor parameter \(tensor parameters: r, a\)"):
+        define(unknown)
+
+    def unknown_in_expression(a: pnex.In("f32", ("m.size(0)",)), r: pnex.Out("f32", "a")):
+        pass
+
+    with raises_named(ShapeExpressionError, r"parameter 'a', shape\[0\]: unknown name 'm'"):
+        define(unknown_in_expression)
+
+    def cycle(a: pnex.In("f32", "b"), b: pnex.In("f32", "c"), c: pnex.In("f32", "a"), r: pnex.Out("f32", "a")):
+        pass
+
+    with raises_named(ShapeExpressionError, r"shapes name each other in a cycle \(a -> b -> c -> a\)"):
+        define(cycle)
+
+    def itself(r: pnex.Out("f32", "r"), a: pnex.In("f32", (None,))):
+        pass
+
+    with raises_named(ShapeExpressionError, r"parameter 'r'.*cycle \(r -> r\)"):
+        define(itself)
+
+    def input_from_output(a: pnex.In("f32", ("r.size(0)",)), r: pnex.Out("f32", (4,))):
+        pass
+
+    with raises_named(ShapeExpressionError, r"parameter 'a', shape\[0\]: 'r.size\(0\)' names 'r', an Out tensor, but an input"):
+        define(input_from_output)
+
+    def later_output(r: pnex.Out("f32", "s"), s: pnex.Out("f32", "a"), a: pnex.In("f32", (None,))):
+        pass
+
+    with raises_named(ShapeExpressionError, r"parameter 'r': shape 's' names 's', an Out tensor declared after 'r'"):
+        define(later_output)
 
 
 def test_shape_same_as_scalar():

@@ -10,9 +10,9 @@ capture a cooperative launch in a CUDA graph."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
+import sys
 import zipfile
 from pathlib import Path
 
@@ -63,11 +63,12 @@ def _shifted(block=4):
 
 def _docs_cg():
     """numba-cuda's doc example (test_cg.py), as ported in examples/numba_docs/cg.py."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "numba_docs" / "cg.py"
-    spec = importlib.util.spec_from_file_location("pnex_numba_docs_cg_port", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    examples = str(Path(__file__).resolve().parents[1] / "examples" / "numba_docs")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    from _harness import load
+
+    return load("cg")
 
 
 # ---------------------------------------------------------------------------- the simulator

@@ -224,3 +224,21 @@ def test_jax_reuses_the_kernel_the_pytorch_op_compiled():
     lib = xla.load_library()
     assert lib.pnex_jax_loaded(xla.kernel_id(plus_two.definition)) >= 1  # loaded when XLA built the executable
     np.testing.assert_array_equal(compiled(jnp.ones(8)), np.full(8, 3.0, np.float32))
+
+
+def test_a_kernel_reading_a_device_array_global_is_refused_on_a_jax_gpu():
+    """A device array read as a global is a hidden argument of the PyTorch op's launches
+    (issue 26); XLA launches with its own buffers only, so JAX on a GPU refuses the
+    kernel clearly (on CPU, JAX runs it through the simulator: tests/test_globals.py)."""
+    table = torch.randn(4, device="cuda")
+
+    @pnex.jit(n_threads="a.numel()")
+    def adds_table_global(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] + table[i % 4]
+
+    f = pnex.jax_op(adds_table_global)
+    with pytest.raises(pnex.KernelDefinitionError, match=r"reads the device array\(s\) 'table' as globals.*JAX "
+                                                         r"computation on a GPU"):
+        f(jnp.ones(8, dtype=jnp.float32, device=_jax_gpus()[0]))

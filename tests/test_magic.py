@@ -452,7 +452,7 @@ def bound_copy(ip):
         ("\ndef copy_k(a: In('f33', (None,)),\n           result: Out('f32', 'a')):\n    pass\n",
          KernelDefinitionError, 3, "unknown dtype 'f33'"),
         ("\ndef copy_k(a: In('f32', (None,)),\n           result: Out('f32', 'b')):\n    pass\n",
-         ShapeExpressionError, 4, "'b' is not an earlier tensor parameter"),
+         ShapeExpressionError, 4, "'b' is not a tensor parameter"),
         ("\ndef copy_k(a: In('f32'),\n           result: Out('f32', 'a')):\n    pass\n",
          KernelDefinitionError, 3, "In(dtype, shape)"),
         (TYPING_ERROR, KernelTypingError, 6, "Numba could not compile"),

@@ -18,6 +18,8 @@ import torch
 
 import pnex_magic as pnex
 
+from _common import generator
+
 TITLE = "cooperative groups: rows that read other blocks' columns after a grid sync"
 SOURCE = "numba_cuda/numba/cuda/tests/doc_examples/test_cg.py: test_ex_grid_sync, sequential_rows"
 GPU_ONLY = False
@@ -60,9 +62,8 @@ def _size(device: str) -> int:
 
 
 def _matrix(n: int, seed: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    m = torch.randint(-(2**20), 2**20, (n, n), generator=gen, dtype=torch.int32)  # rows 1.. are overwritten
-    return m
+    # rows 1.. are garbage: every one is overwritten
+    return torch.randint(-(2**20), 2**20, (n, n), generator=generator(seed), dtype=torch.int32)
 
 
 def run(device: str, seed: int) -> tuple[dict, dict]:

@@ -19,6 +19,8 @@ import torch
 
 import pnex_magic as pnex
 
+from _common import generator
+
 TITLE = "Laplace (heat) equation, a grid-wide sync per step (cuda.cg.this_grid().sync())"
 SOURCE = "numba_cuda/numba/cuda/tests/doc_examples/test_laplace.py: test_ex_laplace, solve_heat_equation"
 GPU_ONLY = False
@@ -95,7 +97,7 @@ def _sizes(device: str) -> tuple[int, int]:
 def run(device: str, seed: int) -> tuple[dict, dict]:
     solve_heat_equation = define()
     size, timesteps = _sizes(device)
-    data = torch.rand(size, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) * 100
+    data = torch.rand(size, dtype=torch.float64, generator=generator(seed)) * 100
     ref_0, ref_1 = reference(data.numpy(), timesteps, 0.25)
     buf_0 = data.to(device, copy=True)
     buf_1 = torch.zeros_like(buf_0)  # the docs' device_array_like: its start is never read

@@ -154,7 +154,8 @@ def save(
     ------
     ArtifactError
         The op's autograd formula is Python code (``register_autograd``, or a
-        custom ``setup_context``), or the op was itself loaded from an artifact.
+        custom ``setup_context``), the op was itself loaded from an artifact, or its
+        kernel reads a device array as a global (passed by reference at each launch).
     KernelCompileError
         No CUDA compiler (NVVM, nvJitLink) is installed here, or it cannot build
         for one of ``archs``.
@@ -165,6 +166,14 @@ def save(
     entries, files = [], {}
     for current, backward in _ops_to_save(op):
         definition = current._pnex
+        hidden = [h.name for h in getattr(definition, "hidden_arrays", ())]
+        if hidden:
+            raise ArtifactError(
+                f"cannot save {definition.spec.name!r}: it reads the device array(s) {', '.join(map(repr, hidden))} as "
+                f"globals, which pnex passes to the kernel at each launch as they are in this process (hidden "
+                f"arguments); an artifact cannot hold them. Make each a parameter of the kernel (an In or InMut "
+                f"argument) to save it"
+            )
         if not definition.compiles:
             raise KernelCompileError(
                 f"cannot save {definition.spec.name!r}: it was not compiled ({definition.toolchain_error}); "

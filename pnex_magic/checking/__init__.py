@@ -10,7 +10,8 @@ module                      what it holds
 ==========================  ===========================================================
 :mod:`.source`              the AST utilities every source transformation shares: a
                             kernel's ``def`` with its file's line numbers, its namespace,
-                            a function rebuilt from a rewritten ``def``, bound names
+                            a function rebuilt from a rewritten ``def``, bound names,
+                            more trailing parameters (hidden arguments)
 :mod:`.bindings`            what each name of a kernel is bound to
 :mod:`.sizes`               which expressions are a tensor's size, which sizes are equal
 :mod:`.intervals`           interval proofs: the values integer expressions can take
@@ -45,7 +46,16 @@ from .record import (
     error_buffer,
     violation_error,
 )
-from .source import KernelSource, bound_names, kernel_source, namespace_of, plain_signature, range_call, rebuild
+from .source import (
+    KernelSource,
+    bound_names,
+    kernel_source,
+    namespace_of,
+    plain_signature,
+    range_call,
+    rebuild,
+    with_parameters,
+)
 from .variant import CheckedKernel, checked_kernel
 
 __all__ = [
@@ -70,6 +80,7 @@ __all__ = [
     "namespace_of",
     "plain_signature",
     "rebuild",
+    "with_parameters",
     "bound_names",
     "range_call",
 ]

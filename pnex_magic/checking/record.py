@@ -60,7 +60,9 @@ class Site:
     line: int  #: the line in the kernel's file (a ``%%pnex`` cell's own line numbers)
     source_text: str  #: that line, stripped
     kind: str  #: "load", "store", "update" (``x[i] += v``) or "atomic"
-    role: str = ""  #: "parameter", "shared array", "local array" or "" (anything else)
+    #: "parameter", "shared array", "local array", "global device array" (a hidden argument,
+    #: :mod:`pnex_magic.snapshot`) or "" (anything else)
+    role: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,9 @@ variant here; derived kernels built the same way):
 * :func:`plain_signature` and :func:`rebuild`: a rewritten ``def`` compiled into a
   function with the kernel's name, file, line numbers, globals and closure values,
   ready for Numba (the one ``exec`` of the package's source transformations);
+* :func:`with_parameters`: the kernel with more trailing parameters, names it read
+  as globals before (the device arrays a kernel reads, passed as hidden arguments,
+  :mod:`pnex_magic.snapshot`);
 * :func:`bound_names` (every name a piece of code binds) and :func:`range_call`
   (the arguments of ``range(...)`` as written).
 """
@@ -28,7 +31,10 @@ from typing import Any
 
 from ..errors import KernelDefinitionError
 
-__all__ = ["KernelSource", "kernel_source", "namespace_of", "plain_signature", "rebuild", "bound_names", "range_call"]
+__all__ = [
+    "KernelSource", "kernel_source", "namespace_of", "plain_signature", "rebuild", "with_parameters", "bound_names",
+    "range_call",
+]
 
 
 
@@ -153,6 +159,26 @@ def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mappin
     new.__module__ = fn.__module__
     new.__doc__ = fn.__doc__
     return new
+
+
+def with_parameters(fn: types.FunctionType, names: Iterable[str]) -> types.FunctionType:
+    """Kernel ``fn`` with ``names`` appended to its parameters (which drop their
+    annotations and defaults: the launch passes every argument): a name the body read
+    as a global or closure variable is now the parameter.  Line numbers, globals and
+    closure values stay ``fn``'s.
+
+    Raises
+    ------
+    KernelDefinitionError
+        ``fn`` has no Python source here (see :func:`kernel_source`).
+    """
+    names = list(names)
+    what = f"the kernel's form that takes the device array(s) {', '.join(names)} as arguments"
+    source = kernel_source(fn, what, "a device array read as a global")
+    fdef = source.fdef
+    plain_signature(fdef)
+    fdef.args.args += [ast.arg(arg=name) for name in names]
+    return rebuild(fn, fdef, what=what)
 
 
 def bound_names(nodes: Iterable[ast.AST]) -> set[str]:

@@ -64,13 +64,16 @@ def _check_signature(fn: types.FunctionType, fdef: ast.FunctionDef) -> None:
         )
 
 
-def checked_kernel(fn: Callable, spec: Any = None) -> CheckedKernel:
+def checked_kernel(fn: Callable, spec: Any = None, hidden: Sequence[str] = ()) -> CheckedKernel:
     """The checked variant of kernel ``fn`` (see :mod:`pnex_magic.checking`).
 
     ``spec``: the op's :class:`~pnex_magic.spec.KernelSpec`, which tells what accesses
     can be proven in bounds: its block candidates bound ``cuda.threadIdx``, its shape
     declarations say which tensor axes have the same size.  ``None``: no such
-    knowledge (any block, every tensor axis its own size).
+    knowledge (any block, every tensor axis its own size).  ``hidden``: names the kernel
+    reads as globals that become parameters after the error record (device arrays
+    passed as hidden arguments, :mod:`pnex_magic.snapshot`); their accesses are checked
+    like a parameter's.
 
     Raises
     ------
@@ -86,13 +89,16 @@ def checked_kernel(fn: Callable, spec: Any = None) -> CheckedKernel:
     _check_signature(fn, fdef)
     params = {a.arg for a in fdef.args.posonlyargs + fdef.args.args}
     blocks = spec.block_candidates if spec is not None else None
-    ranges = IndexRanges(fdef, namespace_of(fn), blocks, tensor_dims(spec) if spec is not None else None)
-    rewriter = Rewriter(dict(source.lines), params, array_roles(fdef), ranges)
+    namespace = {k: v for k, v in namespace_of(fn).items() if k not in hidden}  # arguments now: nothing is known
+    ranges = IndexRanges(fdef, namespace, blocks, tensor_dims(spec) if spec is not None else None)
+    roles = {**array_roles(fdef), **{name: "global device array" for name in hidden}}
+    rewriter = Rewriter(dict(source.lines), params, roles, ranges)
     fdef.body = rewriter.visit_block(fdef.body)
     # Same name and parameters, no decorators, annotations or defaults (the launch
-    # passes every argument), plus the error record.
+    # passes every argument), plus the error record, then the hidden arguments.
     plain_signature(fdef)
     fdef.args.args.append(ast.arg(arg=ERR_PARAM))
+    fdef.args.args += [ast.arg(arg=name) for name in hidden]
     overloads.register()
     function = rebuild(fn, fdef, HELPERS)
     return CheckedKernel(function=function, sites=tuple(rewriter.sites), proven=tuple(rewriter.proven))

@@ -119,6 +119,8 @@ struct Choice {
 
 // The op's Python callables (launcher_python.h): only the units that call Python see them.
 struct Callbacks;
+// The device arrays the kernel reads as globals (launcher_hidden.h): none for most ops.
+struct HiddenArrays;
 
 struct Spec {
   std::string kernel;  // the user's kernel name, for messages
@@ -141,6 +143,7 @@ struct Spec {
   std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
   std::shared_ptr<Callbacks> python;  // get_image, choose, describe
+  std::shared_ptr<const HiddenArrays> hidden;  // null: the kernel reads no device array as a global
   bool check_always = false;  // every launch runs the checked variant (check=True)
   bool cooperative = false;   // it synchronises its grid: launched cooperatively (cooperative.h)
   std::mutex mutex;      // loading code
@@ -185,6 +188,13 @@ at::Tensor error_record(const Spec& spec, c10::Device device, CUstream stream);
 constexpr int64_t kRecordSlots = 16;  // tests/test_checked.py checks that the three agree
 // After a checked launch: raises an IndexError with the violation the record holds, if any.
 void raise_violation(const Spec& spec, const at::Tensor& record);
+
+// ---------------------------------------------------------------- hidden arguments (launcher_call.cpp)
+// Appends the slots (Numba's ABI) of the kernel's hidden arguments, the device arrays it
+// reads as globals, for a launch on `device`: after its parameters and a checked launch's
+// error record.  Refuses a tensor on another device, or of another dtype, rank or layout
+// than the code was compiled for.
+void append_hidden(const Spec& spec, c10::Device device, c10::SmallVector<uint64_t, 64>& slots);
 
 // ---------------------------------------------------------------- autotuning (launcher_autotune.cpp)
 // The tuner's own calls launch one candidate, forced on the calling thread.

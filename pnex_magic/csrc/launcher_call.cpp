@@ -17,7 +17,9 @@
 // * checked launches (pnex_magic.checking): the kernel's checked variant with a zeroed
 //   error record as its last argument, read back after the launch: every launch of an op
 //   defined with check=True, and those of the op force_checked names on this thread (the
-//   %%pnex magic's first run on its --args).
+//   %%pnex magic's first run on its --args);
+// * hidden arguments (launcher_hidden.h): the device arrays the kernel reads as globals,
+//   passed after its parameters (and the record), the same tensors at every launch.
 //
 // These three concerns share one translation unit: each unit of the launcher pays 4-6 s
 // of CPU for the torch headers it includes (2026-11-25, g++ 12), and these three need the
@@ -44,6 +46,7 @@
 
 #include "cooperative.h"
 #include "launcher.h"
+#include "launcher_hidden.h"
 
 namespace pnex::launcher {
 
@@ -244,6 +247,32 @@ void raise_violation(const Spec& spec, const at::Tensor& record) {
   const int64_t* values = host.const_data_ptr<int64_t>();
   if (values[0] == 0) return;
   TORCH_CHECK_INDEX(false, "pnex: ", describe_violation(spec, values));
+}
+
+// ---------------------------------------------------------------- hidden arguments
+
+void append_hidden(const Spec& spec, c10::Device device, c10::SmallVector<uint64_t, 64>& slots) {
+  if (!spec.hidden) return;
+  for (const HiddenArray& h : spec.hidden->arrays) {
+    const at::Tensor& t = h.tensor;
+    // The messages of pnex_magic.launch.hidden (the Python launchers').
+    TORCH_CHECK_TYPE(t.device() == device, "pnex: ", spec.kernel, "(): the kernel reads the global '", h.name,
+                     "', a tensor on ", t.device().str(), ", but this call's tensors are on ", device.str(),
+                     "; pnex passes such a global to the kernel as it is (a hidden argument, never copied). Keep it "
+                     "on the device of the calls (move it there and define the kernel again), or pass it as a "
+                     "parameter");
+    const bool same = t.scalar_type() == h.dtype && t.dim() == h.ndim && (!h.contiguous || t.is_contiguous());
+    TORCH_CHECK(same, "pnex: ", spec.kernel, "(): the kernel reads the global '", h.name, "', which was a ",
+                h.describe, " array when the kernel was defined and is now ", dtype_name(t.scalar_type()), ", ",
+                std::to_string(t.dim()), "-D, ", t.is_contiguous() ? "contiguous" : "strided",
+                "; its code was compiled for the former. Define the kernel again (re-run its definition)");
+    const int64_t item = t.element_size();
+    for (uint64_t slot : {uint64_t(0), uint64_t(0), static_cast<uint64_t>(t.numel()), static_cast<uint64_t>(item),
+                          reinterpret_cast<uint64_t>(t.data_ptr())})
+      slots.push_back(slot);
+    for (int64_t s : t.sizes()) slots.push_back(static_cast<uint64_t>(s));
+    for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
+  }
 }
 
 // ---------------------------------------------------------------- the call
@@ -454,7 +483,8 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
         pack_array(*v.tensors[pi], p.lanes, slots);
       }
     }
-    if (checked) pack_array(record, 1, slots);  // the error record, a 1-D int64 array, last
+    if (checked) pack_array(record, 1, slots);  // the error record, a 1-D int64 array
+    append_hidden(spec, device, slots);  // the device arrays the kernel reads as globals, last
     c10::SmallVector<void*, 64> params(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 

@@ -12,10 +12,12 @@
 #include <c10/core/GradMode.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/library.h>
 
 #include <map>
 
+#include "launcher_hidden.h"
 #include "launcher_python.h"
 
 namespace pnex::launcher {
@@ -29,6 +31,27 @@ Program to_program(const py::handle& obj) {
     prog.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
   }
   return prog;
+}
+
+// The hidden arguments from their Python description: per device array the kernel reads
+// as a global, (name, tensor, dtype, ndim, contiguous, describe); null when there is none.
+std::shared_ptr<const HiddenArrays> read_hidden(const py::handle& items) {
+  auto hidden = std::make_shared<HiddenArrays>();
+  for (auto item : items) {
+    auto entry = item.cast<py::tuple>();
+    PyObject* tensor = entry[1].ptr();
+    TORCH_CHECK(THPVariable_Check(tensor), "pnex: a hidden argument's value is not a tensor");
+    HiddenArray h;
+    h.name = entry[0].cast<std::string>();
+    h.tensor = THPVariable_Unpack(tensor);  // the same tensor: an in-place update is seen
+    h.dtype = scalar_type(entry[2].cast<std::string>());
+    h.ndim = entry[3].cast<int64_t>();
+    h.contiguous = entry[4].cast<bool>();
+    h.describe = entry[5].cast<std::string>();
+    hidden->arrays.push_back(std::move(h));
+  }
+  if (hidden->arrays.empty()) return nullptr;
+  return hidden;
 }
 
 }  // namespace
@@ -340,6 +363,7 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   if (d.contains("describe")) spec->python->describe = d["describe"];
   if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
   if (d.contains("cooperative")) spec->cooperative = d["cooperative"].cast<bool>();
+  if (d.contains("hidden")) spec->hidden = read_hidden(d["hidden"]);
 
   registry().erase(name);
   Registration reg;

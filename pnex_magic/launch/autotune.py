@@ -57,6 +57,7 @@ from ..errors import KernelLaunchError
 from ..hardware import block_problem
 from ..spec import KernelSpec, TensorParam
 from . import checks, cooperative
+from .hidden import hidden_arrays
 from .kernel import Kernel
 
 __all__ = [
@@ -477,6 +478,24 @@ def _resources(definition: Kernel, arch: str, layout: str, variant: int = 0) -> 
     return compiled(arch, layout=layout, variant=variant).resources if compiled is not None else None
 
 
+@contextlib.contextmanager
+def _hidden_arrays_kept(definition: Kernel) -> Any:
+    """The device arrays the kernel reads as globals (hidden arguments), which it may
+    write, as they were before tuning: yields a function that restores them (before each
+    candidate's checked run), and restores them when tuning ends, so that the caller's
+    launch sees what it would have seen without tuning."""
+    kept = [(t, t.clone()) for t in (h.tensor() for h in hidden_arrays(definition))]
+
+    def restore() -> None:
+        for tensor, copy in kept:
+            tensor.copy_(copy)
+
+    try:
+        yield restore
+    finally:
+        restore()
+
+
 def _benchmark(
     definition: Kernel, runner: Runner, key: tuple[int, ...], text: str, gpu: str, arch: str, layout: str,
     seconds: Callable[[Callable[[], Any], torch.device], float] | None = None,
@@ -492,7 +511,7 @@ def _benchmark(
     sms = 0  # for a cooperative kernel on a GPU: its SMs, to skip grids that cannot be resident
     if getattr(definition, "cooperative", False) and runner.device.type == "cuda":
         sms = torch.cuda.get_device_properties(runner.device).multi_processor_count
-    with torch.no_grad(), on_device:
+    with torch.no_grad(), on_device, _hidden_arrays_kept(definition) as restore_hidden:
         for i, ((block, variant), row) in enumerate(zip(spec.launch_candidates, _rows(spec))):
             try:
                 resources = _resources(definition, arch, layout, variant)
@@ -515,6 +534,7 @@ def _benchmark(
                 rows.append(dataclasses.replace(row, skipped=problem))
                 continue
             runner.reset()
+            restore_hidden()
             try:
                 written = runner.run(i)
                 if runner.device.type == "cuda":

@@ -26,6 +26,7 @@ from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
 from . import autotune, checks, cooperative
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
+from .hidden import hidden_tensors
 from .kernel import Kernel
 
 
@@ -261,6 +262,7 @@ class DriverLauncher:
         fn = self._function(definition, device, layout, variant, checked)
         args: list[Any] = []
         types: list[Any] = []
+
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TuneParam):
                 continue  # a constant in the variant's code: no argument slot
@@ -275,9 +277,11 @@ class DriverLauncher:
                 args.append(0)
                 types.append(ctypes.c_void_p)
         record = None
-        if checked:  # the error record, a 1-D int64 array, last
+        if checked:  # the error record, a 1-D int64 array, after the kernel's parameters
             record = torch.zeros(checks.RECORD_SLOTS, dtype=torch.int64, device=device)
             _pack_array(record, 1, args, types)
+        for _, tensor in hidden_tensors(definition, device):  # device arrays read as globals, last
+            _pack_array(tensor, 1, args, types)
         stream = torch.cuda.current_stream(device).cuda_stream
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)

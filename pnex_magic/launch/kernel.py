@@ -6,7 +6,9 @@ The autotuner (:mod:`pnex_magic.launch.autotune`) also uses two optional members
 where a kernel has them: ``cache_key(arch, layout)`` (names the build its stored
 choices belong to; else the op's name and interface do) and
 ``compiled(arch, layout=...)`` (ptxas's resource figures, to skip candidates that
-cannot run; else every candidate is tried)."""
+cannot run; else every candidate is tried).  Every launcher reads ``hidden_arrays``
+where a kernel has them (:mod:`pnex_magic.launch.hidden`: device arrays the kernel
+reads as globals, passed after its parameters; a saved kernel has none)."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from ..calls import launch_info
 from . import autotune, build, checks
 from .description import describe_launch
 from .driver import DriverLauncher
+from .hidden import hidden_arrays
 from .kernel import Kernel
 
 
@@ -48,7 +49,8 @@ SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call
 #: table (shared with jax_ffi.cpp).
 HEADERS = tuple(
     build.CSRC / name
-    for name in ("launcher.h", "launcher_faults.h", "launcher_python.h", "cuda_driver.h", "cooperative.h")
+    for name in ("launcher.h", "launcher_faults.h", "launcher_hidden.h", "launcher_python.h", "cuda_driver.h",
+                 "cooperative.h")
 )
 _module: Any = None
 _load_lock = threading.Lock()
@@ -121,8 +123,10 @@ def available() -> bool:
 
 
 def launcher_spec(definition: Kernel) -> dict[str, Any]:
-    """What the C++ side registers: the launch description plus ``get_image`` and,
-    for an autotuned op, ``choose``."""
+    """What the C++ side registers: the launch description plus ``get_image``, for an
+    autotuned op ``choose``, and the hidden arguments (the device arrays the kernel reads
+    as globals, :mod:`pnex_magic.snapshot`) as their tensors, which it passes at every
+    launch."""
 
     def get_image(device_index: int, contiguous: bool, variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         arch = "sm_%d%d" % torch.cuda.get_device_capability(device_index)
@@ -139,9 +143,10 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
             capturing=args is None, runner=lambda: _runner(definition, device_index, args),
         )
 
+    hidden = [(h.name, h.tensor(), h.dtype.name, h.ndim, h.contiguous, h.describe()) for h in hidden_arrays(definition)]
     return {
         **describe_launch(definition.spec), "get_image": get_image, "choose": choose, "describe": describe,
-        "check": bool(getattr(definition.options, "check", False)),
+        "check": bool(getattr(definition.options, "check", False)), "hidden": hidden,
         "cooperative": bool(getattr(definition, "cooperative", False)),
     }
 

@@ -20,6 +20,7 @@ import torch
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import checks, grid_simulator
+from .hidden import hidden_tensors
 from .kernel import Kernel
 
 
@@ -68,19 +69,23 @@ class SimulatorLauncher:
 
         args: list[Any] = []
         write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def array(value: torch.Tensor, written: bool) -> Any:
+            tensor = value.detach()
+            if tensor.dtype == torch.bfloat16:
+                # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
+                shadow = tensor.float()
+                if written:
+                    write_back.append((tensor, shadow))
+                tensor = shadow
+            return FakeCUDAArray(tensor.numpy())
+
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TensorParam):
-                tensor = value.detach()
-                if tensor.dtype == torch.bfloat16:
-                    # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
-                    shadow = tensor.float()
-                    if param.role != "in":
-                        write_back.append((tensor, shadow))
-                    tensor = shadow
-                array = tensor.numpy()
                 if param.dtype.is_record:  # (..., lanes) words: a view of records, writes land in the tensor
-                    array = array.view(param.dtype.numpy)[..., 0]
-                args.append(FakeCUDAArray(array))
+                    args.append(FakeCUDAArray(value.detach().numpy().view(param.dtype.numpy)[..., 0]))
+                else:
+                    args.append(array(value, param.role != "in"))
             elif isinstance(param, SeedParam):  # the int64 seed drawn for this call, read as uint64
                 args.append(FakeCUDAArray(value.numpy().view(np.uint64)))
             elif isinstance(param, ScalarParam):
@@ -93,6 +98,9 @@ class SimulatorLauncher:
         record = np.zeros(checks.RECORD_SLOTS, dtype=np.int64)
         if checked:
             args.append(FakeCUDAArray(record))
+        # Device arrays the kernel reads as globals (CPU tensors here), after the record:
+        # a NumPy view of each, so the kernel reads (and may write) the tensor itself.
+        args += [array(tensor, True) for _, tensor in hidden_tensors(definition, device)]
         whole_grid = grid[0] * grid[1] * grid[2] > 1 and grid_simulator.uses_grid_sync(simulated)
         with _LOCK, warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to

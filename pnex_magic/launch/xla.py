@@ -44,11 +44,13 @@ from typing import Any
 import torch
 
 from ..arch import arch_name, parse_arch
+from ..errors import KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam
 from ..cache import cache_dir
 from . import build
 from .description import KINDS, describe_launch
 from .driver import scalar_slot
+from .hidden import hidden_arrays
 from .kernel import Kernel
 
 __all__ = [
@@ -281,7 +283,23 @@ def _new_id(definition: Kernel, variant: int = 0) -> int:
 def kernel_id(definition: Kernel, variant: int = 0) -> int:
     """The id the handler knows ``definition`` (its ``Tune`` variant ``variant``) by,
     registered or not: an export for the CUDA platform on a machine without one names
-    the kernel by it too."""
+    the kernel by it too.
+
+    Raises
+    ------
+    KernelDefinitionError
+        The kernel reads a device array as a global (a hidden argument,
+        :mod:`pnex_magic.snapshot`), which the handler does not pass: XLA owns the
+        buffers of a call, and a torch tensor held by the kernel is not one of them.
+    """
+    names = [h.name for h in hidden_arrays(definition)]
+    if names:
+        raise KernelDefinitionError(
+            f"kernel {definition.spec.name!r} reads the device array(s) {', '.join(map(repr, names))} as globals, "
+            f"which pnex passes to the kernel at each launch as hidden arguments; a JAX computation on a GPU "
+            f"launches with XLA's buffers only and does not pass them. Make each a parameter of the kernel (an In "
+            f"or InMut argument) to call it from JAX on a GPU (on CPU, JAX runs it through the simulator)"
+        )
     with _lock:
         ids = _ids.setdefault(definition, {})
         found = ids.get(variant)

@@ -124,7 +124,7 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
         body.append((label, _bar(bw / scale, colour) + escape(detail)))
     parts = [f"<div style=\"margin-top:6px\"><b>bandwidth against the device's limits</b> ({escape(e.device)})</div>",
              table(body)]
-    if e.in_l2:
+    if not e.judged:
         parts.append(f'<div style="margin-top:4px"><b>{escape(e.verdict.split(":", 1)[0])}</b>:'
                      f"{escape(e.verdict.split(':', 1)[1])}</div>")
     found = e.explanation

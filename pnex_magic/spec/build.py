@@ -5,12 +5,14 @@
 annotated function plus the launch options into an immutable spec, checking
 everything that can be checked before compiling: annotations, dtypes, scalar
 defaults, shape and ``n_threads`` expressions, launch dimensions, and that the kernel
-writes something.  The parameters are read in order; a shape names the earlier
-tensor parameters (:func:`_shape`, over the names seen so far).
+writes something.  The parameters are read in order, then every tensor's shape,
+which may name any input tensor or integer scalar, earlier or later in the
+signature, and, for an output, the outputs declared before it (:func:`_with_shapes`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -106,6 +108,7 @@ def build_spec(
     visible: dict[str, NameInfo] = {}
     tune_overrides = dict(tune or {})
     may_alias: dict[str, Any] = {}  # InMut name -> its may_alias option, resolved once all names are known
+    tensors: dict[str, tuple[str, TensorAnnotation]] = {}  # tensor name -> (where, annotation): shapes come last
     seen: set[str] = set()
     for pname, parameter in sig.parameters.items():
         where = f"kernel {kernel!r}, parameter {pname!r}"
@@ -150,22 +153,30 @@ def build_spec(
                 raise default_error(where, what, parameter.default)
             dtype = _dtype(where, ann.dtype)
             check_record(where, dtype, ann.role)
-            shape = _shape(where, ann, visible)
             init = getattr(ann, "init", None)
             if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float))):
                 if not (dtype.name == "bool" and isinstance(init, bool)):
                     raise KernelDefinitionError(f"{where}: init must be a number, got {init!r}")
             if init is not None:
                 check_value(where, "init", init, dtype, "tensor")
-            params.append(TensorParam(pname, ann.role, dtype, shape, init))
+            # The shape waits for every parameter: it may name one declared later.
+            params.append(TensorParam(pname, ann.role, dtype, (), init))
+            tensors[pname] = (where, ann)
             if isinstance(ann, InMut) and ann.may_alias is not False:
                 may_alias[pname] = ann.may_alias
-            visible[pname] = NameInfo("tensor", ndim=len(shape))
             continue
         if isinstance(ann, Scalar):
             dtype = _dtype(where, ann.dtype)
         elif resolve_dtype(ann) is not None:
             dtype = resolve_dtype(ann)
+        elif type(ann).__name__ == "CPointer" and type(ann).__module__.startswith("numba"):
+            pointee = resolve_dtype(getattr(ann, "dtype", None))
+            spelled = f"'{pointee.short}'" if pointee is not None else "dtype"
+            raise KernelDefinitionError(
+                f"{where}: {ann} is a raw pointer (CPointer), which a PyTorch op cannot take: pnex passes tensors. "
+                f"Annotate it InMut({spelled}, (None,)) (or In(...) if the kernel only reads it) and pass the tensor "
+                f"itself; the body indexes it the same way (x[i])"
+            )
         else:
             raise KernelDefinitionError(
                 f"{where}: {ann!r} is not a pnex annotation; expected In(dtype, shape), InMut(dtype, shape), "
@@ -179,6 +190,7 @@ def build_spec(
     for pname in annotations:
         if pname not in sig.parameters:
             raise KernelDefinitionError(f"kernel {kernel!r}: annotation for {pname!r}, which is not a parameter")
+    params = _with_shapes(params, tensors, visible)
     for pname in tune_overrides:
         found = next((p for p in params if p.name == pname), None)
         kind = "" if found is None else found.describe().split("(")[0]
@@ -238,30 +250,90 @@ def _dtype(where: str, spelling: Any) -> DType:
     return dtype
 
 
-def _shape(where: str, ann: TensorAnnotation, visible: dict[str, NameInfo]) -> tuple[Expr | None, ...]:
+def _with_shapes(
+    params: list[TensorParam | ScalarParam | UnusedParam | TuneParam],
+    tensors: dict[str, tuple[str, TensorAnnotation]],
+    visible: dict[str, NameInfo],
+) -> list[TensorParam | ScalarParam | UnusedParam | TuneParam]:
+    """``params`` with every tensor's shape resolved, over every parameter: a shape may
+    name a parameter declared later (``def k(r: Out("f32", "x"), x: In(...))``, as
+    ufunc-style kernels put the output first).  Adds the tensors to ``visible``.
+
+    An input's shape names other inputs and integer scalars (the call checks it against
+    them); an output's also names the outputs declared before it (the op creates its
+    outputs in declaration order).  A tensor shaped like itself, through others or
+    directly, has no shape: refused."""
+    ndims = _ranks(tensors, visible)
+    for name, ndim in ndims.items():
+        visible[name] = NameInfo("tensor", ndim=ndim)
+    resolved = []
+    outputs_before: set[str] = set()
+    for p in params:
+        if isinstance(p, TensorParam):
+            where, ann = tensors[p.name]
+            allowed = {n for n, (_, a) in tensors.items() if a.role != "out" and n != p.name}
+            allowed |= {n for n, info in visible.items() if info.kind == "scalar"}
+            if p.role == "out":
+                allowed |= outputs_before
+                outputs_before.add(p.name)
+            p = dataclasses.replace(p, shape=_shape(where, ann, p.name, ndims[p.name], visible, allowed, tensors))
+        resolved.append(p)
+    return resolved
+
+
+def _ranks(tensors: dict[str, tuple[str, TensorAnnotation]], visible: dict[str, NameInfo]) -> dict[str, int]:
+    """Each tensor's rank: its shape tuple's length, or the rank of the tensor its shape
+    names (followed through names; a cycle is refused)."""
+    ndims: dict[str, int] = {}
+
+    def rank(name: str, chain: tuple[str, ...]) -> int:
+        if name in ndims:
+            return ndims[name]
+        where, ann = tensors[name]
+        shape = ann.shape
+        if isinstance(shape, str):
+            if shape not in tensors:
+                names = ", ".join(tensors) or "none"
+                problem = f"{shape!r} is a scalar" if shape in visible else f"{shape!r} is not a tensor parameter"
+                raise ShapeExpressionError(
+                    f"{where}: shape {shape!r} means 'same shape as {shape}', but {problem} (tensor parameters: {names})"
+                )
+            if shape in chain or shape == name:
+                loop = chain[chain.index(shape):] if shape in chain else ()
+                cycle = " -> ".join((*loop, name, shape))
+                raise ShapeExpressionError(
+                    f"{where}: shape {shape!r} means 'same shape as {shape}', but the shapes name each other in a "
+                    f"cycle ({cycle}), so none has a size; give one of them its sizes, e.g. (None,) for an input"
+                )
+            ndims[name] = rank(shape, (*chain, name))
+            return ndims[name]
+        entries = as_tuple(shape)
+        if entries is None:
+            if not (isinstance(shape, int) and not isinstance(shape, bool)):
+                raise ShapeExpressionError(
+                    f"{where}: shape must be a tuple of int/str/None or the name of a tensor parameter, got {shape!r}"
+                )
+            entries = (shape,)
+        ndims[name] = len(entries)
+        return ndims[name]
+
+    for name in tensors:
+        rank(name, ())
+    return ndims
+
+
+def _shape(
+    where: str, ann: TensorAnnotation, name: str, ndim: int, visible: dict[str, NameInfo], allowed: set[str],
+    tensors: dict[str, tuple[str, TensorAnnotation]],
+) -> tuple[Expr | None, ...]:
     shape = ann.shape
-    tensors = {n: info for n, info in visible.items() if info.kind == "tensor"}
     if isinstance(shape, str):
-        info = tensors.get(shape)
-        if info is None:
-            earlier = ", ".join(tensors) or "none"
-            if shape in visible:
-                problem = f"{shape!r} is a scalar"
-            else:
-                problem = f"{shape!r} is not an earlier tensor parameter"
-            raise ShapeExpressionError(
-                f"{where}: shape {shape!r} means 'same shape as {shape}', but {problem} "
-                f"(earlier tensor parameters: {earlier})"
-            )
-        return tuple(Size(shape, axis) for axis in range(info.ndim))
+        _refuse_names(where, f"shape {shape!r}", {shape}, ann, name, allowed, tensors)
+        return tuple(Size(shape, axis) for axis in range(ndim))
     entries = as_tuple(shape)
     if entries is None:
-        if isinstance(shape, int) and not isinstance(shape, bool):
-            entries = (shape,)
-        else:
-            raise ShapeExpressionError(
-                f"{where}: shape must be a tuple of int/str/None or the name of an earlier tensor, got {shape!r}"
-            )
+        entries = (shape,)
+    others = {n: info for n, info in visible.items() if n != name}
     result: list[Expr | None] = []
     for axis, entry in enumerate(entries):
         at = f"{where}, shape[{axis}]"
@@ -273,8 +345,27 @@ def _shape(where: str, ann: TensorAnnotation, visible: dict[str, NameInfo]) -> t
                 )
             result.append(None)
             continue
-        expr = parse_expression(entry, visible, where=at, axis=axis)
+        expr = parse_expression(entry, others, where=at, axis=axis)
         if isinstance(entry, int) and entry < 0:
             raise ShapeExpressionError(f"{at}: a size cannot be negative, got {entry}")
+        _refuse_names(at, repr(entry), expr.names(), ann, name, allowed, tensors)
         result.append(expr)
     return tuple(result)
+
+
+def _refuse_names(
+    where: str, what: str, names: set[str], ann: TensorAnnotation, name: str, allowed: set[str],
+    tensors: dict[str, tuple[str, TensorAnnotation]],
+) -> None:
+    """Refuse a shape naming an output it cannot depend on."""
+    for other in sorted(names - allowed):
+        if ann.role != "out":
+            raise ShapeExpressionError(
+                f"{where}: {what} names {other!r}, an Out tensor, but an input's sizes are checked against the "
+                f"arguments before the op creates its outputs; name the inputs or scalars it depends on instead"
+            )
+        raise ShapeExpressionError(
+            f"{where}: {what} names {other!r}, an Out tensor declared after {name!r}; the op creates its outputs in "
+            f"declaration order, so an output's shape may name the inputs, the scalars and the outputs declared "
+            f"before it. Name the inputs {other!r} is shaped from, or declare {other!r} first"
+        )
