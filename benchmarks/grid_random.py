@@ -219,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     from bench_common import result_header, versions, write_result
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # The kernels that take only scalars (and a Seed) make their outputs on torch's default
+    # device, as torch.empty does: the GPU here, unless --device cpu.
+    torch.set_default_device(device)
     kernels = _kernels()
     if device == "cpu":
         result = {"benchmark": "grid-random-cpu", "gpu": None, "versions": versions(),

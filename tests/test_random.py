@@ -377,6 +377,14 @@ def test_the_launchers_see_records_of_16_bytes_without_the_words_axis():
 # ---------------------------------------------------------------------------- on a GPU
 
 
+@pytest.fixture
+def on_cuda():
+    """An op whose arguments are all scalars (and a ``Seed``) makes its outputs on torch's
+    default device, as ``torch.empty`` does: make that the GPU for these tests."""
+    with torch.device("cuda"):
+        yield
+
+
 def _gpu_every():
     @pnex.jit(n_threads="n", threads_per_block=256)
     def every_gpu(n: int, seed: "i64", u: pnex.Out("f32", ("n",)), d: pnex.Out("f64", ("n",)),
@@ -392,16 +400,19 @@ def _gpu_every():
 
 
 @pytest.mark.gpu
-def test_the_gpu_gives_the_same_numbers_as_the_reference_and_the_simulator(gpu_cache, launcher):
+def test_the_gpu_gives_the_same_numbers_as_the_reference_and_the_simulator(gpu_cache, launcher, on_cuda):
     op = _gpu_every()
     seed = -123456789012345
-    u, d, z, w = (t.cpu().numpy() for t in op(1 << 16, seed))
+    outs = op(1 << 16, seed)
+    assert all(t.is_cuda for t in outs)  # on the GPU, not the simulator
+    u, d, z, w = (t.cpu().numpy() for t in outs)
     offsets = np.arange(1 << 16)
     np.testing.assert_array_equal(u, reference_uniform(seed, offsets))
     np.testing.assert_array_equal(d, reference_uniform_f64(seed, offsets))
     np.testing.assert_array_equal(w.astype(np.uint32), reference_words(seed, offsets)[0])
     np.testing.assert_allclose(z, reference_normal(seed, offsets), rtol=2e-6, atol=2e-6)
-    cu, cd, cz, cw = (t.numpy() for t in op(64, seed))  # the simulator, on CPU tensors
+    with torch.device("cpu"):
+        cu, cd, cz, cw = (t.numpy() for t in op(64, seed))  # the simulator, on CPU tensors
     np.testing.assert_array_equal(cu, u[:64])
     np.testing.assert_array_equal(cd, d[:64])
     np.testing.assert_array_equal(cw, w[:64])
@@ -409,7 +420,7 @@ def test_the_gpu_gives_the_same_numbers_as_the_reference_and_the_simulator(gpu_c
 
 
 @pytest.mark.gpu
-def test_ten_million_gpu_draws_are_statistically_sane(gpu_cache):
+def test_ten_million_gpu_draws_are_statistically_sane(gpu_cache, on_cuda):
     op = _gpu_every()
     n = 10_000_000
     u, d, z, _ = (t.double() for t in op(n, 20261125))
@@ -423,7 +434,7 @@ def test_ten_million_gpu_draws_are_statistically_sane(gpu_cache):
 
 
 @pytest.mark.gpu
-def test_seeded_calls_are_reproducible_and_the_same_on_both_launchers(gpu_cache, launcher, monkeypatch):
+def test_seeded_calls_are_reproducible_and_the_same_on_both_launchers(gpu_cache, launcher, monkeypatch, on_cuda):
     op = _draws(1 << 14, 4, "uniform")
     torch.manual_seed(99)
     first, second = op(), op()
@@ -435,7 +446,7 @@ def test_seeded_calls_are_reproducible_and_the_same_on_both_launchers(gpu_cache,
 
 
 @pytest.mark.gpu
-def test_each_cuda_graph_replay_draws_new_numbers(gpu_cache, launcher):
+def test_each_cuda_graph_replay_draws_new_numbers(gpu_cache, launcher, on_cuda):
     op = _draws(1 << 12, 1, "uniform")
     op()  # loads the code outside the capture
     graph = torch.cuda.CUDAGraph()
@@ -452,7 +463,7 @@ def test_each_cuda_graph_replay_draws_new_numbers(gpu_cache, launcher):
 
 
 @pytest.mark.gpu
-def test_torch_compile_reduce_overhead_draws_per_call(gpu_cache):
+def test_torch_compile_reduce_overhead_draws_per_call(gpu_cache, on_cuda):
     op = _draws(1 << 12, 1, "normal")
 
     @torch.compile(mode="reduce-overhead")
