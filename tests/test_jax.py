@@ -30,7 +30,7 @@ from jax.test_util import check_grads  # noqa: E402
 import pnex_magic as pnex  # noqa: E402
 from pnex_magic import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError  # noqa: E402
 from pnex_magic.frontends.jax_op import JaxOp  # noqa: E402
-from pnex_magic.launch import build, xla  # noqa: E402
+from pnex_magic.launch import background, build, xla  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -453,7 +453,7 @@ def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):
     source = tmp_path / "broken.cpp"
     source.write_text("int broken( {\n")
     with pytest.raises(pnex.KernelCompileError, match="could not build its test library") as info:
-        build.build_shared_library("broken", [source], includes=[], what="test library")
+        background.build_shared_library("broken", [source], includes=[], what="test library")
     assert "broken.cpp" in info.value.compiler_log
     assert not list(tmp_path.rglob("libbroken.so"))
 

@@ -7,7 +7,9 @@ built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
 
 * when an op is made, :func:`register` offers its definition to every launcher;
   a launcher that registers a dispatcher kernel of its own (the C++ launcher)
-  says so, and the op's Python implementation then never sees that device;
+  says so, and the op's Python implementation then never sees that device; one
+  still being built registers it later (:func:`native_registered` says when), and
+  the op's calls go through :func:`call` meanwhile;
 * every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`,
   after :meth:`Launcher.candidate` picked the block and ``Tune`` variant of an
   autotuned op.
@@ -34,7 +36,7 @@ from .simulator import SimulatorLauncher
 
 __all__ = [
     "Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered",
-    "last_kernel", "is_fault", "fault_hint", "install_fast_call",
+    "last_kernel", "is_fault", "fault_hint", "install_fast_call", "call", "native_registered", "wait_for_launcher",
 ]
 
 
@@ -115,9 +117,25 @@ def unregister(op_name: str) -> None:
 
 
 def install_fast_call(cls: type) -> bool:
-    """Give the op class ``cls`` the C++ launcher's call slot, once it is loaded (see
+    """Give the op class ``cls`` the C++ launcher's call slot, once it serves (see
     :func:`pnex_magic.launch.native.install_fast_call`)."""
     return native.install_fast_call(cls)
+
+
+#: Run one call of an op object, ``call(fn, args)``: ``fn(*args)``, counted while ops
+#: wait for the C++ launcher (:func:`pnex_magic.launch.native.call`).
+call = native.call
+
+
+def native_registered(op_name: str) -> bool:
+    """Whether the C++ launcher's own dispatcher kernels serve ``op_name``'s CUDA calls."""
+    return native.registered(op_name)
+
+
+def wait_for_launcher(timeout: float | None = None) -> bool:
+    """Wait until the C++ launcher serves CUDA calls, ops defined so far included (see
+    :func:`pnex_magic.launch.native.wait`)."""
+    return native.wait(timeout)
 
 
 def autograd_registered(definition: Kernel) -> None:

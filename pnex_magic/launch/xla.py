@@ -46,7 +46,7 @@ import torch
 from ..arch import arch_name, parse_arch
 from ..spec import KernelSpec, ScalarParam, TensorParam
 from ..cache import cache_dir
-from . import build
+from . import background, build
 from .description import KINDS, describe_launch
 from .driver import scalar_slot
 from .kernel import Kernel
@@ -188,7 +188,7 @@ def build_library(verbose: bool = False) -> Path:
         path = Path(recorded["path"])
         if recorded.get("key") == key and {"key": key, **_stamp(path)} == recorded:
             return path
-    path = build.build_shared_library(
+    path = background.build_shared_library(
         _STEM,
         [SOURCE],
         includes=_include_dirs(),
