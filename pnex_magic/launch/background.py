@@ -47,10 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernelCompileError
-from .build import Build, compile_into, import_built, toolchain
+from .build import Build, compile_into, compiler, import_built, toolchain
 
 __all__ = [
-    "state", "failure", "start", "wait", "build_now", "run", "progress", "unwritable", "log_path", "build_extension",
+    "state", "failure", "problem", "start", "wait", "build_now", "run", "progress", "unwritable", "log_path",
+    "build_extension",
     "build_shared_library",
 ]
 
@@ -95,6 +96,25 @@ def unwritable(build: Build) -> str | None:
             pass
     except OSError as exc:
         return f"its build folder {build.folder} cannot be written ({type(exc).__name__}: {exc.strerror or exc})"
+    return None
+
+
+def problem(build: Build) -> str | None:
+    """Why ``build`` cannot be built here, in a sentence (``None`` if it can be tried):
+    no host compiler, no ninja (an extension), a folder that cannot be written, or a
+    failure recorded for these inputs and this toolchain (naming its log)."""
+    tools = toolchain()
+    if tools["compiler"] is None:
+        return f"the {build.what} needs a host C++ compiler ({compiler()} is not installed: install g++ or set $CXX)"
+    if build.kind == "extension" and tools["ninja"] is None:
+        return f"the {build.what}'s build needs ninja (pip install ninja)"
+    unusable = unwritable(build)
+    if unusable is not None:
+        return f"the {build.what} cannot be built: {unusable}; set PNEX_CACHE_DIR to a writable folder"
+    record = failure(build)
+    if record is not None:
+        return (f"the {build.what}'s build failed ({record.get('error', 'see its log')}); the compiler's output is in "
+                f"{record.get('log', log_path(build))}")
     return None
 
 

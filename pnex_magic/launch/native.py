@@ -267,7 +267,7 @@ def _poll_locked(force: bool = False) -> None:
         if _in_flight == 0:
             _switch_locked()
     elif found == "failed":
-        _give_up(_failure_note(target))
+        _give_up(background.problem(target) or "its build failed")
     elif found == "none" and not _restarted:  # the build process was killed: once more
         _restarted = True
         background.start(target)
@@ -342,27 +342,6 @@ def note(why: str) -> None:
     )
 
 
-def _failure_note(target: build.Build) -> str:
-    record = background.failure(target) or {}
-    return (f"the C++ launcher's build failed ({record.get('error', 'see its log')}); the compiler's output is in "
-            f"{record.get('log', background.log_path(target))}")
-
-
-def _why_not_buildable(target: build.Build) -> str | None:
-    """Why the launcher cannot be built here (``None`` if it can be tried)."""
-    tools = build.toolchain()
-    if tools["compiler"] is None:
-        return f"the C++ launcher needs a host C++ compiler ({build.compiler()} is not installed: install g++ or set $CXX)"
-    if tools["ninja"] is None:
-        return "the C++ launcher's build needs ninja (pip install ninja)"
-    problem = background.unwritable(target)
-    if problem is not None:
-        return f"the C++ launcher cannot be built: {problem}; set PNEX_CACHE_DIR to a writable folder"
-    if background.failure(target) is not None:
-        return _failure_note(target)
-    return None
-
-
 def prepare() -> None:
     """Make the launcher ready early (``%load_ext``'s warm-up): import it if it is built,
     else start its build in the background.  Says nothing; the first op definition that
@@ -372,7 +351,7 @@ def prepare() -> None:
     if _prebuilt_or_built() is None:
         with contextlib.suppress(KernelCompileError):
             target = _target()
-            if _why_not_buildable(target) is None:
+            if background.problem(target) is None:
                 background.start(target)
 
 
@@ -411,7 +390,7 @@ def wait(timeout: float | None = None) -> bool:
         note(str(exc))
         return False
     if not _pending:
-        why = _why_not_buildable(target)
+        why = background.problem(target)
         if why is not None:
             note(why)
             return False
@@ -544,7 +523,7 @@ class NativeLauncher:
         except KernelCompileError as exc:
             note(str(exc))
             return False
-        why = _why_not_buildable(target)
+        why = background.problem(target)
         if why is not None:
             note(why)
             return False
