@@ -122,7 +122,7 @@ def main() -> None:
     configs = [("split", list(native.SOURCES), list(native.HEADERS))]
     with tempfile.TemporaryDirectory(prefix="pnex-launcher-before-") as before_dir:
         if args.before:
-            configs.insert(0, (f"one file ({args.before})", *_sources_at(args.before, Path(before_dir))))
+            configs.insert(0, (f"at {args.before}", *_sources_at(args.before, Path(before_dir))))
         rows = []
         for r in range(args.rounds):
             for label, sources, headers in configs:

@@ -263,6 +263,9 @@ def _poll_locked(force: bool = False) -> None:
         return
     found = background.state(target)
     if found == "built":
+        if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+            _next_poll = now  # not while a CUDA graph is being captured: at the next call after it
+            return
         _draining = True
         if _in_flight == 0:
             _switch_locked()
@@ -377,7 +380,7 @@ def _prebuilt_or_built() -> Any | None:
 
 def wait(timeout: float | None = None) -> bool:
     """Wait until the C++ launcher serves CUDA calls, every op defined so far included
-    (starting its build if needed); ``False`` where it cannot (the note says why), or
+    (starting its build if none runs); ``False`` where it cannot (the note says why), or
     when ``timeout`` seconds pass first."""
     if not native_wanted():
         return False
@@ -387,14 +390,13 @@ def wait(timeout: float | None = None) -> bool:
     try:
         target = _target()
     except KernelCompileError as exc:
-        note(str(exc))
+        _give_up(str(exc))
         return False
-    if not _pending:
-        why = background.problem(target)
-        if why is not None:
-            note(why)
-            return False
-        background.start(target)
+    why = background.problem(target)
+    if why is not None:
+        _give_up(why)
+        return False
+    background.start(target)  # unless it is built or building
     found = background.wait(target, None if deadline is None else max(0.0, deadline - time.monotonic()))
     if found == "built" and not _pending:
         return _prebuilt_or_built() is not None
