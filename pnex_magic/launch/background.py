@@ -160,11 +160,12 @@ def start(build: Build, *, background: bool = True) -> bool:
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding pnex_magic
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env["PNEX_BUILD_NICE"] = "10" if background else "0"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pnex_magic.launch.build_worker", build.to_json()],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True, close_fds=True,
-    )
+    with open(log_path(build), "a") as out:  # what the process says before its build starts (an import error)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pnex_magic.launch.build_worker", build.to_json()],
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            close_fds=True,
+        )
     with _lock:
         _started[build.folder] = proc
     log.debug("pnex: building the %s in process %d", build.what, proc.pid)

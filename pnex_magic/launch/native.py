@@ -275,7 +275,8 @@ def _poll_locked(force: bool = False) -> None:
         _restarted = True
         background.start(target)
     elif found == "none":
-        _give_up("the C++ launcher's build process ended twice before it was done (killed?)")
+        _give_up(f"the C++ launcher's build process ended twice before it was done (killed? its output: "
+                 f"{background.log_path(target)})")
 
 
 def _switch_locked() -> None:
