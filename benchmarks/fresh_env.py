@@ -82,17 +82,13 @@ def _child(code: str, env: dict[str, str], timeout: float = 1200) -> tuple[dict,
 def _stop_builds(cache: Path) -> None:
     """End the background build processes a round left building into ``cache`` (they
     outlive the processes that started them), so that the next round starts alone."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    from pnex_magic.launch import background
+
+    for pid in background.processes(cache):
         try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environment = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"pnex_magic.launch.build_worker" in command and f"PNEX_CACHE_DIR={cache}\0".encode() in environment:
-            try:
-                os.killpg(int(pid), signal.SIGKILL)  # the build process, ninja and the compilers
-            except ProcessLookupError:
-                pass
+            os.killpg(pid, signal.SIGKILL)  # the build process, ninja and the compilers
+        except ProcessLookupError:
+            pass
 
 
 class Fresh:

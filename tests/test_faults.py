@@ -321,20 +321,6 @@ print("RESULT", 5 if callable(module.register_op) else 0, flush=True)
 """
 
 
-def _build_processes(folder: Path) -> list[int]:
-    """The build processes (:mod:`pnex_magic.launch.background`) building into the cache ``folder``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            environment = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if b"pnex_magic.launch.build_worker" in command and f"PNEX_CACHE_DIR={folder}".encode() in environment:
-            found.append(int(pid))
-    return found
-
-
 def _start_and_kill(script: Path, args: list[str], env: dict, delay: float, *, build_process: bool) -> str:
     """Run ``script``, and ``delay`` seconds into its build SIGKILL it, and with
     ``build_process`` the build process with everything it started (its session)."""
@@ -346,7 +332,7 @@ def _start_and_kill(script: Path, args: list[str], env: dict, delay: float, *, b
             if "building the" in line:
                 break
         time.sleep(delay)
-        builders = _build_processes(folder)
+        builders = background.processes(folder)
         finished = proc.poll() is not None or not builders
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(60)
@@ -377,7 +363,7 @@ def _killed_build_then_recovery(tmp_path, pnex_env, script_text, args, kill_afte
             rows.append(f"{delay} s into the build, {'the build process' if build_process else 'the waiting process'} "
                         f"killed")
         deadline = time.monotonic() + 600
-        while _build_processes(folder) and time.monotonic() < deadline:  # a build process going on: to its end
+        while background.processes(folder) and time.monotonic() < deadline:  # a build process going on: to its end
             time.sleep(0.2)
         recovery = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
                                   timeout=900)

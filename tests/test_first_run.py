@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 import launcher_stand_in
+from first_run_child import ENTERED_PYTHON_CALL
 
 pytestmark = pytest.mark.slow
 
@@ -105,20 +106,8 @@ def results(seed):
         "tuned": torch.equal(tuned(a), a - 3),
         "refused": refused,
     }
-
-def entered_python_call(op, a):
-    import pnex_magic.op
-    entered = []
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "__call__" and frame.f_code.co_filename == pnex_magic.op.__file__:
-            entered.append(1)
-    sys.setprofile(profile)
-    try:
-        op(a)
-    finally:
-        sys.setprofile(None)
-    return bool(entered)
 """
+OPS += ENTERED_PYTHON_CALL
 
 SWITCH = OPS + """
 before = {"native": [op._native for op in ops], "cuda": [cuda_kernel(op) for op in ops], "status": native.status()}

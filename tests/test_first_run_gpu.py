@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from first_run_child import ENTERED_PYTHON_CALL
+
 pytestmark = pytest.mark.gpu
 
 PATHS = """
@@ -92,22 +94,10 @@ def paths():
     found["graph"] = torch.equal(static, a * 0.5 + b)
     return found, graph
 
-def entered_python_call():
-    import pnex_magic.op
-    entered = []
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "__call__" and frame.f_code.co_filename == pnex_magic.op.__file__:
-            entered.append(1)
-    sys.setprofile(profile)
-    try:
-        axpb(a, b, 0.5)
-    finally:
-        sys.setprofile(None)
-    return bool(entered)
-
+""" + ENTERED_PYTHON_CALL + """
 before, graph_before = paths()
 record = {"before": before, "native_before": [op._native for op in ops], "status_before": native.status(),
-          "python_call_before": entered_python_call()}
+          "python_call_before": entered_python_call(axpb, a, b, 0.5)}
 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 fcntl.flock(lock, fcntl.LOCK_UN)
 record["ready"] = native.wait(timeout=900)
@@ -118,7 +108,7 @@ torch.cuda.synchronize()
 record["graph_captured_before"] = torch.equal(static, a * 0.5 + b)
 record["after"], _ = paths()
 record["recompiled"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] != graphs
-record["python_call_after"] = entered_python_call()
+record["python_call_after"] = entered_python_call(axpb, a, b, 0.5)
 print("RESULT " + json.dumps(record), flush=True)
 """
 

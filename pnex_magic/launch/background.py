@@ -51,7 +51,7 @@ from .build import Build, compile_into, compiler, import_built, toolchain
 
 __all__ = [
     "state", "failure", "problem", "start", "wait", "build_now", "run", "progress", "unwritable", "log_path",
-    "build_extension",
+    "processes", "build_extension",
     "build_shared_library",
 ]
 
@@ -337,16 +337,34 @@ def _sweep(build: Build) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def processes(cache: Path) -> list[int]:
+    """The build processes at work for the cache folder ``cache`` (their
+    ``PNEX_CACHE_DIR``), of this user."""
+    found = []
+    for pid in filter(str.isdigit, _proc_entries()):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pnex_magic.launch.build_worker" in command and f"PNEX_CACHE_DIR={cache}".encode() in environment:
+            found.append(int(pid))
+    return found
+
+
+def _proc_entries() -> list[str]:
+    try:
+        return os.listdir("/proc")
+    except OSError:  # no /proc: no process can be seen
+        return []
+
+
 def _builders_left_running(folder: Path) -> list[int]:
     """Processes working in ``folder`` (torch runs ninja there, and the compiler
     inherits it): what a build whose Python process was killed leaves running."""
     target = os.path.realpath(folder)
     found = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:  # no /proc: nothing to wait for that can be seen
-        return []
-    for pid in pids:
+    for pid in (int(p) for p in _proc_entries() if p.isdigit()):
         try:
             if pid != os.getpid() and os.readlink(f"/proc/{pid}/cwd") == target:
                 found.append(pid)

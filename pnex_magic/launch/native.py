@@ -353,10 +353,24 @@ def prepare() -> None:
     if not native_wanted() or _module is not None:
         return
     if _prebuilt_or_built() is None:
-        with contextlib.suppress(KernelCompileError):
-            target = _target()
-            if background.problem(target) is None:
-                background.start(target)
+        _start_build(say=False)
+
+
+def _start_build(verbose: bool = False, *, say: bool = True) -> build.Build | None:
+    """Start the launcher's build in a background process unless it is built or being
+    built; returns the build, or ``None`` where it cannot be built here: then, with
+    ``say``, the note says why and the ops waiting for it stay on the Python launcher."""
+    try:
+        target = _target(verbose)
+        why = background.problem(target)
+    except KernelCompileError as exc:  # no CUDA headers
+        target, why = None, str(exc)
+    if why is not None:
+        if say:
+            _give_up(why)
+        return None
+    background.start(target)
+    return target
 
 
 def _prebuilt_or_built() -> Any | None:
@@ -364,19 +378,10 @@ def _prebuilt_or_built() -> Any | None:
     the switch (which moves them when no call is in flight)."""
     if _module is not None or _pending:
         return _module
-    with _load_lock:
-        if _module is not None:
-            return _module
-        module = _prebuilt()
-        if module is None:
-            try:
-                target = _target()
-            except KernelCompileError:
-                return None
-            module = build.import_built(target.name, target.folder)
-        if module is not None:
-            _loaded(module)
-        return _module
+    try:
+        return load_launcher(built_only=True)
+    except KernelCompileError:  # no CUDA headers: there is none
+        return None
 
 
 def wait(timeout: float | None = None) -> bool:
@@ -388,16 +393,9 @@ def wait(timeout: float | None = None) -> bool:
     deadline = None if timeout is None else time.monotonic() + timeout
     if not _pending and _prebuilt_or_built() is not None:
         return True
-    try:
-        target = _target()
-    except KernelCompileError as exc:
-        _give_up(str(exc))
+    target = _start_build()
+    if target is None:
         return False
-    why = background.problem(target)
-    if why is not None:
-        _give_up(why)
-        return False
-    background.start(target)  # unless it is built or building
     found = background.wait(target, None if deadline is None else max(0.0, deadline - time.monotonic()))
     if found == "built" and not _pending:
         return _prebuilt_or_built() is not None
@@ -521,18 +519,9 @@ class NativeLauncher:
     def _wait_for_build(self, definition: Kernel) -> bool:
         """The op starts on the Python launcher; it waits for the switch if the launcher
         can be built (its build is started), else the note says why not."""
-        try:
-            target = _target(definition.options.verbose)
-        except KernelCompileError as exc:
-            note(str(exc))
-            return False
-        why = background.problem(target)
-        if why is not None:
-            note(why)
-            return False
-        background.start(target)
-        with _gate:
-            _pending[definition.op_name] = definition
+        if _start_build(definition.options.verbose) is not None:
+            with _gate:
+                _pending[definition.op_name] = definition
         return False
 
     def last_kernel(self, device: int) -> str:
