@@ -62,7 +62,7 @@ from .kernel import Kernel
 
 __all__ = [
     "NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate", "last_kernel", "prepare",
-    "wait", "call", "registered", "status",
+    "wait", "call", "registered", "status", "timing_note",
 ]
 
 log = logging.getLogger(__name__)
@@ -408,6 +408,16 @@ def wait(timeout: float | None = None) -> bool:
                 break
             _gate.wait(left)
     return _module is not None and not _pending
+
+
+def timing_note(op_name: str) -> str:
+    """What a timing of ``op_name``'s CUDA calls should say about the launcher it went
+    through ("" for the C++ launcher)."""
+    if registered(op_name) or not native_wanted():
+        return ""
+    if op_name in _pending:
+        return "through the Python launcher (the C++ launcher is being built: the cell's next run times it)"
+    return "through the Python launcher (no C++ launcher here: see %pnex_doctor)"
 
 
 def status() -> str:
