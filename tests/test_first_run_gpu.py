@@ -7,8 +7,8 @@ with an empty ``PNEX_CACHE_DIR`` and ``PNEX_LAUNCHER=auto`` (the session's tests
   autotune, checked launches); after the switch the same, through the C++ launcher: a
   CUDA graph captured before it replays right, a function compiled before it runs
   without a recompile, and the op object's call runs no Python.
-* With no host compiler, every path is right through the driver launcher, and one note
-  says why.
+* With no host compiler, or no CUDA headers, every path is right through the driver
+  launcher, and one note says why.
 * JAX: a first trace launches through ``buffer_callback`` while the XLA handler builds,
   with the handler's results bit for bit, and a new trace once it is built calls it.
 """
@@ -28,15 +28,20 @@ from first_run_child import ENTERED_PYTHON_CALL
 pytestmark = pytest.mark.gpu
 
 PATHS = """
-import fcntl, json, logging, sys, time
+import fcntl, json, logging, os, sys, time
 logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s", stream=sys.stdout)
 import torch
 from numba import cuda
 import pnex_magic as pnex
-from pnex_magic.launch import background, native
+from pnex_magic.launch import background, build, native
+if os.environ.get("PNEX_TEST_NO_HEADERS"):  # as where neither a toolkit nor the header wheels are installed
+    build.cuda_include_dir = lambda: None
 
-lock = open(background._lock_path(native._target()), "a")
-fcntl.flock(lock, fcntl.LOCK_EX)  # as a build process holds it: the build starts after "before"
+try:
+    lock = open(background._lock_path(native._target()), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as a build process holds it: the build starts after "before"
+except pnex.KernelCompileError:  # no CUDA headers: no build to hold
+    lock = None
 
 @pnex.jit(n_threads="a.numel()")
 def axpb(a: pnex.In("f32", (None,)), b: pnex.In("f32", "a"), s: float, out: pnex.Out("f32", "a")):
@@ -99,7 +104,8 @@ before, graph_before = paths()
 record = {"before": before, "native_before": [op._native for op in ops], "status_before": native.status(),
           "python_call_before": entered_python_call(axpb, a, b, 0.5)}
 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-fcntl.flock(lock, fcntl.LOCK_UN)
+if lock is not None:
+    fcntl.flock(lock, fcntl.LOCK_UN)
 record["ready"] = native.wait(timeout=900)
 record["native_after"] = [op._native for op in ops]
 static.zero_()
@@ -138,12 +144,15 @@ def test_every_path_is_right_before_and_after_the_switch(tmp_path, pnex_env):
     assert not [line for line in output.splitlines() if line.startswith("LOG pnex_magic")], output[-3000:]
 
 
-def test_without_a_compiler_every_path_is_right_and_one_note_says_why(tmp_path, pnex_env):
-    record, output = _run(PATHS, _fresh(pnex_env, tmp_path, CXX=str(tmp_path / "no-compiler")))
+@pytest.mark.parametrize("missing", ["compiler", "headers"])
+def test_without_a_compiler_or_headers_every_path_is_right_and_one_note_says_why(missing, tmp_path, pnex_env):
+    hide = {"CXX": str(tmp_path / "no-compiler")} if missing == "compiler" else {"PNEX_TEST_NO_HEADERS": "1"}
+    record, output = _run(PATHS, _fresh(pnex_env, tmp_path, **hide))
     assert record["before"] == EXPECTED and record["after"] == EXPECTED and record["graph_captured_before"]
     assert not record["ready"] and record["native_after"] == [False] * 4
     notes = [line for line in output.splitlines() if line.startswith("LOG pnex_magic")]
-    assert len(notes) == 1 and "needs a host C++ compiler" in notes[0], notes
+    said = "needs a host C++ compiler" if missing == "compiler" else "needs the CUDA headers"
+    assert len(notes) == 1 and said in notes[0], notes
     assert not (tmp_path / "cache" / "launcher").exists() or not list((tmp_path / "cache" / "launcher").glob("*.log"))
 
 
