@@ -149,7 +149,7 @@ def notebook_row(fresh: Fresh, device: str, salt: float) -> dict:
         f"        result[i] = a[i] * {salt!r}\n"
     )
     sample = _notebook_seconds(salt, fresh.env(), cell=cell)
-    if not sample["report_shown"] or sample["misses"] != 1:
+    if not sample["report_shown"] or sample["misses"] < 1:  # (on a GPU its checked variant is compiled too)
         raise RuntimeError(f"the notebook cell did not compile a new kernel and show its report: {sample}")
     return {"first_cell_report_s": sample["seconds"], "first_cell_end_s": sample["cell_s"],
             "load_ext_s": sample["load_ext_s"], "warmup_s": sample["warmup_s"]}
