@@ -15,7 +15,9 @@ the notebook or script that started it exits first or is interrupted.
   (``.<folder>.tmp-<pid>``), checks that the result loads, records it, and renames
   the folder into place; a reader loads only a recorded build
   (:func:`~pnex_magic.launch.build.built_library`).  A killed build leaves its
-  temporary folder only, which a later build removes once nothing works in it.
+  temporary folder only, which the next build removes, before it starts or when it
+  is done, once nothing works in it (ninja starts each compiler in a process group of
+  its own, so they outlive a kill of the build's).
 * **A failure is recorded once.**  The compiler's whole output goes to
   ``<folder>.log`` and a record to ``<folder>.failed.json``; while the build's inputs
   (sources, flags, include folders, torch, Python: its key) and the toolchain (the
@@ -313,6 +315,7 @@ def run(build: Build) -> int:
                 shutil.rmtree(build.folder)
             os.rename(temporary, build.folder)
             _failure_path(build).unlink(missing_ok=True)
+            _sweep(build)  # the compilers a killed build left running (ninja gives each its own process group) are done by now
         except OSError as exc:
             _record_failure(build, f"writing its build folder failed ({type(exc).__name__}: {exc})")
             shutil.rmtree(temporary, ignore_errors=True)
