@@ -19,7 +19,7 @@ rounds, its median beside it):
   the goal ``demo_s <= torch_import_s + torch_compile_first_s + 3``, judged per round
   (``demo_over_baseline_s``, the demo less that round's import and compile).
 * ``launcher_ready_s``: from the first op definition until the C++ launcher serves it
-  (``pnex_magic.launch.native.wait()``: the background build, its import and the switch),
+  (``pnex_magic.launch.switch.wait()``: the background build, its import and the switch),
   with the build's own time from its log (``build_s``).
 * ``per_call_us_before`` / ``per_call_us_after``: the 1-D copy and the 2-D signature
   with five tensors and two scalars, timed as ``benchmarks/overhead.py
@@ -194,7 +194,7 @@ import json, re, time
 import torch
 from numba import cuda
 import pnex_magic as pnex
-from pnex_magic.launch import background, native
+from pnex_magic.launch import background, native, switch
 device = "cuda" if torch.cuda.is_available() else "cpu"
 a = torch.randn(4096 if device == "cuda" else 64, device=device)
 t0 = time.perf_counter()
@@ -209,8 +209,8 @@ if device == "cuda":
     torch.cuda.synchronize()
 t2 = time.perf_counter()
 torch.testing.assert_close(out, a * 3)
-waiting = native.status()
-ready = native.wait()
+waiting = switch.status()
+ready = switch.wait()
 t3 = time.perf_counter()
 torch.testing.assert_close(fresh_ready(a), a * 3)
 log = background.log_path(native._target()).read_text()
@@ -239,7 +239,7 @@ import fcntl, json, sys
 sys.path.insert(0, {here!r})
 import torch
 import overhead
-from pnex_magic.launch import background, native
+from pnex_magic.launch import background, native, switch
 target = native._target()
 lock = open(background._lock_path(target), "a")
 fcntl.flock(lock, fcntl.LOCK_EX)  # as a build process holds it: none starts until "before" is timed
@@ -262,8 +262,8 @@ ops = [c[2] for c in cases]
 assert not any(op._native for op in ops), "the C++ launcher was there before"
 before = table({rounds})
 fcntl.flock(lock, fcntl.LOCK_UN)
-ready = native.wait()
-assert ready and all(op._native for op in ops), native.status()
+ready = switch.wait()
+assert ready and all(op._native for op in ops), switch.status()
 after = table({rounds})
 print("RESULT " + json.dumps({{"before": before, "after": after}}))
 """

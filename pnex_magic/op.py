@@ -13,8 +13,8 @@ While the op is being defined, every launcher is offered the definition
 (:func:`pnex_magic.launch.register`); the C++ launcher registers its own CUDA
 kernel then, and the op leaves that device to it.  Where the C++ launcher is
 still being built, the op starts with its Python kernels and the launcher moves
-it onto its own later (:mod:`pnex_magic.launch.native`, "the first run in an
-environment"): its calls go through :func:`pnex_magic.launch.call` until then.
+it onto its own later (:mod:`pnex_magic.launch.switch`, the first run in an
+environment): its calls go through :func:`pnex_magic.launch.call` until then.
 This module makes one op; :mod:`pnex_magic.define` decides what happens to
 earlier ops of the same name.
 """
@@ -147,7 +147,7 @@ class PnexOp(CustomOpDef):
             if _is_compiling():  # Dynamo traces the OpOverload, not its C++ callable
                 return self._opoverload(*args)
             # The OpOverload's C++ callable, without its Python frame (counted while ops
-            # wait for the C++ launcher: see pnex_magic.launch.native).
+            # wait for the C++ launcher: see pnex_magic.launch.switch).
             return launch.call(self._call, args)
         except Exception as exc:  # noqa: BLE001 (what is not translated is raised as it is)
             return self._call_failed(exc, args)

@@ -451,12 +451,12 @@ def test_the_warmup_loads_a_built_launcher_or_starts_its_build_in_the_background
     """Where the C++ launcher is wanted, the warm-up imports it if it is built, else
     starts its build in a background process; it never builds in the foreground."""
     from pnex_magic.frontends import warm_tasks as warmup
-    from pnex_magic.launch import background, build, native
+    from pnex_magic.launch import background, build, native, switch
 
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "_module", None)
     monkeypatch.setattr(native, "_targets", {})
-    monkeypatch.setattr(native, "_pending", {})
+    monkeypatch.setattr(switch, "_pending", {})
     monkeypatch.setattr(background, "build_now", lambda target: pytest.fail("built in the foreground"))
     started = []
     monkeypatch.setattr(background, "start", lambda target, **kw: started.append(target) or True)

@@ -41,7 +41,7 @@ logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s", st
 import torch
 from numba import cuda
 import pnex_magic as pnex
-from pnex_magic.launch import background, native
+from pnex_magic.launch import background, native, switch
 
 def dump(op):
     return torch._C._dispatch_dump(f"pnex::{op.definition.op_name}")
@@ -110,16 +110,16 @@ def results(seed):
 OPS += ENTERED_PYTHON_CALL
 
 SWITCH = OPS + """
-before = {"native": [op._native for op in ops], "cuda": [cuda_kernel(op) for op in ops], "status": native.status()}
+before = {"native": [op._native for op in ops], "cuda": [cuda_kernel(op) for op in ops], "status": switch.status()}
 a, before["results"] = results(0)
 compiled = torch.compile(lambda t: scale(t) * 2, fullgraph=True)
 first = compiled(a)
 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 before["python_call"] = entered_python_call(scale, a)
 t0 = time.perf_counter()
-ready = native.wait(timeout=600)
+ready = switch.wait(timeout=600)
 after = {"ready": ready, "wait_s": round(time.perf_counter() - t0, 1), "native": [op._native for op in ops],
-         "cuda": [cuda_kernel(op) for op in ops], "status": native.status()}
+         "cuda": [cuda_kernel(op) for op in ops], "status": switch.status()}
 a, after["results"] = results(0)
 after["compiled_same"] = torch.equal(compiled(a), first)
 after["recompiled"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] != graphs
@@ -208,7 +208,7 @@ def offset(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
     i = cuda.grid(1)
     if i < a.shape[0]:
         out[i] = a[i] + 0.25
-assert not offset._native and native.status() == "building in the background"
+assert not offset._native and switch.status() == "building in the background"
 empty = torch.empty(0)
 stop = threading.Event()
 failures, counts = [], []
@@ -237,7 +237,7 @@ shutil.copytree(sys.argv[1], partial)
 os.rename(partial, target.folder)  # the build process's last step
 fcntl.flock(lock, fcntl.LOCK_UN)
 t0 = time.perf_counter()
-ready = native.wait(timeout=120)
+ready = switch.wait(timeout=120)
 waited = time.perf_counter() - t0
 time.sleep(1.0)
 stop.set()
@@ -276,9 +276,9 @@ for k in range(2):
         if i < a.shape[0]:
             out[i] = a[i] - 1.0
     ok += [torch.equal(scale(a), a * 2 + 1), torch.equal(another(a), a - 1)]
-ready = native.wait(timeout=600)
+ready = switch.wait(timeout=600)
 ok += [torch.equal(scale(a), a * 2 + 1) for _ in range(3)]
-print("RESULT " + json.dumps({"ok": ok, "ready": ready, "native": scale._native, "status": native.status()}), flush=True)
+print("RESULT " + json.dumps({"ok": ok, "ready": ready, "native": scale._native, "status": switch.status()}), flush=True)
 """
 
 
@@ -331,8 +331,8 @@ def test_a_launcher_shipped_in_the_package_is_used_without_any_build(built_launc
     version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     (prebuilt / "launcher.json").write_text(json.dumps({"module": library.name.split(".")[0], "library": "launcher.so",
                                                         "torch": [version]}))
-    code = PRELUDE.replace("from pnex_magic.launch import background, native",
-                           f"from pnex_magic.launch import background, native\nfrom pathlib import Path\n"
+    code = PRELUDE.replace("from pnex_magic.launch import background, native, switch",
+                           f"from pnex_magic.launch import background, native, switch\nfrom pathlib import Path\n"
                            f"native.PREBUILT = Path({str(prebuilt)!r})") + textwrap.dedent("""
         a = torch.randn(6)
         print("RESULT " + json.dumps({"native": scale._native, "ok": torch.equal(scale(a), a * 2 + 1)}), flush=True)

@@ -33,7 +33,7 @@ logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s", st
 import torch
 from numba import cuda
 import pnex_magic as pnex
-from pnex_magic.launch import background, build, native
+from pnex_magic.launch import background, build, native, switch
 if os.environ.get("PNEX_TEST_NO_HEADERS"):  # as where neither a toolkit nor the header wheels are installed
     build.cuda_include_dir = lambda: None
 
@@ -101,12 +101,12 @@ def paths():
 
 """ + ENTERED_PYTHON_CALL + """
 before, graph_before = paths()
-record = {"before": before, "native_before": [op._native for op in ops], "status_before": native.status(),
+record = {"before": before, "native_before": [op._native for op in ops], "status_before": switch.status(),
           "python_call_before": entered_python_call(axpb, a, b, 0.5)}
 graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 if lock is not None:
     fcntl.flock(lock, fcntl.LOCK_UN)
-record["ready"] = native.wait(timeout=900)
+record["ready"] = switch.wait(timeout=900)
 record["native_after"] = [op._native for op in ops]
 static.zero_()
 graph_before.replay()  # captured through the driver launcher, replayed after the switch

@@ -1,9 +1,10 @@
 """Launch stage: run a compiled kernel on concrete arguments.
 
 Every back end implements :class:`Launcher`: the CUDA simulator for CPU tensors
-(:mod:`.simulator`), and for CUDA tensors the C++ launcher (:mod:`.native`), or
-the Python driver-API launcher (:mod:`.driver`) where the C++ one cannot be
-built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
+(:mod:`.simulator`), and for CUDA tensors :mod:`.switch`'s launcher: the C++
+launcher (:mod:`.native`), or the Python driver-API launcher (:mod:`.driver`)
+while the C++ one builds in the background, where it cannot be built, or with
+``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
 
 * when an op is made, :func:`register` offers its definition to every launcher;
   a launcher that registers a dispatcher kernel of its own (the C++ launcher)
@@ -29,8 +30,8 @@ import torch
 from ..errors import KernelLaunchError
 from .faults import fault_sentence, is_fault
 from .kernel import Kernel
-from . import native
-from .native import NativeLauncher
+from . import native, switch
+from .switch import NativeLauncher
 from .simulator import SimulatorLauncher
 
 
@@ -123,8 +124,8 @@ def install_fast_call(cls: type) -> bool:
 
 
 #: Run one call of an op object, ``call(fn, args)``: ``fn(*args)``, counted while ops
-#: wait for the C++ launcher (:func:`pnex_magic.launch.native.call`).
-call = native.call
+#: wait for the C++ launcher (:func:`pnex_magic.launch.switch.call`).
+call = switch.call
 
 
 def native_registered(op_name: str) -> bool:
@@ -134,8 +135,8 @@ def native_registered(op_name: str) -> bool:
 
 def wait_for_launcher(timeout: float | None = None) -> bool:
     """Wait until the C++ launcher serves CUDA calls, ops defined so far included (see
-    :func:`pnex_magic.launch.native.wait`)."""
-    return native.wait(timeout)
+    :func:`pnex_magic.launch.switch.wait`)."""
+    return switch.wait(timeout)
 
 
 def autograd_registered(definition: Kernel) -> None:

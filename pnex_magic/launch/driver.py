@@ -2,9 +2,11 @@
 context (the one PyTorch uses) and launch it on PyTorch's current stream, through
 ``cuda.bindings``' driver API.
 
-It serves CUDA calls when the C++ launcher (:mod:`pnex_magic.launch.native`) cannot
-be built here (no C++ compiler or CUDA headers) or ``PNEX_LAUNCHER=driver``; it
-costs tens of microseconds of Python per call, where the C++ launcher costs none.
+It serves CUDA calls while the C++ launcher (:mod:`pnex_magic.launch.native`) builds
+in the background (:mod:`pnex_magic.launch.switch`), where it cannot be built (no C++
+compiler or CUDA headers) and with ``PNEX_LAUNCHER=driver``; it costs tens of
+microseconds of Python per call, where the C++ launcher costs none.  A launch packs
+its arguments with one ``struct`` call into a buffer kept per thread (:func:`packed`).
 
 Kernel arguments follow Numba's ABI: an array is passed as (meminfo, parent,
 nitems, itemsize, data, shape..., strides...) with strides in bytes; raw

@@ -14,28 +14,11 @@ key → block table and calls it (with the GIL) on the first call of each key; t
 callback asks :func:`pnex_magic.launch.autotune.choose`, whose benchmark calls the
 op again through the dispatcher with a candidate forced (:func:`forced_candidate`).
 
-The first run in an environment
--------------------------------
-Building the extension takes tens of seconds, so no call waits for it.  Where it
-is not built yet, the first op definition starts its build in a background process
-(:mod:`.background`) and the op's CUDA calls go through the Python driver launcher
-(:class:`~pnex_magic.launch.driver.DriverLauncher`) meanwhile.  Once the build is
-there, the ops registered meanwhile *switch*: the C++ side registers its kernels
-for them on top of the op's Python ones (the dispatcher keeps every registration
-of a key and serves the newest; the Python kernels stay registered underneath, so a
-call already running in them finishes there), :data:`install_fast_call` gives the
-op class its C call slot, and an autograd formula attached meanwhile is kept (the
-C++ autograd kernel is then not registered).  The switch happens at the first op
-call through an op object (or op definition, or CUDA call through the Python
-launcher) that finds the build there, at most every half second, and only while no
-other op-object call is in flight on any thread (:func:`call`): torch's dispatcher
-updates a table entry without any lock against a call reading it on another thread,
-so pnex changes an op's registration only when its own calls are out of the
-dispatcher.  ``PNEX_LAUNCHER=native`` builds in the foreground instead (the first
-definition waits, with a progress line); ``PNEX_LAUNCHER=driver`` never uses the
-C++ launcher.  Where it cannot be built (no host compiler, no CUDA headers, a
-failed build, a cache folder that cannot be written), one note per process says
-why, and the Python launcher serves.
+Building the extension takes tens of seconds: :mod:`.switch` has ops served by the
+Python driver launcher while it builds in the background, and moves them onto it
+(:func:`register`) once it is built.  This module loads it (a launcher shipped in
+the package, :data:`PREBUILT`, else the one built here: :func:`load_launcher`) and
+registers ops with it.
 """
 
 from __future__ import annotations
@@ -45,8 +28,7 @@ import json
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +38,13 @@ from ..calls import launch_info
 from ..errors import KernelCompileError
 from . import autotune, background, build, checks
 from .description import describe_launch
-from .driver import DriverLauncher
 from .kernel import Kernel
 
 
 __all__ = [
-    "NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate", "last_kernel", "prepare",
-    "wait", "call", "registered", "status", "timing_note",
+    "load_launcher", "launcher_build", "available", "native_wanted", "forced_candidate", "last_kernel", "registered",
+    "register", "unregister", "drop_autograd_fallback", "install_fast_call", "hold_fast_call", "launcher_spec",
+    "PREBUILT",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,6 +81,17 @@ def launcher_build(verbose: bool = False) -> build.Build:
         includes=tuple(build.cuda_headers("C++ launcher", crt=True)), cflags=tuple(_CFLAGS),
         ldflags=tuple(_ldflags()), headers=tuple(map(str, HEADERS)), verbose=verbose,
     )
+
+
+_targets: dict[bool, build.Build] = {}
+
+
+def _target(verbose: bool = False) -> build.Build:
+    """:func:`launcher_build`, looked up once per process."""
+    found = _targets.get(verbose)
+    if found is None:
+        found = _targets[verbose] = launcher_build(verbose)
+    return found
 
 
 def _prebuilt() -> Any | None:
@@ -151,20 +144,28 @@ checks.follow(force_checked)  # the C++ side decides per launch: it follows chec
 
 
 _fast_call_class: list[type] = []
+_fast_call_held = [False]
 
 
 def install_fast_call(cls: type) -> bool:
     """Give the op class ``cls`` the launcher's C call slot (calls with positional
     arguments go to each object's ``_fast`` entry with no Python frame) once the
-    launcher is loaded and no op waits for it (an op waiting for the switch counts its
-    calls in :func:`call`, which the slot would skip); returns whether it has it now."""
+    launcher is loaded and the slot is not held back (:func:`hold_fast_call`); returns
+    whether it has it now."""
     if cls not in _fast_call_class:
         _fast_call_class.append(cls)
     return _install_fast_call()
 
 
+def hold_fast_call(held: bool) -> None:
+    """Hold the C call slot back (while ops wait for the switch, their op-object calls
+    are counted by Python code the slot would skip: :mod:`.switch`), or let it in."""
+    _fast_call_held[0] = held
+    _install_fast_call()
+
+
 def _install_fast_call() -> bool:
-    if _module is None or _pending or not _fast_call_class:
+    if _module is None or _fast_call_held[0] or not _fast_call_class:
         return False
     return bool(_module.install_fast_call(_fast_call_class[0]))
 
@@ -188,250 +189,33 @@ def available() -> bool:
     return _module is not None
 
 
+_registered: set[str] = set()
+
+
 def registered(op_name: str) -> bool:
     """Whether the C++ launcher's kernels serve ``op_name``'s CUDA calls."""
     return op_name in _registered
 
 
-# ---------------------------------------------------------------------------- the switch
-#
-# Ops registered while the launcher builds (_pending, by op name) wait for the switch;
-# op names with an autograd formula attached (_autograd) keep CustomOpDef's autograd
-# kernel when they switch.  Op-object calls in flight are counted (call()) while any op
-# waits: the switch happens only while none is.
-
-_pending: dict[str, Kernel] = {}
-_autograd: set[str] = set()
-_registered: set[str] = set()
-_gate = threading.Condition()
-_in_flight = 0  # op-object calls in flight, on every thread (counted while ops wait)
-_draining = False  # the launcher is built: new calls wait while those in flight finish
-_local = threading.local()  # .depth: this thread's op-object calls in flight (nested calls pass)
-_next_poll = 0.0
-_POLL_SECONDS = 0.5
-_noted: list[str] = []  # the one note of this process (why the Python launcher serves)
-_restarted = False
+def register(definition: Kernel, autograd_fallback: bool = True) -> None:
+    """Register ``definition``'s op with the loaded launcher (its CUDA kernel; with
+    ``autograd_fallback``, C++ autograd kernels: no Python per call until an autograd
+    formula is attached)."""
+    _module.register_op(definition.op_name, launcher_spec(definition), autograd_fallback)
+    _registered.add(definition.op_name)
 
 
-def call(fn: Callable[..., Any], args: tuple) -> Any:
-    """Run an op-object call ``fn(*args)``.  While ops wait for the C++ launcher, the
-    call is counted as in flight; once the launcher is built, the ops switch at the
-    first moment with no call in flight: a call that finds it built waits (if others
-    are in flight) until the last of them has switched the ops, and then runs on the
-    C++ launcher.  Calls made inside a call on the same thread pass."""
-    global _in_flight
-    if not _pending:
-        return fn(*args)
-    depth = getattr(_local, "depth", 0)
-    with _gate:
-        if depth == 0:
-            _poll_locked()
-            while _draining and _pending:
-                _gate.wait()
-        _in_flight += 1
-    _local.depth = depth + 1
-    try:
-        return fn(*args)
-    finally:
-        _local.depth = depth
-        with _gate:
-            _in_flight -= 1
-            if _in_flight == 0 and _draining:
-                _switch_locked()
-
-
-def poll() -> None:
-    """Look whether the launcher is built, at most every half second, and switch the
-    waiting ops (at once if no op-object call is in flight, else when the last one
-    ends); called where a CUDA call reaches the Python launcher, and at op definitions."""
-    if _pending and time.monotonic() >= _next_poll:
-        with _gate:
-            _poll_locked()
-
-
-def _poll_locked(force: bool = False) -> None:
-    """:func:`poll`'s work, ``_gate`` held."""
-    global _next_poll, _restarted, _draining
-    now = time.monotonic()
-    if not _pending or _draining or (now < _next_poll and not force):
-        return
-    _next_poll = now + _POLL_SECONDS
-    try:
-        target = _target()
-    except KernelCompileError as exc:  # the headers went away: nothing to switch to
-        _give_up(str(exc))
-        return
-    found = background.state(target)
-    if found == "built":
-        if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
-            _next_poll = now  # not while a CUDA graph is being captured: at the next call after it
-            return
-        _draining = True
-        if _in_flight == 0:
-            _switch_locked()
-    elif found == "failed":
-        _give_up(background.problem(target) or "its build failed")
-    elif found == "none" and not _restarted:  # the build process was killed: once more
-        _restarted = True
-        background.start(target)
-    elif found == "none":
-        _give_up(f"the C++ launcher's build process ended twice before it was done (killed? its output: "
-                 f"{background.log_path(target)})")
-
-
-def _switch_locked() -> None:
-    """Switch the waiting ops (``_gate`` held, no op-object call in flight) and let the
-    calls waiting for it go."""
-    global _draining
-    try:
-        _switch(_target())
-    finally:
-        _draining = False
-        _gate.notify_all()
-
-
-_targets: dict[bool, build.Build] = {}
-
-
-def _target(verbose: bool = False) -> build.Build:
-    """:func:`launcher_build`, looked up once per process."""
-    found = _targets.get(verbose)
-    if found is None:
-        found = _targets[verbose] = launcher_build(verbose)
-    return found
-
-
-def _switch(target: build.Build) -> None:
-    """Load the built launcher and move every waiting op onto it (``_gate`` held, no
-    op-object call in flight)."""
-    try:
-        with _load_lock:
-            module = _module or build.import_built(target.name, target.folder)
-            if module is None:
-                raise KernelCompileError(f"pnex built its C++ launcher in {target.folder}, but it does not import")
-            if _module is None:
-                _loaded(module)
-    except Exception as exc:  # noqa: BLE001 - the Python launcher keeps serving
-        _give_up(f"its build in {target.folder} does not load ({type(exc).__name__}: {exc})")
-        return
-    for name, definition in list(_pending.items()):
-        try:
-            _register(name, definition)
-        except Exception as exc:  # noqa: BLE001 - this op stays on the Python launcher
-            log.warning("pnex: kernel %r stays on the Python launcher: %s", definition.spec.name, exc)
-        _pending.pop(name, None)
-    _install_fast_call()
-    log.debug("pnex: the C++ launcher serves CUDA calls now")
-
-
-def _register(name: str, definition: Kernel) -> None:
-    _module.register_op(name, launcher_spec(definition), name not in _autograd)
-    _registered.add(name)
-
-
-def _give_up(why: str) -> None:
-    """The waiting ops stay on the Python launcher: say why, once per process."""
-    _pending.clear()
-    note(why)
-
-
-def note(why: str) -> None:
-    """The one note of a process whose GPU calls go through the Python launcher."""
-    if _noted:
-        return
-    _noted.append(why)
-    log.warning(
-        "pnex: CUDA calls go through the Python launcher (tens of microseconds a call, against a few for the C++ "
-        "launcher): %s", why,
-    )
-
-
-def prepare() -> None:
-    """Make the launcher ready early (``%load_ext``'s warm-up): import it if it is built,
-    else start its build in the background.  Says nothing; the first op definition that
-    cannot use it says why."""
-    if not native_wanted() or _module is not None:
-        return
-    if _prebuilt_or_built() is None:
-        _start_build(say=False)
-
-
-def _start_build(verbose: bool = False, *, say: bool = True) -> build.Build | None:
-    """Start the launcher's build in a background process unless it is built or being
-    built; returns the build, or ``None`` where it cannot be built here: then, with
-    ``say``, the note says why and the ops waiting for it stay on the Python launcher."""
-    try:
-        target = _target(verbose)
-        why = background.problem(target)
-    except KernelCompileError as exc:  # no CUDA headers
-        target, why = None, str(exc)
-    if why is not None:
-        if say:
-            _give_up(why)
-        return None
-    background.start(target)
-    return target
-
-
-def _prebuilt_or_built() -> Any | None:
-    """The launcher, imported now if it is there (shipped or built), unless ops wait for
-    the switch (which moves them when no call is in flight)."""
-    if _module is not None or _pending:
-        return _module
-    try:
-        return load_launcher(built_only=True)
-    except KernelCompileError:  # no CUDA headers: there is none
-        return None
-
-
-def wait(timeout: float | None = None) -> bool:
-    """Wait until the C++ launcher serves CUDA calls, every op defined so far included
-    (starting its build if none runs); ``False`` where it cannot (the note says why), or
-    when ``timeout`` seconds pass first."""
-    if not native_wanted():
-        return False
-    deadline = None if timeout is None else time.monotonic() + timeout
-    if not _pending and _prebuilt_or_built() is not None:
-        return True
-    target = _start_build()
-    if target is None:
-        return False
-    found = background.wait(target, None if deadline is None else max(0.0, deadline - time.monotonic()))
-    if found == "built" and not _pending:
-        return _prebuilt_or_built() is not None
-    with _gate:
-        if found != "building":
-            _poll_locked(force=True)  # built: switch now, or once the calls in flight end
-        while _pending and _draining:  # op-object calls in flight on other threads
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            _gate.wait(left)
-    return _module is not None and not _pending
-
-
-def timing_note(op_name: str) -> str:
-    """What a timing of ``op_name``'s CUDA calls should say about the launcher it went
-    through ("" for the C++ launcher)."""
-    if registered(op_name) or not native_wanted():
-        return ""
-    if op_name in _pending:
-        return "through the Python launcher (the C++ launcher is being built: the cell's next run times it)"
-    return "through the Python launcher (no C++ launcher here: see %pnex_doctor)"
-
-
-def status() -> str:
-    """The C++ launcher's state in this process, in words (``%pnex_doctor``)."""
+def unregister(op_name: str) -> None:
+    """Drop the C++ registration an earlier definition of ``op_name`` left."""
+    _registered.discard(op_name)
     if _module is not None:
-        return "loaded" + (f"; {len(_pending)} op(s) wait for the switch" if _pending else "")
-    if _noted:
-        return f"not used: {_noted[0]}"
-    try:
-        found = background.state(_target())
-    except KernelCompileError as exc:
-        return f"cannot be built: {exc}"
-    return {"built": "built, not loaded yet", "building": "building in the background", "failed": "its build failed",
-            "none": "not built yet"}[found]
+        _module.unregister_op(op_name)
+
+
+def drop_autograd_fallback(op_name: str) -> None:
+    """An autograd formula now exists for ``op_name``: the C++ autograd kernels step aside."""
+    if _module is not None:
+        _module.drop_autograd_fallback(op_name)
 
 
 def launcher_spec(definition: Kernel) -> dict[str, Any]:
@@ -494,83 +278,3 @@ def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runn
     return autotune.Runner(run, reset, n_threads, torch.device("cuda", device_index))
 
 
-class NativeLauncher:
-    """CUDA calls through the C++ launcher, registered with the dispatcher per op."""
-
-    name = "native"
-
-    def __init__(self) -> None:
-        self._fallback = DriverLauncher()
-
-    def register(self, definition: Kernel) -> bool:
-        """Register the op's CUDA kernel with the dispatcher; ``False`` where the C++
-        launcher is not ready (the op is then served by the Python launcher, and
-        switches when the background build is done), cannot be built here (one note
-        says why), or the kernel has no compiled code."""
-        if not native_wanted() or not definition.compiles:
-            return False
-        poll()
-        module = _prebuilt_or_built()
-        if module is None and _foreground() and not _pending:
-            try:
-                module = load_launcher(verbose=definition.options.verbose)
-            except KernelCompileError as exc:
-                note(str(exc).splitlines()[0])
-                return False
-        if module is None:
-            return self._wait_for_build(definition)
-        try:
-            _register(definition.op_name, definition)
-        except Exception as exc:  # noqa: BLE001 - the Python launcher still works
-            note(f"registering kernel {definition.spec.name!r} failed: {exc}")
-            return False
-        return True
-
-    def _wait_for_build(self, definition: Kernel) -> bool:
-        """The op starts on the Python launcher; it waits for the switch if the launcher
-        can be built (its build is started), else the note says why not."""
-        if _start_build(definition.options.verbose) is not None:
-            with _gate:
-                _pending[definition.op_name] = definition
-        return False
-
-    def last_kernel(self, device: int) -> str:
-        """The pnex kernel launched last on cuda:``device``, by either launcher ("" if none)."""
-        return last_kernel(device) or self._fallback.last_kernel(device)
-
-    def unregister(self, op_name: str) -> None:
-        """Drop what an earlier definition of ``op_name`` left: its C++ registration, its
-        place among the ops waiting for the switch."""
-        with _gate:
-            _pending.pop(op_name, None)
-        _autograd.discard(op_name)
-        _registered.discard(op_name)
-        if _module is not None:
-            _module.unregister_op(op_name)
-
-    def autograd_registered(self, definition: Kernel) -> None:
-        """An autograd formula now exists: drop the C++ "not implemented" autograd
-        kernel (an op that switches later keeps CustomOpDef's)."""
-        _autograd.add(definition.op_name)
-        if _module is not None:
-            _module.drop_autograd_fallback(definition.op_name)
-
-    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
-        """The launch candidate of a call the Python launcher serves (registered ops
-        choose in C++)."""
-        return self._fallback.candidate(definition, values, device)
-
-    def launch(
-        self,
-        definition: Kernel,
-        values: Sequence[Any],
-        grid: tuple[int, int, int],
-        block: tuple[int, int, int],
-        device: torch.device,
-        variant: int = 0,
-    ) -> None:
-        """Calls of a registered op never reach Python; this serves the others (waiting
-        for the switch, or where the C++ launcher cannot be built) through the Python
-        launcher."""
-        poll()
-        self._fallback.launch(definition, values, grid, block, device, variant)
