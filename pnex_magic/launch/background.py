@@ -59,8 +59,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Build processes this process started (reaped by :func:`state`), by build folder.
-_started: dict[Path, subprocess.Popen] = {}
+#: Build processes this process started (their pids, reaped by :func:`state`), by build folder.
+_started: dict[Path, int] = {}
 _lock = threading.Lock()
 
 
@@ -138,8 +138,8 @@ def state(build: Build) -> str:
     """``"built"``, ``"failed"`` (:func:`failure`), ``"building"`` (a build process holds
     its lock, or this process started one that has not ended) or ``"none"``."""
     with _lock:
-        proc = _started.get(build.folder)
-        running = proc is not None and proc.poll() is None
+        pid = _started.get(build.folder)
+        running = pid is not None and _running(pid)
     if build.built() is not None:
         return "built"
     if failure(build) is not None:
@@ -169,9 +169,21 @@ def start(build: Build, *, background: bool = True) -> bool:
             close_fds=True,
         )
     with _lock:
-        _started[build.folder] = proc
+        _started[build.folder] = proc.pid
+    # Detached: this process reaps it (state() waits for it without blocking), so that
+    # Popen's finaliser, at exit, neither waits for it nor warns that it still runs.
+    proc.returncode = 0
     log.debug("pnex: building the %s in process %d", build.what, proc.pid)
     return True
+
+
+def _running(pid: int) -> bool:
+    """Whether the build process ``pid`` this process started still runs (reaping it if not)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # reaped already
+        return False
+    return done == 0
 
 
 def wait(build: Build, timeout: float | None = None) -> str:
