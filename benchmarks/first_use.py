@@ -200,12 +200,14 @@ def _notebook_cell(salt: float) -> str:
     )
 
 
-def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, profile: bool = False) -> dict:
+def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, profile: bool = False,
+                      cell: str | None = None) -> dict:
     """Execute [setup] [%load_ext] [sleep] [%%pnex cell] in a fresh Jupyter kernel (this
     interpreter); the cell's time (``seconds``) is from the client's execute request to
     the report's arrival (the cell then fills in its SASS listing; ``cell_s``: to the
     cell's reply).
-    ``profile``: the cell runs under cProfile, whose table is returned as ``profile``."""
+    ``profile``: the cell runs under cProfile, whose table is returned as ``profile``.
+    ``cell``: the ``%%pnex`` cell (default :func:`_notebook_cell` of ``salt``)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -217,7 +219,7 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
         "%load_ext pnex_magic",
         f"time.sleep({pause})  # the user types the next cell"
         + ("\nimport cProfile\n_profile = cProfile.Profile()\n_profile.enable()" if profile else ""),
-        _notebook_cell(salt),
+        cell or _notebook_cell(salt),
         ("_profile.disable()\nimport io, pstats\n_out = io.StringIO()\n"
          "pstats.Stats(_profile, stream=_out).sort_stats('cumulative').print_stats(60)\n"
          "pstats.Stats(_profile, stream=_out).sort_stats('tottime').print_stats(20)\n"

@@ -3,7 +3,9 @@
 #   bash benchmarks/gpu_round.sh PHASE...
 # Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
 # autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cuda12, workloads,
-# notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu).  A phase written NAME@
+# notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu), fresh (benchmarks/fresh_env.py:
+# the first run in a fresh environment, FRESH_ROUNDS, FRESH_ARGS), build (benchmarks/launcher_build.py
+# against BUILD_BEFORE).  A phase written NAME@
 # runs in the background beside the next ones (for phases that time nothing on the GPU, such as cuda12);
 # the round waits for it at the end.  Each phase runs under its own time limit and logs to
 # logs/<phase>.log; everything it writes (logs, benchmarks/results/*.json,
@@ -44,6 +46,8 @@ for arg in "$@"; do
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
     probe) cmd=(env OUT=$PWD/logs/probes python3 benchmarks/probes.py ${PROBES:-muladd-ncu}); limit=${PROBE_LIMIT:-300} ;;
     notebooks) cmd=(python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-}); limit=${NOTEBOOKS_LIMIT:-420} ;;
+    fresh) cmd=(python3 benchmarks/fresh_env.py --rounds ${FRESH_ROUNDS:-2} ${FRESH_ARGS:-}); limit=${FRESH_LIMIT:-540} ;;
+    build) cmd=(python3 benchmarks/launcher_build.py --rounds ${BUILD_ROUNDS:-2} --before ${BUILD_BEFORE:-397e29b} --jobs 0); limit=${BUILD_LIMIT:-300} ;;
     *) echo "$p: unknown phase" > "logs/$p.summary"; continue ;;
   esac
   limit=${LIMIT_OVERRIDE:-$limit}

@@ -11,8 +11,12 @@ runs the same checks and shape expressions on fake tensors, so
 
 While the op is being defined, every launcher is offered the definition
 (:func:`pnex_magic.launch.register`); the C++ launcher registers its own CUDA
-kernel then, and the op leaves that device to it.  This module makes one op;
-:mod:`pnex_magic.define` decides what happens to earlier ops of the same name.
+kernel then, and the op leaves that device to it.  Where the C++ launcher is
+still being built, the op starts with its Python kernels and the launcher moves
+it onto its own later (:mod:`pnex_magic.launch.switch`, the first run in an
+environment): its calls go through :func:`pnex_magic.launch.call` until then.
+This module makes one op; :mod:`pnex_magic.define` decides what happens to
+earlier ops of the same name.
 """
 
 from __future__ import annotations
@@ -125,7 +129,6 @@ class PnexOp(CustomOpDef):
     """
 
     _pnex: Kernel
-    _native: bool = False  # CUDA calls go through the C++ launcher's own dispatcher kernel
     _superseded: Superseded | None = None  # set with _fast = None (see pnex_magic.define)
     # What the C call slot (pnex_magic.launch.install_fast_call) calls and checks: (the
     # OpOverload's C++ entry, the number of arguments, the scalars' exact types); None: use
@@ -147,7 +150,9 @@ class PnexOp(CustomOpDef):
         try:
             if _is_compiling():  # Dynamo traces the OpOverload, not its C++ callable
                 return self._opoverload(*args)
-            return self._call(*args)  # the OpOverload's C++ callable, without its Python frame
+            # The OpOverload's C++ callable, without its Python frame (counted while ops
+            # wait for the C++ launcher: see pnex_magic.launch.switch).
+            return launch.call(self._call, args)
         except Exception as exc:  # noqa: BLE001 (what is not translated is raised as it is)
             return self._call_failed(exc, args)
 
@@ -186,14 +191,20 @@ class PnexOp(CustomOpDef):
                     f"({p.describe()}), got {type(value).__name__} {value!r}"
                 ) from None
 
+    @property
+    def _native(self) -> bool:
+        """Whether the C++ launcher's own dispatcher kernels serve the op's CUDA calls
+        (from its definition, or since it switched to them)."""
+        return launch.native_registered(self._pnex.op_name)
+
     def register_autograd(self, backward, /, *, setup_context=None) -> None:
         super().register_autograd(backward, setup_context=setup_context)
-        if self._native:
-            # The C++ launcher installed a C++ "not implemented" autograd kernel so that
-            # calls run no Python; a formula now exists: swap in CustomOpDef's autograd kernel.
-            launch.autograd_registered(self._pnex)
-            if not torch._C._dispatch_has_kernel_for_dispatch_key(self._qualname, "Autograd"):
-                self._lib.impl(self._name, _autograd.make_autograd_impl(self._opoverload, self), "Autograd", with_keyset=True)
+        # The C++ launcher's "not implemented" autograd kernels step aside (an op that
+        # switches to it later keeps CustomOpDef's autograd kernel).
+        launch.autograd_registered(self._pnex)
+        if self._native and not torch._C._dispatch_has_kernel_for_dispatch_key(self._qualname, "Autograd"):
+            # Registered on the C++ launcher from the start: CustomOpDef's autograd kernel was never registered.
+            self._lib.impl(self._name, _autograd.make_autograd_impl(self._opoverload, self), "Autograd", with_keyset=True)
 
     def _register_autograd_dispatcher_impl(self) -> None:
         # Called by CustomOpDef.__init__ (torch >= 2.12) right after the schema is
@@ -207,7 +218,7 @@ class PnexOp(CustomOpDef):
     def _register_launchers(self) -> None:
         if not self._launchers_registered:
             self._launchers_registered = True
-            self._native = "cuda" in launch.register(self._pnex)
+            launch.register(self._pnex)
 
     def _register_adinplaceorview_dispatcher_impl(self) -> None:
         if not self._native:
@@ -303,7 +314,6 @@ def make_op(definition: Kernel) -> PnexOp:
     launch.unregister(definition.op_name)  # what an earlier definition of this name left
     op = PnexOp.__new__(PnexOp)
     op._pnex = definition
-    op._native = False
     op._launchers_registered = False
     arguments = spec.arguments
     op._nargs = len(arguments)
@@ -323,8 +333,7 @@ def make_op(definition: Kernel) -> PnexOp:
     op.register_fake(make_fake(definition))
     op._call = getattr(op._opoverload, "_op", op._opoverload)
     op._fast = (op._call, op._nargs, op._scalar_kinds)
-    if op._native:
-        launch.install_fast_call(PnexOp)  # calls skip __call__'s Python frame (checks stay)
+    launch.install_fast_call(PnexOp)  # once the C++ launcher serves: calls skip __call__'s frame (checks stay)
     return op
 
 

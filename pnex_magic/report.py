@@ -30,7 +30,7 @@ from .definition import KernelDefinition
 from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
-from .launch import autotune, is_fault
+from .launch import autotune, is_fault, switch
 from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
 from .sass import Disassembly, PendingDisassembly, disassemble
@@ -314,6 +314,9 @@ def build_report(
         if tuned is not None:
             launch = launch_info(spec, ran, tuned.block, tuned.variant)
         if timing_result.timed and device_arch is not None:
+            through = switch.timing_note(definition.op_name)  # the first run in an environment
+            if through:
+                timing_result = dataclasses.replace(timing_result, device=f"{timing_result.device}, {through}")
             step("measuring the device's bandwidth ceiling")
             efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
     step("inspecting the build")

@@ -2,7 +2,9 @@
 
 * The whole session compiles into a fresh, private cache directory
   (``$PNEX_CACHE_DIR``), set here before pnex compiles anything, unless the
-  caller already chose one.  Subprocesses started by tests inherit it.
+  caller already chose one.  Subprocesses started by tests inherit it, and
+  ``PNEX_LAUNCHER=native`` (unless set): GPU tests get the C++ launcher from their
+  first definition on.
 * ``@pytest.mark.gpu`` tests are skipped where ``torch.cuda.is_available()`` is
   False (or raises).  With ``PNEX_EXPECT_GPU=1`` (set by ``benchmarks/gpu_tests.sh``
   on the GPU machine) they fail instead, each with what CUDA said: a broken CUDA
@@ -32,6 +34,10 @@ _SESSION_CACHE: str | None = None
 if not os.environ.get("PNEX_CACHE_DIR"):
     _SESSION_CACHE = tempfile.mkdtemp(prefix="pnex-test-cache-")
     os.environ["PNEX_CACHE_DIR"] = _SESSION_CACHE
+# The GPU tests expect the C++ launcher from an op's definition on, as a process that
+# sets PNEX_LAUNCHER=native gets it (built in the foreground the first time); the tests
+# of the first run in an environment (tests/test_first_run.py) set PNEX_LAUNCHER=auto.
+os.environ.setdefault("PNEX_LAUNCHER", "native")
 
 
 def pytest_sessionfinish(session, exitstatus):

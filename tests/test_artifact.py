@@ -547,13 +547,13 @@ def test_a_recorded_build_is_imported_without_cpp_extension(tmp_path, pnex_env):
         folder = Path({str(tmp_path)!r})
         library = folder / "_operand_flag_tests.so"
         shutil.copy(importlib.util.find_spec("numpy._core._operand_flag_tests").origin, library)
-        assert build._import_built("_operand_flag_tests", folder) is None  # no record: build it
-        build._record_build("_operand_flag_tests", folder)
-        module = build._import_built("_operand_flag_tests", folder)
+        assert build.import_built("_operand_flag_tests", folder) is None  # no record: build it
+        build.record_build("_operand_flag_tests", folder)
+        module = build.import_built("_operand_flag_tests", folder)
         assert module is not None and module.__file__ == str(library) and hasattr(module, "inplace_add")
         stat = library.stat()
         os.utime(library, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # rebuilt since the record: build again
-        assert build._import_built("_operand_flag_tests", folder) is None
+        assert build.import_built("_operand_flag_tests", folder) is None
         """,
         pnex_env,
     )

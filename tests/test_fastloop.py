@@ -447,27 +447,36 @@ def test_a_failing_warmup_stays_silent(monkeypatch, capfd):
     assert (out, err, hooked) == ("", "", [])
 
 
-def test_the_warmup_loads_a_built_launcher_and_builds_none(monkeypatch, tmp_path):
-    """Where the C++ launcher is wanted, the warm-up imports it if it is built, and
-    never starts a build (that is the first cell's, which says so)."""
+def test_the_warmup_loads_a_built_launcher_or_starts_its_build_in_the_background(monkeypatch, tmp_path):
+    """Where the C++ launcher is wanted, the warm-up imports it if it is built, else
+    starts its build in a background process; it never builds in the foreground."""
     from pnex_magic.frontends import warm_tasks as warmup
-    from pnex_magic.launch import build, native
+    from pnex_magic.launch import background, build, native, switch
 
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_targets", {})
+    monkeypatch.setattr(switch, "_pending", {})
+    monkeypatch.setattr(background, "build_now", lambda target: pytest.fail("built in the foreground"))
+    started = []
+    monkeypatch.setattr(background, "start", lambda target, **kw: started.append(target) or True)
     monkeypatch.setattr(native, "native_wanted", lambda: False)
-    calls = []
-    monkeypatch.setattr(native, "load_launcher", lambda **kw: calls.append(kw))
     warmup._warm_launcher()
-    assert calls == []  # no CUDA: nothing to load
+    assert started == []  # no CUDA: nothing to do
     monkeypatch.setattr(native, "native_wanted", lambda: True)
+    monkeypatch.setattr(build, "cuda_headers", lambda what, crt=False: [str(tmp_path)])
+    monkeypatch.setattr(build, "toolchain", lambda: {"compiler": "/usr/bin/c++", "compiler_mtime": 1, "ninja": "ninja"})
+    imported = []
+    monkeypatch.setattr(build, "import_built", lambda name, folder: imported.append(folder) or None)
     warmup._warm_launcher()
-    assert calls == [{"built_only": True}]
-    # built_only: a build folder with nothing built in it gives None, and no compiler runs.
-    monkeypatch.setattr(build, "cache_dir", lambda: tmp_path)
-    monkeypatch.setattr("torch.utils.cpp_extension.load", lambda **kw: pytest.fail("built"), raising=False)
-    src = tmp_path / "x.cpp"
-    src.write_text("int x;\n")
-    assert build.build_extension("pnex_probe", [src], includes=[], what="probe", built_only=True) is None
-    assert not any(tmp_path.rglob("*.so"))
+    [target] = started
+    assert target.stem == "pnex_launcher" and imported == [target.folder]  # looked for a build first
+    assert native._module is None and not any(tmp_path.rglob("*.so"))
+    loaded = object()
+    monkeypatch.setattr(build, "import_built", lambda name, folder: loaded)
+    monkeypatch.setattr(native, "_loaded", lambda module: monkeypatch.setattr(native, "_module", module))
+    warmup._warm_launcher()
+    assert native._module is loaded and len(started) == 1  # built: imported, nothing started
 
 
 def test_the_warmup_can_be_turned_off(monkeypatch):

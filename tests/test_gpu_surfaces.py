@@ -69,9 +69,11 @@ def _run(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, *args, "-c", code], env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("launcher", ["native", "driver"])
-def test_a_fresh_process_prints_only_the_users_output(pnex_env, launcher):
+@pytest.mark.parametrize("launcher", ["native", "driver", "auto"])
+def test_a_fresh_process_prints_only_the_users_output(pnex_env, launcher, tmp_path):
     env = dict(pnex_env, PNEX_LAUNCHER=launcher, CUDA_DISABLE_PTX_JIT="1")
+    if launcher == "auto":  # a fresh environment: the C++ launcher builds in the background, unsaid
+        env["PNEX_CACHE_DIR"] = str(tmp_path / "cache")
     env.pop("PYTHONWARNINGS", None)  # Python's default warning filters, as a user has them
     env.pop("PNEX_LAUNCH_BLOCKING", None)
     env.pop("CUDA_LAUNCH_BLOCKING", None)

@@ -30,7 +30,7 @@ from jax.test_util import check_grads  # noqa: E402
 import pnex_magic as pnex  # noqa: E402
 from pnex_magic import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError  # noqa: E402
 from pnex_magic.frontends.jax_op import JaxOp  # noqa: E402
-from pnex_magic.launch import build, xla  # noqa: E402
+from pnex_magic.launch import background, build, xla  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -421,6 +421,59 @@ def test_cuda_lowering_is_one_ffi_call_aliasing_only_the_inmut_argument():
     assert xla.TARGET not in cpu and "callback" in cpu and "stablehlo.case" not in cpu
 
 
+def test_a_gpu_trace_uses_a_python_callback_until_the_handler_is_built(monkeypatch):
+    """On a machine with GPUs (pretended here), a trace lowered for CUDA while the XLA
+    handler is not built launches through ``jax.experimental.buffer_callback`` (the
+    Python driver launcher on XLA's buffers, the InMut result aliased as for the
+    handler); once it is built, a new trace calls it; an export always names it."""
+    from pnex_magic.frontends import jax as jax_front
+
+    f = pnex.jax_op(accumulate)
+    a = randn(40)
+    monkeypatch.setattr(jax_front, "_cuda_archs", lambda: ("9.0",))
+    asked = []
+    monkeypatch.setattr(xla, "ready", lambda verbose=False: asked.append(verbose) or False)
+
+    def cuda_text():
+        return jax.jit(lambda a, m: f(a, m, 2.0)).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
+
+    waiting = cuda_text()
+    assert "xla_buffer_python_gpu_callback" in waiting and xla.TARGET not in waiting and asked
+    [call] = [line for line in waiting.splitlines() if "xla_buffer_python_gpu_callback" in line]
+    assert call.count("output_operand_alias<") == 1 and "output_tuple_indices = [2], operand_index = 1," in call
+    assert xla.TARGET in _cuda_module_text(lambda a, m: f(a, m, 2.0), a, a)  # an export: the handler
+    monkeypatch.setattr(xla, "ready", lambda verbose=False: True)
+    monkeypatch.setattr(jax_front, "_kernel_id", lambda definition, variant=0: 7)
+    built = cuda_text()
+    assert xla.TARGET in built and "callback" not in built
+
+
+def test_the_handler_builds_in_a_background_process_and_serves_once_built(monkeypatch, tmp_path):
+    """xla.ready() starts the handler's build in the background (once) and says no; with
+    PNEX_LAUNCHER=driver it never uses the handler; once a build is there it loads it."""
+    from pnex_magic.launch import background
+
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PNEX_LAUNCHER", "auto")
+    monkeypatch.setattr(xla, "_library", None)
+    monkeypatch.setattr(xla, "_targets", {})
+    monkeypatch.setattr(xla, "_include_dirs", lambda: [str(tmp_path)])
+    monkeypatch.setattr(background, "problem", lambda target: None)
+    started = []
+    monkeypatch.setattr(background, "start", lambda target, **kw: started.append(target) or True)
+    loaded = []
+    monkeypatch.setattr(xla, "load_library", lambda verbose=False: loaded.append(verbose))
+    assert xla.ready() is False and [t.stem for t in started] == ["pnex_jax_ffi"] and loaded == []
+    monkeypatch.setenv("PNEX_LAUNCHER", "driver")
+    assert xla.ready() is False and len(started) == 1
+    monkeypatch.setenv("PNEX_LAUNCHER", "auto")
+    [target] = started
+    target.folder.mkdir(parents=True)
+    (target.folder / "libpnex_jax_ffi.so").write_bytes(b"a library")  # what the build process leaves
+    build.record_build("libpnex_jax_ffi", target.folder)
+    assert xla.ready() is True and loaded == [False] and len(started) == 1
+
+
 def test_call_layout_table():
     layout = xla.call_layout(accumulate.spec)
     assert layout.operands == ("a", "m") and layout.results == ("hist", "even", "m")
@@ -453,7 +506,7 @@ def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):
     source = tmp_path / "broken.cpp"
     source.write_text("int broken( {\n")
     with pytest.raises(pnex.KernelCompileError, match="could not build its test library") as info:
-        build.build_shared_library("broken", [source], includes=[], what="test library")
+        background.build_shared_library("broken", [source], includes=[], what="test library")
     assert "broken.cpp" in info.value.compiler_log
     assert not list(tmp_path.rglob("libbroken.so"))
 

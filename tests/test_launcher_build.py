@@ -1,55 +1,72 @@
-"""The C++ launcher's one-time build, without a GPU: a lock left by a killed build is
-cleared, a failed build raises the compiler's message and is not remembered, and the
-launcher's spec for an op matches the kernel's parameters."""
+"""The C++ launcher's one-time build, without a GPU: a failed build is recorded once with
+the compiler's output and not tried again until its toolchain or inputs change, a
+killed build's leftovers are cleared, a build is imported without torch's build
+machinery, and the launcher's spec for an op matches the kernel's parameters."""
 
+import ctypes
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
-import torch.utils.cpp_extension
 from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic.errors import KernelCompileError
 from pnex_magic.expressions import OPCODES
-from pnex_magic.launch import build, native
+from pnex_magic.launch import background, build, native
 from pnex_magic.launch.description import describe_launch
 
 
-@pytest.fixture
-def fake_build(monkeypatch, tmp_path):
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(build, "cuda_include_dir", lambda: str(tmp_path))
-    (tmp_path / "crt").mkdir()
-    (tmp_path / "crt" / "host_config.h").write_text("")
-    calls = []
-
-    def load(name, sources, build_directory, **kwargs):
-        calls.append(build_directory)
-        assert not (tmp_path / "launcher").joinpath(name.removeprefix("pnex_launcher_"), "lock").exists()
-        raise RuntimeError("Error building extension 'pnex_launcher': launcher.cpp:1: error: expected ';'")
-
-    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
-    return tmp_path, calls
+BROKEN = "int broken( {\n"
 
 
-def test_stale_lock_is_removed_and_failed_build_is_not_cached(fake_build):
-    tmp_path, calls = fake_build
-    key = native._build_key(str(tmp_path))
-    build_dir = tmp_path / "launcher" / key
-    build_dir.mkdir(parents=True)
-    (build_dir / "lock").write_text("")  # what a killed torch build leaves behind
-    with pytest.raises(KernelCompileError, match=r"could not build its C\+\+ launcher.*expected ';'"):
-        native.load_launcher()
-    assert native._module is None
-    with pytest.raises(KernelCompileError):  # tried again, not served from memory
-        native.load_launcher()
-    assert len(calls) == 2
+def _library_build(tmp_path, text: str, stem: str = "pnex_probe_lib") -> build.Build:
+    source = tmp_path / f"{stem}.cpp"
+    source.write_text(text)
+    return build.Build(stem, "library", "probe library", (str(source),))
+
+
+def _sections(target: build.Build) -> int:
+    """How many times a build of ``target`` ran (one section of its log each)."""
+    log = background.log_path(target)
+    return log.read_text().count("pnex: building the") if log.exists() else 0
+
+
+def test_a_failed_build_is_recorded_once_with_the_compilers_output(monkeypatch, tmp_path):
+    """A failed build leaves nothing that counts as built, the compiler's output in a log
+    and a record that keeps every process from trying again until the toolchain (or the
+    build's inputs) change."""
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "cache"))
+    target = _library_build(tmp_path, BROKEN)
+    assert background.state(target) == "none"
+    assert background.run(target) == 1
+    assert background.state(target) == "failed" and target.built() is None
+    record = background.failure(target)
+    assert record["log"] == str(background.log_path(target)) and "expected" in record["error"]
+    assert "pnex_probe_lib.cpp" in background.log_path(target).read_text()  # the compiler's own message
+    assert not [p for p in target.folder.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    assert background.start(target) is False  # not tried again
+    with pytest.raises(KernelCompileError, match=r"could not build its probe library.*remove .*failed\.json") as info:
+        background.build_now(target)
+    assert "pnex_probe_lib.cpp" in info.value.compiler_log
+    assert _sections(target) == 1
+    # Another compiler (installed, upgraded): tried again, once.
+    tools = build.toolchain()
+    monkeypatch.setattr(background, "toolchain", lambda: {**tools, "compiler_mtime": 1})
+    assert background.failure(target) is None and background.state(target) == "none"
+    assert background.run(target) == 1 and _sections(target) == 2
+    # Fixed sources are another build (another key), which builds.
+    fixed = _library_build(tmp_path, 'extern "C" __attribute__((visibility("default"))) int probe() { return 7; }\n')
+    assert fixed.key != target.key
+    library = background.build_now(fixed)
+    assert library == fixed.built() and ctypes.CDLL(str(library)).probe() == 7
 
 
 def test_missing_cuda_headers_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_module", None)
+    monkeypatch.setattr(native, "_targets", {})
     monkeypatch.setattr(build, "cuda_include_dir", lambda: None)
     with pytest.raises(KernelCompileError, match="needs the CUDA headers"):
         native.load_launcher()
@@ -101,21 +118,27 @@ def test_spec_for_the_launcher():
     assert d["block"] == [32, 8, 1]
 
 
-def test_a_build_left_running_by_a_killed_process_is_waited_for(tmp_path, capsys):
-    """A killed build's ninja and compiler outlive it, working in the build folder: the
-    next build waits for them instead of writing the same files beside them."""
-    build_dir = tmp_path / "build"
-    build_dir.mkdir()
-    assert build._builders_left_running(build_dir) == []
-    orphan = subprocess.Popen(["sleep", "1"], cwd=build_dir)
+def test_a_killed_builds_folder_is_removed_once_nothing_works_in_it(monkeypatch, tmp_path):
+    """A killed build's compilers outlive it, working in its temporary folder: the next
+    build of the same key leaves that folder alone while they run, and removes it after."""
+    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "cache"))
+    target = _library_build(tmp_path, "int probe;\n")
+    left = target.folder.parent / f".{target.folder.name}.tmp-999999999"
+    left.mkdir(parents=True)
+    assert background._builders_left_running(left) == []
+    orphan = subprocess.Popen(["sleep", "30"], cwd=left)
     try:
-        assert build._builders_left_running(build_dir) == [orphan.pid]
-        build._wait_for_builders_left_running(build_dir, "probe")
-        assert orphan.poll() is not None  # it returned only once the process had ended
+        assert background._builders_left_running(left) == [orphan.pid]
+        assert background.run(target) == 0 and target.built() is not None
+        assert left.exists()  # something still works in it
     finally:
         orphan.kill()
         orphan.wait()
-    assert "waiting for the probe build that a killed process left running" in capsys.readouterr().err
+    again = _library_build(tmp_path, "int probe2;\n", stem="pnex_probe_lib")
+    moved = again.folder.parent / f".{again.folder.name}.tmp-999999998"
+    moved.mkdir(parents=True)
+    assert background.run(again) == 0
+    assert not moved.exists()  # nothing works in it: removed
 
 
 TINY_EXTENSION = r"""
@@ -131,15 +154,16 @@ PyMODINIT_FUNC PNEX_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_C
 IMPORT_BUILT = """
 import sys
 from pathlib import Path
-from pnex_magic.launch import build
-module = build.build_extension("pnex_tiny", [Path(sys.argv[1])], includes=[], what="test extension")
+from pnex_magic.launch import background
+module = background.build_extension("pnex_tiny", [Path(sys.argv[1])], includes=[], what="test extension")
 print(module.__name__, "torch.utils.cpp_extension" in sys.modules, "setuptools" in sys.modules)
 """
 
 
 def test_a_built_extension_is_imported_without_cpp_extension(tmp_path, pnex_env):
-    """The second process imports the recorded build straight from its folder: neither
-    ``torch.utils.cpp_extension`` nor setuptools is imported (0.4 s on the GPU image)."""
+    """The build runs in a process of its own, and every process imports the recorded
+    build straight from its folder: neither ``torch.utils.cpp_extension`` nor setuptools
+    is imported there (0.4 s on the GPU image)."""
     import shutil
 
     if shutil.which("c++") is None or shutil.which("ninja") is None and not _has_ninja_module():
@@ -153,8 +177,8 @@ def test_a_built_extension_is_imported_without_cpp_extension(tmp_path, pnex_env)
         assert run.returncode == 0, run.stdout + run.stderr
     first, second = (run.stdout.split() for run in runs)
     assert first[0] == second[0] and first[0].startswith("pnex_tiny_")
-    assert first[1] == "True"  # the build used it
-    assert second[1:] == ["False", "False"], second
+    assert "building the test extension" in runs[0].stderr and "building" not in runs[1].stderr
+    assert first[1:] == second[1:] == ["False", "False"], (first, second)
 
 
 def _has_ninja_module() -> bool:
@@ -183,3 +207,12 @@ def test_the_build_key_covers_every_launcher_source_and_header(monkeypatch, tmp_
         copy.write_text(copy.read_text() + "\n// changed\n")
         keys.add(native._build_key("/include"))
     assert len(keys) == len(copies) + 1
+
+
+def test_the_autotune_unit_declares_what_torch_declares():
+    """launcher_autotune.cpp declares torch's THPVariable_Wrap itself instead of including
+    python_variable.h (13 s of the build on its own): torch must still declare it so."""
+    ours = re.search(r"^TORCH_PYTHON_API PyObject\* THPVariable_Wrap\(const at::TensorBase& var\);$",
+                     (build.CSRC / "launcher_autotune.cpp").read_text(), re.M)
+    header = Path(torch.__file__).parent / "include/torch/csrc/autograd/python_variable.h"
+    assert ours is not None and ours.group(0) in header.read_text()

@@ -15,11 +15,14 @@
 //   launcher_call.cpp      one call: the postfix programs (shapes, n_threads, autotune key),
 //                          the argument checks, the outputs, the launch, checked launches
 //   launcher_autotune.cpp  the autotune table: key -> candidate, Python's tuner on a miss
-//   launcher_register.cpp  registration with the dispatcher (CUDA, autograd), the op
-//                          class's C call slot, the op's Python callables, the Python module
+//   launcher_dispatch.cpp  registration with the dispatcher (CUDA, autograd, ADInplaceOrView)
+//   launcher_register.cpp  the Python module: the op's description and Python callables, the
+//                          op class's C call slot (the only unit with pybind11)
 //
-// The longest (autotune, register: python_variable.h, torch/library.h) takes 12-13 s of
-// CPU, the four 32 s together, where one file took 20 s (benchmarks/launcher_build.py).
+// Alone, pybind11 costs 5-6 s of CPU, torch/library.h 5 s, ATen/core/ivalue.h 3 s and
+// torch/csrc/autograd/python_variable.h 13 s (g++ 12, 2026-11-25), so no unit includes two
+// of them: the longest unit (call) takes 7 s, the five 22 s together, where four took 12-13 s
+// and 32 s (benchmarks/launcher_build.py).
 //
 // The CUDA driver is reached through dlopen("libcuda.so.1") (cuda_driver.h), so the
 // extension builds with a host C++ compiler and the CUDA headers alone (no nvcc, no
@@ -55,6 +58,8 @@
 
 #include "cuda_driver.h"
 #include "launcher_faults.h"
+
+struct _object;  // PyObject (Python.h), for the units that do not include Python
 
 namespace at {
 class Tensor;
@@ -171,6 +176,24 @@ std::pair<std::string, std::string> kernel_image(const Spec& spec, int device, b
                                                  bool checked);
 // The message for a violation an error record holds, from Python.
 std::string describe_violation(const Spec& spec, const int64_t* record);
+// Raises pnex_magic.calls.inmut_grad_error(kernel, param, leaf) as the Python exception it is.
+[[noreturn]] void refuse_inmut_grad(const Spec& spec, const std::string& param, bool leaf);
+// Whether the op has a Python tuner (an autotuned op's choose callback).
+bool has_chooser(const Spec& spec);
+// Python's choice for a key (pnex_magic.launch.autotune.choose): (candidate, final).  `args` is
+// the call's arguments as a Python tuple, a reference this takes over, or nullptr while the
+// stream captures (nothing may run then).  A failure raises with Python's message.
+std::pair<int, bool> python_choose(const Spec& spec, int device, bool contiguous, c10::ArrayRef<int64_t> key,
+                                   _object* args);
+
+// ---------------------------------------------------------------- the dispatcher (launcher_dispatch.cpp)
+// Registers the op's kernels for pnex::<name> (what an earlier registration of the name left
+// is dropped first): PnexKernel at CUDA; with `autograd_fallback`, C++ autograd kernels (no
+// Python per call until an autograd formula is attached); ADInplaceOrView's for an InMut.
+void register_kernels(const std::string& name, const std::shared_ptr<Spec>& spec, bool autograd_fallback);
+void unregister_op(const std::string& name);
+// An autograd formula is attached: the C++ autograd kernels step aside.
+void drop_autograd_fallback(const std::string& name);
 
 // ---------------------------------------------------------------- checks (launcher_call.cpp)
 // Checks a call's arguments (dtype, rank, device, declared sizes, InMut memory overlap),

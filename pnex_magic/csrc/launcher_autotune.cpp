@@ -4,15 +4,21 @@
 // evaluates its autotune key and looks it up in a small key -> candidate table; a miss
 // calls back into Python once (pnex_magic.launch.autotune.choose, with the GIL), which
 // benchmarks the candidates by calling the op again with one forced (force_candidate),
-// unless the stream is capturing.  The only translation unit that wraps tensors for
-// Python (python_variable.h, the heaviest header of the launcher's build).
+// unless the stream is capturing.  The one unit that wraps tensors for Python, through
+// Python's C API and torch's THPVariable_Wrap, declared below: its header,
+// torch/csrc/autograd/python_variable.h, costs 13 s of CPU to compile on its own, and
+// pybind11 another 5 (tests/test_launcher_build.py checks that torch still declares it).
+
+#include <Python.h>
 
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/Export.h>
 
 #include <algorithm>
 
-#include "launcher_python.h"
+#include "launcher.h"
+
+TORCH_PYTHON_API PyObject* THPVariable_Wrap(const at::TensorBase& var);
 
 namespace pnex::launcher {
 
@@ -28,14 +34,30 @@ int64_t bucket(int64_t n) {  // the smallest power of two >= n (pnex_magic.block
   return p;
 }
 
-py::object to_python(const c10::IValue& v) {
-  // THPVariable_Wrap, not py::cast: torch's pybind caster for Tensor lives in a header
-  // (torch/csrc/utils/pybind.h) this file does not include.
-  if (v.isTensor()) return py::reinterpret_steal<py::object>(THPVariable_Wrap(v.toTensor()));
-  if (v.isInt()) return py::int_(v.toInt());
-  if (v.isDouble()) return py::float_(v.toDouble());
-  if (v.isBool()) return py::bool_(v.toBool());
-  return py::none();
+// A new reference to the argument as Python sees it (nullptr and a Python error if that fails).
+PyObject* to_python(const c10::IValue& v) {
+  if (v.isTensor()) return THPVariable_Wrap(v.toTensor());
+  if (v.isInt()) return PyLong_FromLongLong(v.toInt());
+  if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
+  if (v.isBool()) return PyBool_FromLong(v.toBool());
+  Py_RETURN_NONE;
+}
+
+// The call's arguments as a new Python tuple (nullptr if one could not be made).
+PyObject* to_python(c10::ArrayRef<c10::IValue> args) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
+  for (size_t i = 0; tuple != nullptr && i < args.size(); ++i) {
+    PyObject* item = to_python(args[i]);
+    if (item == nullptr) {
+      Py_CLEAR(tuple);
+      break;
+    }
+    PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), item);
+  }
+  if (tuple == nullptr) PyErr_Clear();
+  PyGILState_Release(gil);
+  return tuple;
 }
 }  // namespace
 
@@ -49,7 +71,7 @@ bool tuning_call(const Spec& spec) { return t_forced_candidate >= 0 && t_forced_
 int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, int device, bool contiguous,
                  CUstream stream) {
   const int count = static_cast<int>(spec.candidates.size());
-  if (count <= 1 || !spec.python->choose || spec.python->choose.is_none()) return 0;
+  if (count <= 1 || !has_chooser(spec)) return 0;
   if (t_forced_candidate >= 0 && t_forced_op == spec.op_name) {
     TORCH_CHECK(t_forced_candidate < count, "pnex: kernel '", spec.kernel, "': no candidate ",
                 std::to_string(t_forced_candidate));
@@ -78,31 +100,13 @@ int select_block(Spec& spec, const Values& v, c10::ArrayRef<c10::IValue> args, i
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   pnex::driver().streamIsCapturing(stream, &status);
   const bool capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
-  int candidate = 0;
-  bool final = false;
-  std::string error;
-  {
-    // No lock is held here: the tuner calls this op again (with a candidate forced).
-    py::gil_scoped_acquire gil;
-    try {
-      py::tuple key(wanted.key.size());
-      for (size_t i = 0; i < wanted.key.size(); ++i) key[i] = py::int_(wanted.key[i]);
-      py::object call_args = py::none();
-      if (!capturing) {
-        py::tuple values(args.size());
-        for (size_t i = 0; i < args.size(); ++i) values[i] = to_python(args[i]);
-        call_args = values;
-      }
-      auto result = spec.python->choose(device, contiguous, key, call_args).cast<std::tuple<int, bool>>();
-      candidate = std::get<0>(result);
-      final = std::get<1>(result);
-    } catch (py::error_already_set& e) {
-      error = py::str(e.type().attr("__name__")).cast<std::string>() + ": " + py::str(e.value()).cast<std::string>();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+  PyObject* call_args = nullptr;
+  if (!capturing) {
+    call_args = to_python(args);
+    TORCH_CHECK(call_args != nullptr, "pnex: kernel '", spec.kernel, "': its arguments could not be handed to the tuner");
   }
-  TORCH_CHECK(error.empty(), "pnex: kernel '", spec.kernel, "': choosing its block failed: ", error);
+  // No lock is held here: the tuner calls this op again (with a candidate forced).
+  auto [candidate, final] = python_choose(spec, device, contiguous, wanted.key, call_args);
   TORCH_CHECK(candidate >= 0 && candidate < count, "pnex: kernel '", spec.kernel, "': no candidate ",
               std::to_string(candidate));
   if (final) {

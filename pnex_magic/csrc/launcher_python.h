@@ -1,6 +1,5 @@
-// pnex_magic's C++ launcher: the op's Python callables, for the units that call Python
-// (launcher_register.cpp, launcher_autotune.cpp).  Of the launcher's headers, only this one
-// includes pybind11.
+// pnex_magic's C++ launcher: the op's Python callables (launcher_register.cpp, the one unit
+// that includes pybind11; the others reach Python through the functions launcher.h declares).
 
 #ifndef PNEX_LAUNCHER_PYTHON_H_
 #define PNEX_LAUNCHER_PYTHON_H_

@@ -17,6 +17,7 @@ import sys
 from .. import cache
 from .._version import __version__
 from ..compiler import probe_linker
+from ..launch import switch
 from ..render.html import ERR, OK, WARN
 from ..sass import find_disassembler
 from ..timing import format_bytes
@@ -170,6 +171,10 @@ def doctor() -> DoctorReport:
             advice.append("A driver is installed but PyTorch is a CPU-only build: install a CUDA build of PyTorch "
                           "(https://pytorch.org/get-started/locally/)")
     checks.append(Check("NVIDIA driver", "ok" if driver_cuda else ("missing" if gpu else "warn"), driver_text))
+    if gpu:  # GPU calls at a few microseconds; the Python launcher (tens) until it serves
+        state = switch.status()
+        usable = state.split(";")[0] in ("loaded", "built, not loaded yet", "building in the background", "not built yet")
+        checks.append(Check("C++ launcher", "ok" if usable else "warn", state))
 
     # The CUDA compiler wheels.
     flavour = None

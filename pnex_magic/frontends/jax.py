@@ -19,7 +19,12 @@ What runs where
   platform's rule, so the compiled program holds one launch and no conditional.
 * **On a GPU** (the ``cuda`` platform): a custom call of pnex's one XLA FFI
   handler (:mod:`pnex_magic.launch.xla`), which launches the kernel's cubin on
-  XLA's stream, with XLA's buffers, on whichever device the computation runs.  Each
+  XLA's stream, with XLA's buffers, on whichever device the computation runs.
+  Until the handler is built (its build runs in the background, started by the
+  first GPU trace) and where it cannot be, the trace lowers to a
+  ``jax.experimental.buffer_callback`` instead, which launches the same cubin through
+  pnex's Python driver launcher on XLA's buffers and stream; traces made once it is
+  built use it.  Each
   ``InMut`` argument is aliased to its result (``input_output_aliases``): the
   kernel writes it in place, and XLA copies it first unless the caller donates it
   (``jax.jit(..., donate_argnums=...)``) or it is a loop carry the result goes back
@@ -229,6 +234,8 @@ def _launch_impl(*operands: Any, launch: _Launch) -> Any:
 def _lower_cuda(ctx: Any, *operands: Any, launch: _Launch) -> Any:
     if launch.definition.options.check:  # checked launches: through the PyTorch op's launcher
         return mlir.lower_fun(functools.partial(_checked_on_gpu, launch), multiple_results=True)(ctx, *operands)
+    if _through_python_now(ctx, launch):  # the XLA handler is not built yet (or cannot be)
+        return mlir.lower_fun(functools.partial(_through_python, launch), multiple_results=True)(ctx, *operands)
     rule = jax.ffi.ffi_lowering(xla.TARGET, operand_output_aliases=dict(launch.layout.aliases))
     return rule(
         ctx,
@@ -261,6 +268,63 @@ def _checked_on_gpu(launch: _Launch, *operands: Any) -> Any:
 
     types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
     return jax.pure_callback(callback, types, *operands)
+
+
+def _through_python_now(ctx: Any, launch: _Launch) -> bool:
+    """Whether a GPU trace launches through the Python launcher: the XLA handler is not
+    ready here (:func:`pnex_magic.launch.xla.ready` starts its build in the background),
+    GPUs run the program (an export for CUDA elsewhere names the handler only), and it
+    is no export (which cannot hold a host callback)."""
+    parameters = getattr(ctx.module_context, "lowering_parameters", None)
+    if getattr(parameters, "for_export", False) or not _cuda_archs() or not _buffer_callbacks():
+        return False
+    return not xla.ready(launch.definition.options.verbose)
+
+
+@functools.lru_cache(maxsize=1)
+def _buffer_callbacks() -> bool:
+    """Whether this JAX has ``jax.experimental.buffer_callback`` (0.7 and later); an older
+    one builds the XLA handler in the foreground at the first GPU trace."""
+    try:
+        import jax.experimental.buffer_callback  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _through_python(launch: _Launch, *operands: Any) -> Any:
+    """A GPU launch while the XLA handler builds: ``jax.experimental.buffer_callback``
+    hands pnex's Python driver launcher XLA's buffers and stream, in place (the ``InMut``
+    results aliased to their arguments, as for the handler), with no copy."""
+    from jax.experimental.buffer_callback import ExecutionStage, buffer_callback
+
+    def callback(ctx: Any, out: Any, *args: Any) -> None:
+        if getattr(ctx, "stage", ExecutionStage.EXECUTE) == ExecutionStage.EXECUTE:
+            _launch_on_buffers(launch, ctx.stream, args, out)
+
+    types = tuple(jax.ShapeDtypeStruct(r.shape, r.dtype) for r in launch.results)
+    return buffer_callback(callback, types, input_output_aliases=dict(launch.layout.aliases))(*operands)
+
+
+def _launch_on_buffers(launch: _Launch, stream: int, args: Sequence[Any], out: Sequence[Any]) -> None:
+    """Launch ``launch`` through the Python driver launcher on XLA's device buffers
+    (zero-copy DLPack views) and stream: the operands ``args`` and the results ``out``
+    (an ``InMut``'s result is its argument's buffer), the ``Out(init=...)`` that XLA did
+    not fill filled first on the same stream."""
+    definition, layout, info = launch.definition, launch.layout, launch.info
+    spec = definition.spec
+    _, index = (args[0] if args else out[0]).__dlpack_device__()
+    device = torch.device("cuda", int(index))
+    with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream, device=device)):
+        env: dict[str, Any] = {name: torch.from_dlpack(b) for name, b in zip(layout.operands, args)}
+        env.update((name, torch.from_dlpack(b)) for name, b in zip(layout.results, out))
+        for p in spec.outputs:
+            if p.init is not None and p.name not in layout.operands:
+                env[p.name].fill_(p.init)
+        env.update(launch.scalars)
+        env.update(spec.tune_values(launch.variant))
+        values = [env.get(p.name) for p in spec.params]
+        launcher_for(device).launch(definition, values, info.grid, info.block, device, launch.variant)
 
 
 def _lower_simulated(ctx: Any, *operands: Any, launch: _Launch) -> Any:

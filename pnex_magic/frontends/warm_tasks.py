@@ -5,7 +5,8 @@ one-time set-up (the magic hands them in: :data:`TASKS`), so that the first
 ``%%pnex`` cell finds them done:
 
 * the C++ launcher is imported when it is built already (its header search and its
-  library load); a first build is left to the first cell, which says it is building;
+  library load), else its build starts in the background (:func:`pnex_magic.launch.switch.prepare`),
+  a few seconds before the first cell would start it;
 * the report's syntax highlighters are made: pygments' lexers compile their regular
   expressions when first made, 50 ms of the first cell's report otherwise;
 * ipywidgets is imported (the cell's progress bar): 0.14 s of the first cell on the
@@ -14,15 +15,14 @@ one-time set-up (the magic hands them in: :data:`TASKS`), so that the first
 
 from __future__ import annotations
 
-from ..launch import native
+from ..launch import switch
 from ..render.listings import PtxLexer, SassLexer, highlight, python_lexer
 
 __all__ = ["TASKS"]
 
 
 def _warm_launcher() -> None:
-    if native.native_wanted():
-        native.load_launcher(built_only=True)
+    switch.prepare()
 
 
 def _warm_report() -> None:

@@ -1,13 +1,16 @@
 """Launch stage: run a compiled kernel on concrete arguments.
 
 Every back end implements :class:`Launcher`: the CUDA simulator for CPU tensors
-(:mod:`.simulator`), and for CUDA tensors the C++ launcher (:mod:`.native`), or
-the Python driver-API launcher (:mod:`.driver`) where the C++ one cannot be
-built or ``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
+(:mod:`.simulator`), and for CUDA tensors :mod:`.switch`'s launcher: the C++
+launcher (:mod:`.native`), or the Python driver-API launcher (:mod:`.driver`)
+while the C++ one builds in the background, where it cannot be built, or with
+``PNEX_LAUNCHER=driver``.  The op stage talks to this package only:
 
 * when an op is made, :func:`register` offers its definition to every launcher;
   a launcher that registers a dispatcher kernel of its own (the C++ launcher)
-  says so, and the op's Python implementation then never sees that device;
+  says so, and the op's Python implementation then never sees that device; one
+  still being built registers it later (:func:`native_registered` says when), and
+  the op's calls go through :func:`call` meanwhile;
 * every other call reaches :meth:`Launcher.launch` through :func:`launcher_for`,
   after :meth:`Launcher.candidate` picked the block and ``Tune`` variant of an
   autotuned op.
@@ -27,14 +30,14 @@ import torch
 from ..errors import KernelLaunchError
 from .faults import fault_sentence, is_fault
 from .kernel import Kernel
-from . import native
-from .native import NativeLauncher
+from . import native, switch
+from .switch import NativeLauncher
 from .simulator import SimulatorLauncher
 
 
 __all__ = [
     "Launcher", "launcher_for", "register_launcher", "register", "unregister", "autograd_registered",
-    "last_kernel", "is_fault", "fault_hint", "install_fast_call",
+    "last_kernel", "is_fault", "fault_hint", "install_fast_call", "call", "native_registered", "wait_for_launcher",
 ]
 
 
@@ -115,9 +118,25 @@ def unregister(op_name: str) -> None:
 
 
 def install_fast_call(cls: type) -> bool:
-    """Give the op class ``cls`` the C++ launcher's call slot, once it is loaded (see
+    """Give the op class ``cls`` the C++ launcher's call slot, once it serves (see
     :func:`pnex_magic.launch.native.install_fast_call`)."""
     return native.install_fast_call(cls)
+
+
+#: Run one call of an op object, ``call(fn, args)``: ``fn(*args)``, counted while ops
+#: wait for the C++ launcher (:func:`pnex_magic.launch.switch.call`).
+call = switch.call
+
+
+def native_registered(op_name: str) -> bool:
+    """Whether the C++ launcher's own dispatcher kernels serve ``op_name``'s CUDA calls."""
+    return native.registered(op_name)
+
+
+def wait_for_launcher(timeout: float | None = None) -> bool:
+    """Wait until the C++ launcher serves CUDA calls, ops defined so far included (see
+    :func:`pnex_magic.launch.switch.wait`)."""
+    return switch.wait(timeout)
 
 
 def autograd_registered(definition: Kernel) -> None:

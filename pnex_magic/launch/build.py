@@ -1,33 +1,30 @@
-"""Building pnex's C++ extensions: once per environment, into the cache folder.
+"""What pnex's C++ extensions are built from, and compiling one into a folder.
 
-``torch.utils.cpp_extension.load`` (ninja and a host C++ compiler; no nvcc)
-compiles the sources, one job per translation unit in parallel (``MAX_JOBS`` caps
-the jobs; ninja's default is every core plus two), into a folder keyed on every
-source and header, the flags, torch, Python and the include folders
-(:func:`build_extension`, the PyTorch launcher);
-:func:`build_shared_library` compiles a plain shared library for ``ctypes`` the
-same way (the XLA FFI handler, which must not link against torch).  A build is
-guarded by an ``flock`` that the OS releases when a process dies, and torch's own
-lock file, which a killed build leaves behind, is removed under it, so a killed
-build never makes the next one hang.  The ninja and compiler processes of a killed
-build keep running (they are not its threads): the next build waits for them to
-finish rather than write the same files beside them.  A build folder that cannot
-be written is a :class:`~pnex_magic.errors.KernelCompileError` that says so.  A
-failed build leaves nothing that counts as built: the next attempt compiles again and
-shows the compiler's output.  The first build of each extension prints its
-progress every few seconds (it takes tens of seconds on two cores).
+A :class:`Build` names everything a build depends on: its sources and headers, the
+include folders, the flags, the host compiler, torch and Python.  Its key (a hash
+of all of it) names its folder under the cache folder's ``launcher/``.  Two kinds:
 
-Once built, an extension is imported straight from its folder: a successful
-build records the library's size and modification time next to it, and a later
-process whose build key (sources, flags, torch, Python, CUDA headers) finds that
-record still true imports the library without ``cpp_extension.load`` (which runs
-a compiler and ninja to check that nothing changed, and so needs them installed).
+* ``"extension"``: a torch C++ extension (the PyTorch launcher), compiled by
+  ``torch.utils.cpp_extension.load`` (ninja and the host compiler; no nvcc), one
+  job per translation unit in parallel, and imported as a Python module;
+* ``"library"``: a plain shared library for ``ctypes`` (the XLA FFI handler, which
+  must not link against torch), one compiler command.
+
+:func:`compile_into` compiles a build into a given folder and checks that the result
+loads.  It is what a build process runs: :mod:`.background` runs it once per
+environment, in a process of its own, into a temporary folder that is renamed into
+place.  Once built, an extension is imported straight from its folder: a build
+records the library's size and modification time next to it (:func:`record_build`),
+and a later process whose build finds that record still true imports the library
+without ``cpp_extension.load`` (which runs a compiler and ninja to check that nothing
+changed, and so needs them installed).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
+import ctypes
+import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -36,9 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +42,10 @@ import torch
 from ..cache import cache_dir
 from ..errors import KernelCompileError
 
-__all__ = ["cuda_home", "cuda_include_dir", "cuda_include_dirs", "build_extension", "build_shared_library", "CSRC"]
+__all__ = [
+    "cuda_home", "cuda_include_dir", "cuda_include_dirs", "cuda_headers", "compiler", "toolchain", "build_key", "Build",
+    "compile_into", "record_build", "built_library", "import_built", "import_library", "CSRC",
+]
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 
@@ -138,86 +136,155 @@ def cuda_headers(what: str, *, crt: bool = False) -> list[str]:
     return includes
 
 
+def compiler() -> str:
+    """The host C++ compiler a build runs (``$CXX``, else ``c++``), as torch's
+    ``cpp_extension`` picks it."""
+    return os.environ.get("CXX") or "c++"
+
+
+def _ninja() -> str | None:
+    found = shutil.which("ninja")
+    if found is None:
+        try:  # the ninja wheel (a dependency of pnex_magic) puts it beside its module
+            import ninja
+
+            found = str(Path(ninja.BIN_DIR) / "ninja")
+        except (ImportError, AttributeError):
+            return None
+    return found if os.path.exists(found) else None
+
+
+def toolchain() -> dict[str, Any]:
+    """What a build needs besides its inputs, as found now: the compiler's path and
+    modification time (``None``: not installed) and ninja's path.  A failed build is
+    tried again once this changes (a compiler installed or upgraded)."""
+    found = shutil.which(compiler())
+    mtime = None
+    if found is not None:
+        try:
+            mtime = os.stat(found).st_mtime_ns
+        except OSError:
+            found = None
+    return {"compiler": found, "compiler_mtime": mtime, "ninja": _ninja()}
+
+
 def build_key(sources: Sequence[Path], includes: Sequence[str], flags: Sequence[str] = ()) -> str:
     h = hashlib.sha256()
     for source in sources:
-        h.update(source.read_bytes())
+        h.update(Path(source).read_bytes())
     h.update(f"{torch.__version__}|{torch.version.cuda}|{sys.version}|{'|'.join(includes)}|{' '.join(flags)}".encode())
     return h.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def progress(message: str):
-    """Tell the user a slow one-time step is running, every few seconds."""
-    done = threading.Event()
-    start = time.perf_counter()
-    print(f"pnex: {message} (once per environment)...", file=sys.stderr, flush=True)
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One build: its kind (``"extension"`` or ``"library"``), what it is built from,
+    and ``what`` it is for messages ("C++ launcher").  Plain data, so that a build
+    process gets it as JSON (:meth:`to_json`)."""
 
-    def tick():
-        while not done.wait(5.0):
-            print(f"pnex: {message}... {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    stem: str
+    kind: str
+    what: str
+    sources: tuple[str, ...]
+    includes: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ("-O2",)
+    ldflags: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    key_extra: str = ""
+    verbose: bool = False
 
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
+    @functools.cached_property
+    def key(self) -> str:
+        """A hash of the sources, headers, include folders, flags, compiler, torch and Python."""
+        flags = [*self.cflags, *self.ldflags]
+        if self.kind == "library":
+            flags = [compiler(), *flags, self.key_extra]
+        return build_key([Path(s) for s in (*self.sources, *self.headers)], self.includes, flags)
+
+    @property
+    def folder(self) -> Path:
+        root = cache_dir() / "launcher"
+        return root / (self.key if self.stem == "pnex_launcher" else f"{self.stem}-{self.key}")
+
+    @property
+    def name(self) -> str:
+        """The extension's module name (its library is ``<name>*.so``)."""
+        return f"{self.stem}_{self.key}"
+
+    @property
+    def record_name(self) -> str:
+        """What its library's name starts with: the module name, or ``lib<stem>``."""
+        return self.name if self.kind == "extension" else f"lib{self.stem}"
+
+    def built(self) -> Path | None:
+        """Its library, if a whole build of it is in its folder (:func:`built_library`)."""
+        return built_library(self.record_name, self.folder)
+
+    def to_json(self) -> str:
+        return json.dumps({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Build":
+        data = json.loads(text)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def compile_into(build: Build, folder: Path) -> Path:
+    """Compile ``build`` into ``folder`` and check that the result loads; returns the
+    library.  A failure is a :class:`~pnex_magic.errors.KernelCompileError` whose
+    ``compiler_log`` holds the compiler's whole output."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if build.kind == "library":
+        return _compile_library(build, folder)
+    # Only a build needs cpp_extension: importing it imports setuptools (0.4 s on a
+    # machine whose site-packages hold no bytecode, as measured on the GPU image).
+    from torch.utils import cpp_extension
+
     try:
-        yield
-    finally:
-        done.set()
-        print(f"pnex: {message}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        cpp_extension.load(  # compiles, links and imports it (in the build process)
+            name=build.name,
+            sources=list(build.sources),
+            extra_include_paths=list(build.includes),
+            extra_cflags=list(build.cflags),
+            extra_ldflags=list(build.ldflags),
+            build_directory=str(folder),
+            with_cuda=False,
+            verbose=build.verbose,
+        )
+    except Exception as exc:
+        raise KernelCompileError(
+            f"pnex could not build its {build.what}: {str(exc).strip()[-2000:]}", compiler_log=str(exc)
+        ) from None
+    record_build(build.name, folder)
+    return next(iter(sorted(folder.glob(f"{build.name}*.so"))))
 
 
-@contextlib.contextmanager
-def _build_lock(root: Path, stem: str, key: str, build_dir: Path, what: str) -> Iterator[None]:
-    """Hold the build's ``flock`` (released by the OS if this process dies) and clear
-    torch's lock file that a killed build left behind, once that build's ninja and
-    compiler are done."""
+def _compile_library(build: Build, folder: Path) -> Path:
+    library = folder / f"lib{build.stem}.so"
+    command = [
+        compiler(), "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", *build.cflags,
+        *(f"-I{i}" for i in build.includes), *build.sources, "-o", str(library), *build.ldflags,
+    ]
+    if build.verbose:
+        print(" ".join(command), file=sys.stderr)
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        lock_file = open(root / f"{stem}-{key}.flock", "w")  # noqa: SIM115 -- closed by the with block below
+        done = subprocess.run(command, capture_output=True, text=True)
     except OSError as exc:
         raise KernelCompileError(
-            f"pnex could not build its {what}: its build folder {build_dir} cannot be written "
-            f"({type(exc).__name__}: {exc.strerror or exc}); set PNEX_CACHE_DIR to a writable folder"
+            f"pnex could not build its {build.what}: no C++ compiler ({compiler()}: {exc.strerror}); install g++ "
+            f"or set $CXX"
         ) from None
-    with lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            stale = build_dir / "lock"  # torch's FileBaton, left behind by a killed build
-            if stale.exists():
-                _wait_for_builders_left_running(build_dir, what)
-                stale.unlink(missing_ok=True)
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-def _builders_left_running(build_dir: Path) -> list[int]:
-    """Processes working in ``build_dir`` (torch runs ninja there, and the compiler
-    inherits it): what a build whose Python process was killed leaves running."""
-    target = os.path.realpath(build_dir)
-    found = []
+    if done.returncode != 0:
+        raise KernelCompileError(
+            f"pnex could not build its {build.what}: {done.stderr.strip()[-2000:]}",
+            compiler_log=f"{' '.join(command)}\n{done.stdout}{done.stderr}",
+        )
     try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:  # no /proc: nothing to wait for that can be seen
-        return []
-    for pid in pids:
-        try:
-            if pid != os.getpid() and os.readlink(f"/proc/{pid}/cwd") == target:
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
-def _wait_for_builders_left_running(build_dir: Path, what: str, timeout: float = 900.0) -> None:
-    deadline = time.monotonic() + timeout
-    said = False
-    while _builders_left_running(build_dir) and time.monotonic() < deadline:
-        if not said:
-            print(f"pnex: waiting for the {what} build that a killed process left running...", file=sys.stderr, flush=True)
-            said = True
-        time.sleep(0.2)
+        ctypes.CDLL(str(library))  # it loads (its symbols resolve) in this process
+    except OSError as exc:
+        raise KernelCompileError(f"pnex built its {build.what}, but it does not load: {exc}", compiler_log=str(exc)) from None
+    record_build(build.record_name, folder)
+    return library
 
 
 def _stamp(library: Path) -> dict[str, Any]:
@@ -225,128 +292,41 @@ def _stamp(library: Path) -> dict[str, Any]:
     return {"library": library.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _record_build(name: str, build_dir: Path) -> None:
-    libraries = sorted(build_dir.glob(f"{name}*.so"))
+def record_build(name: str, folder: Path) -> None:
+    """Record the library built in ``folder`` (``<name>*.so``): its size and time."""
+    libraries = sorted(folder.glob(f"{name}*.so"))
     if libraries:
-        (build_dir / f"{name}.built.json").write_text(json.dumps(_stamp(libraries[0])))
+        (folder / f"{name}.built.json").write_text(json.dumps(_stamp(libraries[0])))
 
 
-def _import_built(name: str, build_dir: Path) -> Any | None:
-    """The extension ``name``, imported from ``build_dir`` if a recorded build is
-    there and its library unchanged since; ``None`` otherwise."""
+
+def built_library(name: str, folder: Path) -> Path | None:
+    """The library a recorded build left in ``folder``, if it is unchanged since."""
     try:
-        recorded = json.loads((build_dir / f"{name}.built.json").read_text())
-        library = build_dir / str(recorded["library"])
-        if _stamp(library) != recorded:
-            return None
+        recorded = json.loads((folder / f"{name}.built.json").read_text())
+        library = folder / str(recorded["library"])
+        return library if _stamp(library) == recorded else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def import_built(name: str, folder: Path) -> Any | None:
+    """The extension ``name``, imported from ``folder`` if a recorded build is there
+    and its library unchanged since; ``None`` otherwise."""
+    library = built_library(name, folder)
+    return None if library is None else import_library(name, library)
+
+
+def import_library(name: str, library: Path) -> Any | None:
+    """The extension module ``name`` from the file ``library`` (``None`` if it does not import)."""
+    try:
         spec = importlib.util.spec_from_file_location(name, library)
         if spec is None or spec.loader is None:
             return None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
-    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
-        log.debug("pnex: importing the built %s failed (%s); building it", name, exc)
+    except (OSError, ImportError) as exc:
+        log.debug("pnex: importing the built %s failed (%s)", name, exc)
         return None
 
-
-def build_extension(
-    stem: str,
-    sources: Sequence[Path],
-    *,
-    includes: Sequence[str],
-    cflags: Sequence[str] = ("-O2",),
-    ldflags: Sequence[str] = (),
-    headers: Sequence[Path] = (),
-    what: str,
-    verbose: bool = False,
-    built_only: bool = False,
-) -> Any:
-    """Build (first time) and import the extension ``stem`` from ``sources``, its
-    translation units (which include ``headers``; all of them are part of the build
-    key); ``what`` names it in progress lines and errors ("C++ launcher").  ``built_only``: import it if it is built, else
-    return ``None`` (build nothing)."""
-    key = build_key([*sources, *headers], includes, [*cflags, *ldflags])
-    root = cache_dir() / "launcher"
-    build_dir = root / (key if stem == "pnex_launcher" else f"{stem}-{key}")
-    name = f"{stem}_{key}"
-    module = _import_built(name, build_dir)
-    if module is not None or built_only:
-        return module
-    # Only a build needs cpp_extension: importing it imports setuptools (0.4 s on a
-    # machine whose site-packages hold no bytecode, as measured on the GPU image).
-    from torch.utils import cpp_extension
-
-    with _build_lock(root, stem, key, build_dir, what):
-        built = any(build_dir.glob(f"{name}*.so"))
-        ctx = contextlib.nullcontext() if built else progress(f"building the {what}")
-        with ctx:
-            try:
-                module = cpp_extension.load(
-                    name=name,
-                    sources=[str(s) for s in sources],
-                    extra_include_paths=list(includes),
-                    extra_cflags=list(cflags),
-                    extra_ldflags=list(ldflags),
-                    build_directory=str(build_dir),
-                    with_cuda=False,
-                    verbose=verbose,
-                )
-            except Exception as exc:
-                raise KernelCompileError(
-                    f"pnex could not build its {what}: {str(exc).strip()[-2000:]}",
-                    compiler_log=str(exc),
-                ) from None
-        with contextlib.suppress(OSError):
-            _record_build(name, build_dir)
-        return module
-
-
-def build_shared_library(
-    stem: str,
-    sources: Sequence[Path],
-    *,
-    includes: Sequence[str],
-    headers: Sequence[Path] = (),
-    cflags: Sequence[str] = ("-O2",),
-    ldflags: Sequence[str] = (),
-    key_extra: str = "",
-    what: str,
-    verbose: bool = False,
-) -> Path:
-    """Build (first time) a plain shared library ``lib<stem>.so`` from ``sources`` with
-    the host C++ compiler (``$CXX``, else ``c++``), for ``ctypes``; returns its path.
-    ``headers`` (pnex's own, next to the sources) and ``key_extra`` (e.g. the version of
-    the package whose headers are included) join the build key."""
-    compiler = os.environ.get("CXX") or "c++"
-    key = build_key([*sources, *headers], includes, [compiler, *cflags, *ldflags, key_extra])
-    root = cache_dir() / "launcher"
-    build_dir = root / f"{stem}-{key}"
-    library = build_dir / f"lib{stem}.so"
-    with _build_lock(root, stem, key, build_dir, what):
-        if library.exists():
-            return library
-        # Renamed when complete: a killed build leaves no library.  Per process: the
-        # compiler of a killed build keeps running and must not write this build's file.
-        partial = build_dir / f"lib{stem}.so.partial-{os.getpid()}"
-        command = [
-            compiler, "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", *cflags,
-            *(f"-I{i}" for i in includes), *(str(s) for s in sources), "-o", str(partial), *ldflags,
-        ]
-        with progress(f"building the {what}"):
-            if verbose:
-                print(" ".join(command), file=sys.stderr)
-            try:
-                done = subprocess.run(command, capture_output=True, text=True)
-            except OSError as exc:
-                raise KernelCompileError(
-                    f"pnex could not build its {what}: no C++ compiler ({compiler}: {exc.strerror}); install g++ "
-                    f"or set $CXX"
-                ) from None
-            if done.returncode != 0:
-                log = f"{' '.join(command)}\n{done.stdout}{done.stderr}"
-                raise KernelCompileError(
-                    f"pnex could not build its {what}: {done.stderr.strip()[-2000:]}", compiler_log=log
-                )
-        partial.replace(library)
-        return library

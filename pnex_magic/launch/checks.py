@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import KernelLaunchError
 
-__all__ = ["wanted", "forced", "checked_launches", "follow", "capture_error", "RECORD_SLOTS"]
+__all__ = ["wanted", "forced", "forced_name", "checked_launches", "follow", "capture_error", "RECORD_SLOTS"]
 
 _local = threading.local()
 _followers: list[Callable[[str], None]] = []
@@ -48,6 +48,11 @@ def wanted(definition: Any) -> bool:
         return True
     name = getattr(_local, "op_name", None)
     return name is not None and name == getattr(definition, "op_name", None)
+
+
+def forced_name() -> str:
+    """The op whose launches :func:`checked_launches` checks on this thread ("": none)."""
+    return getattr(_local, "op_name", None) or ""
 
 
 def follow(callback: Callable[[str], None]) -> None:

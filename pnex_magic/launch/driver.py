@@ -2,9 +2,11 @@
 context (the one PyTorch uses) and launch it on PyTorch's current stream, through
 ``cuda.bindings``' driver API.
 
-It serves CUDA calls when the C++ launcher (:mod:`pnex_magic.launch.native`) cannot
-be built here (no C++ compiler or CUDA headers) or ``PNEX_LAUNCHER=driver``; it
-costs tens of microseconds of Python per call, where the C++ launcher costs none.
+It serves CUDA calls while the C++ launcher (:mod:`pnex_magic.launch.native`) builds
+in the background (:mod:`pnex_magic.launch.switch`), where it cannot be built (no C++
+compiler or CUDA headers) and with ``PNEX_LAUNCHER=driver``; it costs tens of
+microseconds of Python per call, where the C++ launcher costs none.  A launch packs
+its arguments with one ``struct`` call into a buffer kept per thread (:func:`packed`).
 
 Kernel arguments follow Numba's ABI: an array is passed as (meminfo, parent,
 nitems, itemsize, data, shape..., strides...) with strides in bytes; raw
@@ -14,6 +16,7 @@ pointers are passed, so bfloat16 and float16 tensors work.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import weakref
 from collections.abc import Sequence
@@ -30,7 +33,7 @@ from .hidden import hidden_tensors
 from .kernel import Kernel
 
 
-__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits", "scalar_slot"]
+__all__ = ["DriverLauncher", "launch_blocking", "scalar_bits", "scalar_slot", "packed"]
 
 _SCALAR_CTYPES = {
     "float16": ctypes.c_uint16,  # passed as raw bits
@@ -64,6 +67,63 @@ def scalar_slot(dtype_name: str, value: Any) -> int:
     value in the parameter's C type, zero-padded), read as a signed 64-bit integer."""
     raw = bytes(_SCALAR_CTYPES[dtype_name](scalar_bits(dtype_name, value)))
     return int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
+
+
+# The 8-byte argument slot of each C type a launch passes: the value in that type, then
+# zeros (struct's format, little-endian, no padding of its own).
+_SLOTS = {
+    ctypes.c_void_p: "Q", ctypes.c_int64: "q", ctypes.c_uint64: "Q", ctypes.c_double: "d", ctypes.c_float: "f4x",
+    ctypes.c_int32: "i4x", ctypes.c_uint32: "I4x", ctypes.c_int16: "h6x", ctypes.c_uint16: "H6x", ctypes.c_int8: "b7x",
+    ctypes.c_uint8: "B7x",
+}
+
+
+class _ArgumentBlock:
+    """A launch's kernel parameters, for one list of argument types: packed by one
+    ``struct`` call into a buffer kept per thread, with the array of pointers to its
+    slots that ``cuLaunchKernel`` reads them through (the driver copies them at the
+    launch), so a launch allocates nothing; cuda.bindings' own packing of a tuple of
+    values and ctypes types converts each value and allocates a block per call."""
+
+    def __init__(self, types: tuple[Any, ...]) -> None:
+        self.format = struct.Struct("<" + "".join(_SLOTS[t] for t in types))
+        self.count = max(len(types), 1)
+        self.local = threading.local()
+
+    def address(self, args: Sequence[Any]) -> int:
+        """Pack ``args`` into this thread's buffer; the address of its pointer array."""
+        found = getattr(self.local, "buffers", None)
+        if found is None:
+            block = ctypes.create_string_buffer(8 * self.count)
+            pointers = (ctypes.c_void_p * self.count)(*(ctypes.addressof(block) + 8 * i for i in range(self.count)))
+            found = self.local.buffers = (block, pointers, ctypes.addressof(pointers))
+        self.format.pack_into(found[0], 0, *args)
+        return found[2]
+
+
+_blocks: dict[tuple[Any, ...], _ArgumentBlock] = {}
+
+
+def packed(args: Sequence[Any], types: Sequence[Any]) -> Any:
+    """``cuLaunchKernel``'s kernelParams for ``args`` of the ctypes ``types``: the address
+    of a packed block (:class:`_ArgumentBlock`), or, for a type it has no slot for, the
+    tuple of values and types cuda.bindings packs."""
+    key = tuple(types)
+    block = _blocks.get(key)
+    if block is None:
+        if not all(t in _SLOTS for t in key):
+            return (tuple(args), key)
+        block = _blocks.setdefault(key, _ArgumentBlock(key))
+    return block.address(args)
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(device: torch.device) -> int:
+    """PyTorch's current stream on ``device`` (its handle), without making a Stream object."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def _check(result, what: str, kernel: str) -> Any:
@@ -282,19 +342,19 @@ class DriverLauncher:
             _pack_array(record, 1, args, types)
         for _, tensor in hidden_tensors(definition, device):  # device arrays read as globals, last
             _pack_array(tensor, 1, args, types)
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = _current_stream(device)
         with torch.cuda.device(device):
             _ensure_context(device, definition.spec.name)
             index = device.index if device.index is not None else torch.cuda.current_device()
             previous = self._last.get(index, "")
             self._last[index] = definition.spec.name
             try:
-                packed = (tuple(args), tuple(types))
+                params = packed(args, types)
                 if getattr(definition, "cooperative", False):  # a grid sync: every block resident at once
                     self._check_coresident(definition, fn, index, grid, block)
-                    result = driver.cuLaunchCooperativeKernel(fn, *grid, *block, 0, stream, packed)
+                    result = driver.cuLaunchCooperativeKernel(fn, *grid, *block, 0, stream, params)
                 else:
-                    result = driver.cuLaunchKernel(fn, *grid, *block, 0, stream, packed, 0)
+                    result = driver.cuLaunchKernel(fn, *grid, *block, 0, stream, params, 0)
                 _check(result, "launch", definition.spec.name)
             except KernelLaunchError as exc:
                 if not is_fault(exc) or launch_blocking():

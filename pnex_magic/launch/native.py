@@ -14,37 +14,45 @@ key → block table and calls it (with the GIL) on the first call of each key; t
 callback asks :func:`pnex_magic.launch.autotune.choose`, whose benchmark calls the
 op again through the dispatcher with a candidate forced (:func:`forced_candidate`).
 
-Ops it could not register (the extension failed to build here) are launched by
-the Python :class:`~pnex_magic.launch.driver.DriverLauncher` instead.
+Building the extension takes tens of seconds: :mod:`.switch` has ops served by the
+Python driver launcher while it builds in the background, and moves them onto it
+(:func:`register`) once it is built.  This module loads it (a launcher shipped in
+the package, :data:`PREBUILT`, else the one built here: :func:`load_launcher`) and
+registers ops with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..calls import launch_info
-from . import autotune, build, checks
+from ..errors import KernelCompileError
+from . import autotune, background, build, checks
 from .description import describe_launch
-from .driver import DriverLauncher
 from .hidden import hidden_arrays
 from .kernel import Kernel
 
 
-__all__ = ["NativeLauncher", "load_launcher", "available", "native_wanted", "forced_candidate", "last_kernel"]
+__all__ = [
+    "load_launcher", "launcher_build", "available", "native_wanted", "forced_candidate", "last_kernel", "registered",
+    "register", "unregister", "drop_autograd_fallback", "install_fast_call", "hold_fast_call", "launcher_spec",
+    "PREBUILT",
+]
 
 log = logging.getLogger(__name__)
 
 #: The launcher's translation units, by concern (see csrc/launcher.h), compiled in
 #: parallel by ninja; each includes only the torch headers it needs.
-SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call", "autotune", "register"))
+SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call", "autotune", "dispatch", "register"))
 #: Its own headers, part of the build key: the internal ones and the dlopen'd driver
 #: table (shared with jax_ffi.cpp).
 HEADERS = tuple(
@@ -52,13 +60,11 @@ HEADERS = tuple(
     for name in ("launcher.h", "launcher_faults.h", "launcher_hidden.h", "launcher_python.h", "cuda_driver.h",
                  "cooperative.h")
 )
+#: Where a launcher built elsewhere would be found, used without any build (none ships
+#: with pnex_magic: see the README's "How it works").
+PREBUILT = Path(__file__).resolve().parent.parent / "prebuilt"
 _module: Any = None
 _load_lock = threading.Lock()
-
-
-def _build_key(*includes: str) -> str:
-    return build.build_key([*SOURCES, *HEADERS], list(includes), _CFLAGS + _ldflags())
-
 
 _CFLAGS = ["-O2"]
 
@@ -68,28 +74,69 @@ def _ldflags() -> list[str]:
     return [f"-L{torch_lib}", "-lc10_cuda", "-ldl"]
 
 
+def _build_key(*includes: str) -> str:
+    return build.build_key([*SOURCES, *HEADERS], list(includes), _CFLAGS + _ldflags())
+
+
+def launcher_build(verbose: bool = False) -> build.Build:
+    """The launcher's :class:`~pnex_magic.launch.build.Build` here (a clear
+    ``KernelCompileError`` where the CUDA headers are missing)."""
+    return build.Build(
+        "pnex_launcher", "extension", "C++ launcher", tuple(map(str, SOURCES)),
+        includes=tuple(build.cuda_headers("C++ launcher", crt=True)), cflags=tuple(_CFLAGS),
+        ldflags=tuple(_ldflags()), headers=tuple(map(str, HEADERS)), verbose=verbose,
+    )
+
+
+_targets: dict[bool, build.Build] = {}
+
+
+def _target(verbose: bool = False) -> build.Build:
+    """:func:`launcher_build`, looked up once per process."""
+    found = _targets.get(verbose)
+    if found is None:
+        found = _targets[verbose] = launcher_build(verbose)
+    return found
+
+
+def _prebuilt() -> Any | None:
+    """A launcher shipped in the package (``prebuilt/launcher.json`` names its module, its
+    library and the torch versions, major.minor, it serves), imported without any
+    build; ``None`` where there is none for this torch (none ships with pnex_magic)."""
+    try:
+        manifest = json.loads((PREBUILT / "launcher.json").read_text())
+        serves = ".".join(torch.__version__.split("+")[0].split(".")[:2]) in manifest["torch"]
+        return build.import_library(manifest["module"], PREBUILT / manifest["library"]) if serves else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_launcher(verbose: bool = False, built_only: bool = False):
-    """Build (first time) and import the launcher extension; ``built_only``: import
-    it only if it is built already (``None`` otherwise)."""
-    global _module
+    """Import the launcher, building it first (in the foreground) if it is not built;
+    ``built_only``: import it only if it is built already (``None`` otherwise)."""
     if _module is not None:
         return _module
     with _load_lock:
         if _module is not None:
             return _module
-        includes = build.cuda_headers("C++ launcher", crt=True)
-        _module = build.build_extension(
-            "pnex_launcher",
-            SOURCES,
-            includes=includes,
-            cflags=_CFLAGS,
-            ldflags=_ldflags(),
-            headers=HEADERS,
-            what="C++ launcher",
-            verbose=verbose,
-            built_only=built_only,
-        )
+        module = _prebuilt()
+        if module is None:
+            target = _target(verbose)
+            if not built_only:
+                background.build_now(target)
+            module = build.import_built(target.name, target.folder)
+            if module is None and not built_only:
+                raise KernelCompileError(f"pnex built its C++ launcher in {target.folder}, but it does not import")
+        if module is not None:
+            _loaded(module)
         return _module
+
+
+def _loaded(module: Any) -> None:
+    global _module
+    _module = module
+    _module.force_checked(checks.forced_name())  # this thread's checked launches, if any
+    _install_fast_call()
 
 
 def force_checked(op_name: str) -> None:
@@ -101,11 +148,31 @@ def force_checked(op_name: str) -> None:
 checks.follow(force_checked)  # the C++ side decides per launch: it follows checks.checked_launches
 
 
+_fast_call_class: list[type] = []
+_fast_call_held = [False]
+
+
 def install_fast_call(cls: type) -> bool:
     """Give the op class ``cls`` the launcher's C call slot (calls with positional
-    arguments go to each object's ``_fast`` entry with no Python frame); False where the
-    launcher is not loaded."""
-    return _module is not None and bool(_module.install_fast_call(cls))
+    arguments go to each object's ``_fast`` entry with no Python frame) once the
+    launcher is loaded and the slot is not held back (:func:`hold_fast_call`); returns
+    whether it has it now."""
+    if cls not in _fast_call_class:
+        _fast_call_class.append(cls)
+    return _install_fast_call()
+
+
+def hold_fast_call(held: bool) -> None:
+    """Hold the C call slot back (while ops wait for the switch, their op-object calls
+    are counted by Python code the slot would skip: :mod:`.switch`), or let it in."""
+    _fast_call_held[0] = held
+    _install_fast_call()
+
+
+def _install_fast_call() -> bool:
+    if _module is None or _fast_call_held[0] or not _fast_call_class:
+        return False
+    return bool(_module.install_fast_call(_fast_call_class[0]))
 
 
 def last_kernel(device: int) -> str:
@@ -114,12 +181,46 @@ def last_kernel(device: int) -> str:
 
 
 def native_wanted() -> bool:
-    return os.environ.get("PNEX_LAUNCHER", "native") != "driver" and torch.cuda.is_available()
+    return os.environ.get("PNEX_LAUNCHER", "auto") != "driver" and torch.cuda.is_available()
+
+
+def _foreground() -> bool:
+    """``PNEX_LAUNCHER=native``: build the launcher before the first op uses it."""
+    return os.environ.get("PNEX_LAUNCHER", "auto") == "native"
 
 
 def available() -> bool:
     """Whether the launcher is built and loaded (does not build it)."""
     return _module is not None
+
+
+_registered: set[str] = set()
+
+
+def registered(op_name: str) -> bool:
+    """Whether the C++ launcher's kernels serve ``op_name``'s CUDA calls."""
+    return op_name in _registered
+
+
+def register(definition: Kernel, autograd_fallback: bool = True) -> None:
+    """Register ``definition``'s op with the loaded launcher (its CUDA kernel; with
+    ``autograd_fallback``, C++ autograd kernels: no Python per call until an autograd
+    formula is attached)."""
+    _module.register_op(definition.op_name, launcher_spec(definition), autograd_fallback)
+    _registered.add(definition.op_name)
+
+
+def unregister(op_name: str) -> None:
+    """Drop the C++ registration an earlier definition of ``op_name`` left."""
+    _registered.discard(op_name)
+    if _module is not None:
+        _module.unregister_op(op_name)
+
+
+def drop_autograd_fallback(op_name: str) -> None:
+    """An autograd formula now exists for ``op_name``: the C++ autograd kernels step aside."""
+    if _module is not None:
+        _module.drop_autograd_fallback(op_name)
 
 
 def launcher_spec(definition: Kernel) -> dict[str, Any]:
@@ -166,19 +267,19 @@ def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runn
     spec = definition.spec
     op = getattr(torch.ops.pnex, definition.op_name).default
     inmut = [i for i, p in enumerate(spec.arguments) if p.role == "inmut"]
-    call = list(args)
+    values = list(args)
     for i in inmut:
-        call[i] = args[i].clone()
+        values[i] = args[i].clone()
 
     def run(index: int) -> list[torch.Tensor]:
         with forced_candidate(definition.op_name, index):
-            out = op(*call)
+            out = op(*values)
         outs = [] if out is None else list(out) if isinstance(out, (tuple, list)) else [out]
-        return outs + [call[i] for i in inmut]
+        return outs + [values[i] for i in inmut]
 
     def reset() -> None:
         for i in inmut:
-            call[i].copy_(args[i])
+            values[i].copy_(args[i])
 
     def n_threads(variant: int) -> tuple[int, ...]:
         return launch_info(spec, args, variant=variant).n_threads
@@ -186,65 +287,3 @@ def _runner(definition: Kernel, device_index: int, args: tuple) -> autotune.Runn
     return autotune.Runner(run, reset, n_threads, torch.device("cuda", device_index))
 
 
-def _warn_python_launcher(definition: Kernel, exc: BaseException) -> None:
-    text = str(exc).strip()
-    log.warning(
-        "pnex: kernel %r uses the Python GPU launcher (slower per call) because the C++ launcher "
-        "is unavailable: %s",
-        definition.spec.name,
-        text.splitlines()[0] if text else type(exc).__name__,
-    )
-
-
-class NativeLauncher:
-    """CUDA calls through the C++ launcher, registered with the dispatcher per op."""
-
-    name = "native"
-
-    def __init__(self) -> None:
-        self._fallback = DriverLauncher()
-
-    def register(self, definition: Kernel) -> bool:
-        """Register the op's CUDA kernel with the dispatcher; ``False`` (and a warning)
-        when the launcher cannot be built here, or the kernel has no compiled code."""
-        if not native_wanted() or not definition.compiles:
-            return False
-        try:
-            module = load_launcher(verbose=definition.options.verbose)
-            module.register_op(definition.op_name, launcher_spec(definition), True)
-        except Exception as exc:  # no compiler, no headers: the Python launcher still works
-            _warn_python_launcher(definition, exc)
-            return False
-        return True
-
-    def last_kernel(self, device: int) -> str:
-        """The pnex kernel launched last on cuda:``device``, by either launcher ("" if none)."""
-        return last_kernel(device) or self._fallback.last_kernel(device)
-
-    def unregister(self, op_name: str) -> None:
-        """Drop the C++ registration an earlier definition of ``op_name`` left."""
-        if _module is not None:
-            _module.unregister_op(op_name)
-
-    def autograd_registered(self, definition: Kernel) -> None:
-        """An autograd formula now exists: drop the C++ "not implemented" autograd kernel."""
-        if _module is not None:
-            _module.drop_autograd_fallback(definition.op_name)
-
-    def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
-        """The launch candidate of a call the Python launcher serves (registered ops
-        choose in C++)."""
-        return self._fallback.candidate(definition, values, device)
-
-    def launch(
-        self,
-        definition: Kernel,
-        values: Sequence[Any],
-        grid: tuple[int, int, int],
-        block: tuple[int, int, int],
-        device: torch.device,
-        variant: int = 0,
-    ) -> None:
-        """Calls of a registered op never reach Python; this serves the ops whose
-        registration failed, through the Python launcher."""
-        self._fallback.launch(definition, values, grid, block, device, variant)

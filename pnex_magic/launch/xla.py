@@ -1,9 +1,10 @@
 """The XLA launcher: pnex kernels launched by XLA through ``jax.ffi``.
 
 One C++ FFI handler (``csrc/jax_ffi.cpp``), built once per environment as a plain
-shared library against jaxlib's headers (``jax.ffi.include_dir()``) and cuda.h,
-loaded with ``ctypes`` and registered as the FFI target :data:`TARGET` for the
-CUDA platform, serves every kernel.  It is stateful: XLA runs its *instantiate*
+shared library against jaxlib's headers (``jax.ffi.include_dir()``) and cuda.h
+(in a background process, :func:`ready`; meanwhile traces launch through the
+Python launcher), loaded with ``ctypes`` and registered as the FFI target
+:data:`TARGET` for the CUDA platform, serves every kernel.  It is stateful: XLA runs its *instantiate*
 stage once per call site when it builds an executable (the kernel's code is loaded
 then, on every device) and its *execute* stage, which only launches, on every call;
 it is registered command-buffer compatible, so XLA may record it into a CUDA graph.
@@ -34,6 +35,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import logging
 import os
 import threading
 import weakref
@@ -44,10 +46,10 @@ from typing import Any
 import torch
 
 from ..arch import arch_name, parse_arch
-from ..errors import KernelDefinitionError
+from ..errors import KernelCompileError, KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam
 from ..cache import cache_dir
-from . import build
+from . import background, build
 from .description import KINDS, describe_launch
 from .driver import scalar_slot
 from .hidden import hidden_arrays
@@ -64,7 +66,11 @@ __all__ = [
     "kernel_id",
     "register_kernel",
     "library_available",
+    "ready",
+    "handler_build",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The FFI target name of the handler (platform "CUDA").
 TARGET = "pnex_magic_launch"
@@ -178,35 +184,97 @@ def _stamp(path: Path) -> dict[str, Any]:
     return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def build_library(verbose: bool = False) -> Path:
-    """Build (first time) the FFI handler's shared library; returns its path.  A
-    library built before for the same sources, jaxlib, compiler and flags is found
-    through a small record beside it, without looking for the CUDA headers again."""
+def handler_build(verbose: bool = False) -> build.Build:
+    """The handler's :class:`~pnex_magic.launch.build.Build` (a clear ``KernelCompileError``
+    where the CUDA headers are missing)."""
     import jaxlib
 
+    return build.Build(
+        _STEM, "library", "XLA FFI handler", (str(SOURCE),), includes=tuple(_include_dirs()), cflags=_FLAGS,
+        ldflags=_LDFLAGS, headers=tuple(str(h) for h in HEADERS), key_extra=f"jaxlib={jaxlib.__version__}", verbose=verbose,
+    )
+
+
+def _recorded() -> Path | None:
+    """The library the small record beside the builds names, if it is still the one
+    for these sources, jaxlib, compiler and flags."""
     key = _quick_key()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         recorded = json.loads(_pointer().read_text())
         path = Path(recorded["path"])
         if recorded.get("key") == key and {"key": key, **_stamp(path)} == recorded:
             return path
-    path = build.build_shared_library(
-        _STEM,
-        [SOURCE],
-        includes=_include_dirs(),
-        headers=list(HEADERS),
-        cflags=list(_FLAGS),
-        ldflags=list(_LDFLAGS),
-        key_extra=f"jaxlib={jaxlib.__version__}",
-        what="XLA FFI handler",
-        verbose=verbose,
-    )
+    return None
+
+
+def _record(path: Path) -> Path:
     with contextlib.suppress(OSError):
         pointer = _pointer()
         partial = pointer.with_name(f"{pointer.name}.{os.getpid()}")
-        partial.write_text(json.dumps({"key": key, **_stamp(path)}))
+        partial.write_text(json.dumps({"key": _quick_key(), **_stamp(path)}))
         partial.replace(pointer)  # whole or absent, for a process reading it now
     return path
+
+
+def build_library(verbose: bool = False) -> Path:
+    """Build (first time, in the foreground) the FFI handler's shared library; returns
+    its path.  A library built before for the same sources, jaxlib, compiler and flags
+    is found through a small record beside it, without looking for the CUDA headers
+    again."""
+    found = _recorded()
+    if found is not None:
+        return found
+    return _record(background.build_now(handler_build(verbose)))
+
+
+_noted: list[str] = []
+
+
+def ready(verbose: bool = False) -> bool:
+    """Whether the handler serves a GPU trace now: it is loaded, or built (then loaded
+    now).  Otherwise its build starts in a background process (:mod:`.background`),
+    once, and the trace launches through the Python launcher instead (see
+    :mod:`pnex_magic.frontends.jax`); where it cannot be built, one note per process
+    says why.  ``PNEX_LAUNCHER=native`` builds it in the foreground (a failure raises),
+    ``PNEX_LAUNCHER=driver`` never uses it."""
+    if _library is not None:
+        return True
+    mode = os.environ.get("PNEX_LAUNCHER", "auto")
+    if mode == "driver":
+        return False
+    if mode != "native" and _recorded() is None:
+        try:
+            target = _handler_target(verbose)
+        except KernelCompileError as exc:
+            return _note(str(exc))
+        library = target.built()
+        if library is None:
+            why = background.problem(target)
+            if why is not None:
+                return _note(why)
+            background.start(target)
+            return False
+        _record(library)
+    load_library(verbose)
+    return True
+
+
+_targets: dict[bool, build.Build] = {}
+
+
+def _handler_target(verbose: bool) -> build.Build:
+    found = _targets.get(verbose)
+    if found is None:
+        found = _targets[verbose] = handler_build(verbose)
+    return found
+
+
+def _note(why: str) -> bool:
+    if not _noted:
+        _noted.append(why)
+        log.warning("pnex: JAX launches pnex kernels on the GPU through a Python callback (slower per call than "
+                    "the XLA FFI handler): %s", why)
+    return False
 
 
 def _declare(lib: ctypes.CDLL) -> None:

@@ -179,13 +179,13 @@ class KernelSpec:
                       for axis in range(p.ndim))
         return sizes, True
 
-    @property
+    @functools.cached_property  # read on every call of the op's Python path
     def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:
         """The operator's arguments, in declaration order (``Tune`` parameters are not
         arguments)."""
         return tuple(p for p in self.params if p.role in ("in", "inmut", "scalar"))
 
-    @property
+    @functools.cached_property
     def outputs(self) -> tuple[TensorParam, ...]:
         return tuple(p for p in self.params if p.role == "out")
 
