@@ -38,6 +38,7 @@ from .errors import (
 if TYPE_CHECKING:
     from . import autograd
     from .artifact import load, save
+    from .adjoint import derive_backward
     from .autograd import attach_backward, backward_of
     from .frontends.jit import jit
     from .op import PnexOp
@@ -56,6 +57,7 @@ _LAZY = {
     "load": ".artifact",
     "attach_backward": ".autograd",
     "backward_of": ".autograd",
+    "derive_backward": ".adjoint",
 }
 _SUBMODULES = frozenset({"autograd"})
 
@@ -93,6 +95,7 @@ __all__ = [
     "load",
     "attach_backward",
     "backward_of",
+    "derive_backward",
     "KernelReport",
     "PnexOp",
     "PnexError",
