@@ -197,6 +197,7 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
     function = rebuild(fn, tree.body[0], inject, "a derived backward", filename)
     function.__qualname__ = fn.__qualname__ + SUFFIX
     function.__doc__ = ast.get_docstring(tree.body[0])
+    function.pnex_derived_from = name  # what the report says of it
     outputs = {p.name: p for p in spec.outputs}
     n_threads = tuple(str(_substitute(e, outputs)) for e in spec.n_threads)
     key = None if spec.autotune_key is None else tuple(str(_substitute(e, outputs)) for e in spec.autotune_key)

@@ -79,11 +79,13 @@ class Refusal:
             text = self.lines.get(line, "").strip()
             if text:
                 where += f" (`{text}`)"
-        return KernelDefinitionError(
+        error = KernelDefinitionError(
             f"derive_backward({self.kernel}){where}: {what}. pnex derives a backward only for the kernels it can "
             f"differentiate exactly (see the README's 'Derived gradients'); write a backward kernel and attach it "
             f"with pnex.attach_backward instead"
         )
+        error.lineno = line  # where a %%pnex cell's error points
+        return error
 
 
 class Scope:

@@ -340,6 +340,16 @@ class CellRun:
                         self.sanitizer = run_sanitizer(op, args)
                 finally:
                     self._add_log(captured.text)
+            if opts.backward == "auto":
+                from ..adjoint import attach_derived_backward  # the transform, only for cells that ask for it
+
+                with capture_output() as captured:
+                    try:
+                        attach_derived_backward(op)
+                    except PnexError as exc:
+                        raise CellFailure(_prefixed(exc, "--backward auto: "), self._line_for(exc)) from None
+                    finally:
+                        self._add_log(captured.text)
             if forward is not None:
                 try:
                     autograd.attach_backward(forward, op)
