@@ -362,6 +362,18 @@ def test_scalars_get_no_gradient_and_integer_outputs_none():
     torch.testing.assert_close(x.grad, 3.0 * x.detach())
 
 
+def test_floor_division_and_conversions():
+    def k_floor(x: pnex.In("f64", (None,)), y: pnex.Out("f64", "x")):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            y[i] = (x[i] // 0.5) * float(x[i]) + int(x[i] * 4.0)
+
+    op = pnex.jit(n_threads="x.numel()", threads_per_block=32, backward="auto")(k_floor)
+    x = rand(8)
+    op(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.div(x.detach(), 0.5, rounding_mode="floor"))
+
+
 def test_jit_backward_takes_only_auto():
     with pytest.raises(KernelDefinitionError, match="the only value is 'auto'"):
         pnex.jit(n_threads="x.numel()", backward="yes")
