@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 import re
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from numba import cuda
@@ -25,7 +28,8 @@ from pnex_magic import KernelDefinitionError, cache
 from pnex_magic import op as op_module
 from pnex_magic.adjoint import derive_kernel
 
-import adjoint_kernels as ak
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import derived_kernels as ak  # noqa: E402 - benchmarks/derived_kernels.py
 
 F64 = torch.float64
 
@@ -90,6 +94,27 @@ def test_gradients_match_pytorch_with_poisoned_outputs(case, poisoned):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_the_derived_backward_agrees_with_the_hand_written_one(poisoned):
+    hand = ak.hand_written(F64, threads=32)
+    x, w = rand(25), rand(25)
+    gy, gz = torch.randn(25, dtype=F64), torch.randn(25, dtype=F64)
+    y, z = K.elementwise(x, w, 0.375)
+    torch.autograd.backward((y, z), (gy, gz))
+    gx, gw = hand.elementwise(x.detach(), w.detach(), 0.375, gy, gz)
+    torch.testing.assert_close(x.grad, gx, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w.grad, gw, rtol=1e-12, atol=1e-12)
+    a, b, g = rand(11), rand(11), torch.randn(11, dtype=F64)
+    K.muladd(a, b, 0.5).backward(g)
+    ga, gb = hand.muladd(g, a.detach(), b.detach())
+    assert torch.equal(a.grad, ga) and torch.equal(b.grad, gb)
+
+
+def pnex_registered(derived):
+    from pnex_magic.define import registered
+
+    return registered(derived.definition(K.stencil.definition.options))
+
+
 def _plans(op):
     derived = derive_kernel(op.definition.fn, op.spec)
     return {p.tensor: p.mode for p in derived.plans}, derived.source
@@ -101,11 +126,38 @@ def test_plain_stores_where_each_element_is_the_threads_own_atomics_where_thread
     plans, source = _plans(K.lltm)
     assert plans == {"gates": "store", "old_cell": "store"} and "atomic" not in source
     assert "grad_gates: pnex.Out('float64', 'gates')," in source  # no init: no memset
-    plans, source = _plans(K.stencil)  # neighbours: several threads read one element
-    assert plans == {"u": "atomic"} and source.count("atomic.add") == 6
-    assert "grad_u: pnex.Out('float64', 'u', init=0)" in source
+    plans, source = _plans(K.stencil)  # neighbours read each element: each thread gathers theirs
+    assert plans == {"u": "gather"} and "atomic" not in source
+    assert "grad_u: pnex.Out('float64', 'u')," in source
+    assert source.count("# as the thread at ") == 4  # (i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)
     plans, source = _plans(K.rowsq)  # x[row, k] is the row's own; every row reads w[k]
     assert plans == {"x": "store", "w": "atomic"}
+
+
+def test_a_read_at_an_offset_is_never_a_plain_store(poisoned):
+    """``x[i + 1]`` is another thread's element (found by the randomised check: it once
+    passed for ``c * S + i`` with an unknown size)."""
+    def k_shifted(x: pnex.In("f64", (None,)), y: pnex.Out("f64", "x")):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            if i + 1 < x.shape[0]:
+                y[i] = x[i] * x[i + 1]
+            else:
+                y[i] = x[i]
+
+    op = pnex.jit(n_threads="x.numel()", threads_per_block=32, backward="auto")(k_shifted)
+    assert "grad_x[i + 1] =" not in op.backward_source
+    assert torch.autograd.gradcheck(op, (rand(9),))
+
+
+def test_atomics_where_the_gather_does_not_apply(poisoned):
+    """The stencil's gradient with atomics (the proofs switched off) is the gathered one."""
+    derived = derive_kernel(K.stencil.definition.fn, K.stencil.spec, atomic_only=True)
+    assert [p.mode for p in derived.plans] == ["atomic"] and derived.source.count("atomic.add") == 6
+    with pnex_registered(derived) as atomic:
+        u, g = rand(6, 7).detach(), torch.randn(6, 7, dtype=F64)
+        gathered = pnex.autograd.attached_backward(K.stencil).backward(u, 0.25, g)
+        torch.testing.assert_close(atomic(u, 0.25, g), gathered, rtol=1e-12, atol=1e-12)
 
 
 def test_lltm_columns_no_thread_reads_get_zero_gradients(poisoned):
@@ -147,12 +199,14 @@ def test_torch_compile_traces_the_backward_graph():
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
 def test_half_types_accumulate_in_float32(dtype, tol):
     """float16/bfloat16 values are promoted to float32 in the backward; a gradient written
-    with atomics (the stencil's) is accumulated in float32 and cast back by autograd."""
+    with atomics (rowsq's ``w``) is accumulated in float32 and cast back by autograd."""
     k = ak.kernels(dtype)
-    assert derive_kernel(k.stencil.definition.fn, k.stencil.spec).plans[0].dtype == "float32"
+    plans = derive_kernel(k.rowsq.definition.fn, k.rowsq.spec).plans
+    assert [(p.mode, p.dtype) for p in plans] == [("store", dtype_name(dtype)), ("atomic", "float32")]
     for op, reference, inputs, extra in (
         (k.elementwise, ak.elementwise_reference, (rand(21, dtype=dtype), rand(21, dtype=dtype)), (0.375,)),
         (k.stencil, ak.stencil_reference, (rand(5, 6, dtype=dtype),), (0.25,)),
+        (k.rowsq, ak.rowsq_reference, (rand(4, 5, dtype=dtype), rand(5, dtype=dtype)), ()),
     ):
         outs = op(*inputs, *extra)
         outs = outs if isinstance(outs, tuple) else (outs,)
@@ -166,6 +220,10 @@ def test_half_types_accumulate_in_float32(dtype, tol):
             assert a.grad.dtype == dtype
             scale = b.grad.abs().max().item()
             torch.testing.assert_close(a.grad.double(), b.grad, rtol=tol, atol=tol * scale)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 # ------------------------------------------------------------------------ loops

@@ -27,9 +27,8 @@ from pnex_magic.adjoint import rules
 
 F64 = torch.float64
 N = 16
-UNARY = ["pos", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sqrt", "erf", "fabs", "abs", "cast"]
+UNARY = ["pos", "neg", "reciprocal", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sqrt", "erf", "fabs", "abs", "cast"]
 BINARY = ["add", "sub", "mul", "div", "pow_int", "pow", "mpow", "min", "max", "atan2", "hypot", "mod"]
-LEAVES = ["a[i]", "b[i]", "c[i]", "t0", "s", "0.75", "w"]
 
 
 def _positive(e):
@@ -43,7 +42,7 @@ def tree(rng: random.Random, depth: int, leaves: list[str], ops: list[str] | Non
     op = rng.choice(ops or UNARY + BINARY)
     if op in UNARY:
         child = tree(rng, depth - 1, leaves)
-        if op in ("log", "sqrt", "log1p"):
+        if op in ("log", "sqrt", "log1p", "reciprocal"):
             child = _positive(child)
         elif op == "tan":
             child = ("tanhalf", child)
@@ -59,7 +58,7 @@ def tree(rng: random.Random, depth: int, leaves: list[str], ops: list[str] | Non
 
 
 _KERNEL = {
-    "pos": "(+{0})", "neg": "(-{0})", "exp": "math.exp({0})", "expm1": "math.expm1({0})", "log": "math.log({0})",
+    "pos": "(+{0})", "neg": "(-{0})", "reciprocal": "(1.0 / {0})", "exp": "math.exp({0})", "expm1": "math.expm1({0})", "log": "math.log({0})",
     "log1p": "math.log1p({0})", "sin": "math.sin({0})", "cos": "math.cos({0})", "tan": "math.tan({0})",
     "tanh": "math.tanh({0})", "sqrt": "math.sqrt({0})", "erf": "math.erf({0})", "fabs": "math.fabs({0})",
     "abs": "abs({0})", "cast": "float({0})", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
@@ -69,7 +68,7 @@ _KERNEL = {
     "tanhalf": "(0.5 * math.tanh({0}))",
 }
 _TORCH = {
-    "pos": lambda x: x, "neg": lambda x: -x, "exp": torch.exp, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p,
+    "pos": lambda x: x, "neg": lambda x: -x, "reciprocal": lambda x: 1.0 / x, "exp": torch.exp, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p,
     "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sqrt": torch.sqrt,
     "erf": torch.erf, "fabs": torch.abs, "abs": torch.abs, "cast": lambda x: x, "add": torch.add,
     "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow_int": lambda x, n: x ** int(n),
@@ -87,7 +86,7 @@ def kernel_text(node) -> str:
 
 def torch_value(node, env):
     if isinstance(node, str):  # constants and the scalar as tensors: torch's functions take tensors
-        return env[node] if node in env else torch.full((N,), float(node), dtype=F64)
+        return env[node] if node in env else torch.full_like(env["a[i]"], float(node)).detach()
     if node[0] == "pow_int":
         return _TORCH["pow_int"](torch_value(node[1], env), node[2])
     return _TORCH[node[0]](*(torch_value(c, env) for c in node[1:]))
@@ -103,6 +102,9 @@ class Case:
     then: object
     test: object = None
     other: object = None
+    #: a 1-D stencil: the expressions read a[i - 1] and a[i + 1] at interior points (the
+    #: derived backward gathers a's gradient from the neighbours), y[i] = a[i] at the ends
+    neighbours: bool = False
 
     def source(self, name: str) -> str:
         body = [f"        y[i] = {kernel_text(self.then)}"]
@@ -111,6 +113,11 @@ class Case:
                     f"            y[i] = {kernel_text(self.then)}",
                     "        else:",
                     f"            y[i] = {kernel_text(self.other)}"]
+        body = ["        w = 0.0", "        for k in range(3):", "            w += b[i] * k",
+                f"        t0 = {kernel_text(self.first)}", *body]
+        if self.neighbours:
+            body = ["        if 0 < i < a.shape[0] - 1:", *("    " + line for line in body),
+                    "        else:", "            y[i] = a[i]"]
         return "\n".join([
             "import math",
             "from numba import cuda",
@@ -121,29 +128,30 @@ class Case:
             '        s: pnex.Scalar("f64"), y: pnex.Out("f64", "a")):',
             "    i = cuda.grid(1)",
             "    if i < a.shape[0]:",
-            "        w = 0.0",
-            "        for k in range(3):",
-            "            w += b[i] * k",
-            f"        t0 = {kernel_text(self.first)}",
             *body,
         ]) + "\n"
 
     def reference(self, a, b, c, s):
-        env = {"a[i]": a, "b[i]": b, "c[i]": c, "s": torch.full((N,), s, dtype=F64), "w": 3.0 * b}
+        inner = slice(1, -1) if self.neighbours else slice(None)
+        env = {"a[i]": a[inner], "b[i]": b[inner], "c[i]": c[inner], "a[i - 1]": a[:-2], "a[i + 1]": a[2:]}
+        env["s"] = torch.full_like(env["a[i]"], s).detach()
+        env["w"] = 3.0 * env["b[i]"]
         env["t0"] = torch_value(self.first, env)
         then = torch_value(self.then, env)
         if self.test is None:
-            return then + torch.zeros_like(a)
-        return torch.where(torch_value(self.test, env) > 0, then, torch_value(self.other, env))
+            y = then + torch.zeros_like(env["a[i]"])
+        else:
+            y = torch.where(torch_value(self.test, env) > 0, then, torch_value(self.other, env))
+        return torch.cat([a[:1], y, a[-1:]]) if self.neighbours else y
 
 
-def random_case(rng: random.Random, ops: list[str] | None = None) -> Case:
-    leaves = ["a[i]", "b[i]", "c[i]", "s", "0.75", "w"]
+def random_case(rng: random.Random, ops: list[str] | None = None, neighbours: bool = False) -> Case:
+    leaves = ["a[i]", "b[i]", "c[i]", "s", "0.75", "w"] + (["a[i - 1]", "a[i + 1]"] if neighbours else [])
     first = tree(rng, 3, leaves, ops)
-    then = tree(rng, 3, LEAVES, ops)
+    then = tree(rng, 3, leaves + ["t0"], ops)
     if rng.random() < 0.4:
-        return Case(first, then, tree(rng, 2, LEAVES), tree(rng, 3, LEAVES, ops))
-    return Case(first, then)
+        return Case(first, then, tree(rng, 2, leaves + ["t0"]), tree(rng, 3, leaves + ["t0"], ops), neighbours)
+    return Case(first, then, neighbours=neighbours)
 
 
 _counter = itertools.count()
@@ -194,11 +202,12 @@ def compare(case: Case, op, rng: random.Random, points: int = 3) -> str | None:
     return None
 
 
-def test_random_kernels_match_pytorch_autograd(tmp_path):
+@pytest.mark.parametrize("neighbours", [False, True], ids=["elementwise", "stencil"])
+def test_random_kernels_match_pytorch_autograd(tmp_path, neighbours):
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
     for _ in range(8):
-        case = random_case(rng)
+        case = random_case(rng, neighbours=neighbours)
         op = define(case, tmp_path)
         problem = compare(case, op, rng)
         assert problem is None, f"seed {seed}: {problem}\n{case.source('k')}\n{op.backward_source}"
@@ -224,7 +233,8 @@ def test_the_generator_covers_the_rule_table():
 MUTATIONS = [
     ("exp", 0, "-{g} * {r}"),  # a flipped sign
     ("mul", 1, "{g}"),  # a dropped chain-rule factor
-    ("div", 1, "{g} * {r} / {b}"),
+    ("div", 1, "({g} / {b}) * {r}"),
+    ("reciprocal", 1, "{g} * {r} * {r}"),
     ("tanh", 0, "{g} * ({one} + {r} * {r})"),
     ("sin", 0, "{g} * {math}.sin({a})"),  # the wrong function
     ("atan2", 0, "{g} * {b} / ({a} * {a})"),
@@ -251,7 +261,7 @@ def test_a_mutated_rule_is_caught(rule, index, template, tmp_path, monkeypatch):
     kind = "pow_int" if rule == "pow_int" else rule
     args = ["a[i]", "b[i]"]
     core = (kind, args[0]) if rule in UNARY else (kind, args[0], "3" if rule == "pow_int" else args[1])
-    if rule in ("log1p", "sqrt"):
+    if rule in ("log1p", "sqrt", "reciprocal"):
         core = (kind, _positive("a[i]"))
     case = Case(tree(rng, 1, ["c[i]", "s"]), ("add", core, ("mul", "t0", "c[i]")))
     problem = compare(case, define(case, tmp_path), rng)

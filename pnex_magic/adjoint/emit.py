@@ -26,6 +26,8 @@ need no carried value and are derived.
 
 from __future__ import annotations
 
+import io
+import tokenize
 from collections.abc import Mapping
 
 from .ir import Assign, Block, For, If, Load, Store
@@ -101,6 +103,12 @@ class _Writer:
         self._collect(program.root)
         self.types = dict(_all_floats(program.root))
         self.loops: list[For] = []  # the loops whose reverse trips are being written
+        #: writing a neighbour's copy (gather mode): the offsets ``((coordinate, d), ...)`` of
+        #: the reads whose adjoints it gathers; its coordinates are this thread's minus them
+        self.shift: tuple[tuple[str, int], ...] | None = None
+        self.renamed: dict[str, str] | None = None  #: (a neighbour's copy) its names
+        self.copy = ""
+        self.values = _defined_inside(program.root)  #: every SSA value
         self.half_outputs = {p.name for p in program.scope.spec.outputs if p.dtype.name in ("float16", "bfloat16")}
 
     def _collect(self, block: Block) -> None:
@@ -114,7 +122,18 @@ class _Writer:
 
     # ------------------------------------------------------------------ helpers
     def out(self, text: str, indent: int) -> None:
+        if self.renamed is not None:
+            text = _rename(text, self.copy_name)
         self.lines.append("    " * indent + text)
+
+    def copy_name(self, name: str) -> str:
+        """A neighbour's copy's own name for ``name`` (each copy names its values afresh, so
+        that every name has one definition: Numba prunes a constant branch in all of them)."""
+        if name not in self.values and name not in self.adjoints.values():
+            return name
+        if name not in self.renamed:
+            self.renamed[name] = self.names.fresh(f"{name}_{self.copy}")
+        return self.renamed[name]
 
     def adj(self, name: str) -> str:
         if name not in self.adjoints:
@@ -150,6 +169,10 @@ class _Writer:
                     unavailable.update(stmt.defines())
                 else:
                     self.out(f"{', '.join(stmt.targets)} = {stmt.expr}", indent)
+                    for g, d in self.shift or ():
+                        if g in stmt.targets:  # the neighbour's coordinate; none: outside every region
+                            self.out(f"{g} = {g} - {d} if {g} >= {d} else 1 << 62" if d > 0 else
+                                     f"{g} = {g} + {-d}", indent)
             elif isinstance(stmt, Load):
                 if stmt.index_reads & unavailable:
                     unavailable.add(stmt.target)
@@ -215,7 +238,7 @@ class _Writer:
         start = len(self.lines)
         for name, ty in block.floats:
             self.out(f"{self.adj(name)} = {self.zero(ty)}", indent)
-        for acc in self.homed.get(id(block), ()):
+        for acc in self.homed.get(id(block), ()) if self.shift is None else ():
             self.out(f"{acc.name} = {self.zero(acc.ty)}", indent)
         for line in transfers:
             self.out(line, indent)
@@ -223,18 +246,28 @@ class _Writer:
             if isinstance(stmt, Assign):
                 self.reverse_assign(stmt, indent, unavailable)
             elif isinstance(stmt, Load):
-                acc = self.accumulators[id(stmt)]
-                self.out(f"{acc.name} += {self.adj(stmt.target)}", indent)
+                self.reverse_load(stmt, indent)
             elif isinstance(stmt, Store):
                 self.reverse_store(stmt, indent, unavailable)
             elif isinstance(stmt, If):
                 self.reverse_if(stmt, indent, unavailable)
             elif isinstance(stmt, For):
                 self.reverse_for(stmt, indent, unavailable)
-        for acc in self.homed.get(id(block), ()):
+        for acc in self.homed.get(id(block), ()) if self.shift is None else ():
             self.flush(acc, indent, unavailable)
         if len(self.lines) == start:
             self.out("pass", indent)
+
+    def reverse_load(self, stmt: Load, indent: int) -> None:
+        acc = self.accumulators[id(stmt)]
+        if acc.mode == "gather":
+            offset = acc.offsets[id(stmt)]
+            if self.shift is None and not offset:  # this thread's own element
+                self.out(f"{acc.name} += {self.adj(stmt.target)}", indent)
+            elif self.shift is not None and offset == self.shift:  # a neighbour's read of this thread's element
+                self.out(f"{acc.gathered} += {self.adj(stmt.target)}", indent)
+        elif self.shift is None:
+            self.out(f"{acc.name} += {self.adj(stmt.target)}", indent)
 
     def reverse_assign(self, stmt: Assign, indent: int, unavailable: set[str]) -> None:
         if stmt.rule is None:
@@ -333,6 +366,9 @@ class _Writer:
             where = index if len(acc.index) == 1 else f"({index})"
             self.out(f"{self.helpers['cuda']}.atomic.add({grad}, {where}, {acc.name})", indent)
             return
+        if acc.mode == "gather":
+            self.out(f"{grad}[{index}] = {acc.name} + {acc.gathered}", indent)
+            return
         self.out(f"{grad}[{index}] = {acc.name}", indent)
         for f in acc.fills:
             size = f"{acc.tensor}.shape[{f.axis}]"
@@ -342,11 +378,27 @@ class _Writer:
                 self.out(f"if {f.start} < {size}:", indent)
                 self.out(f"{grad}[{', '.join(at)}] = 0.0", indent + 1)
                 continue
-            j = self.names.fresh("j")
+            j = self.names.fresh("j")  # a while loop: range() would divide by the step in every thread
             at = list(f.index)
             at[f.axis] = j
-            self.out(f"for {j} in range({f.start}, {size}, {f.step}):", indent)
+            self.out(f"{j} = {f.start}", indent)
+            self.out(f"while {j} < {size}:", indent)
             self.out(f"{grad}[{', '.join(at)}] = 0.0", indent + 1)
+            self.out(f"{j} += {f.step}", indent + 1)
+
+
+def _rename(text: str, rename) -> str:
+    """``text`` (one line of code) with each name ``rename`` maps replaced (not attributes)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(text + "\n").readline))
+    out, last = [], 0
+    for k, tok in enumerate(tokens):
+        if tok.type != tokenize.NAME or (k and tokens[k - 1].string == "."):
+            continue
+        new = rename(tok.string)
+        if new != tok.string:
+            out += [text[last:tok.start[1]], new]
+            last = tok.end[1]
+    return "".join(out) + text[last:]
 
 
 class _Line:
@@ -358,6 +410,15 @@ def write_body(program: Program, accumulators: Mapping[int, Accumulator], plans:
                helpers: Mapping[str, str], refuse: Refusal, origin: Mapping[str, str]) -> list[str]:
     """The backward kernel's body: the forward replay, then the reverse pass."""
     writer = _Writer(program, accumulators, plans, names, helpers, refuse, origin)
+    gathers = list({id(a): a for a in accumulators.values() if a.mode == "gather"}.values())
+    for acc in gathers:
+        writer.out(f"{acc.gathered} = {writer.zero(acc.ty)}  # what other threads' reads add to grad_{acc.tensor}", 1)
+    for k, shift in enumerate(sorted({o for acc in gathers for o in acc.offsets.values() if o})):
+        place = ", ".join(f"{g} {'+' if -d > 0 else '-'} {abs(d)}" for g, d in shift)
+        writer.out(f"# as the thread at {place}: its adjoints of the elements this thread's coordinates name", 1)
+        writer.shift, writer.renamed, writer.copy = shift, {}, f"n{k + 1}"
+        writer.reverse(program.root, 1, writer.forward(program.root, 1, set()))
+        writer.shift, writer.renamed = None, None
     writer.out("# the forward pass, replayed: every value the derivatives need (nothing is written)", 1)
     unavailable = writer.forward(program.root, 1, set())
     writer.out("# the reverse pass: each statement's adjoint, last statement first", 1)

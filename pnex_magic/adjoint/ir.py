@@ -63,6 +63,7 @@ class Operand:
     active: bool = False  #: a gradient flows through it (it depends on a floating-point In tensor)
     name: str | None = None  #: the SSA value's name; ``None`` for a constant or an expression
     reads: frozenset[str] = frozenset()  #: SSA values the text reads
+    const: float | None = None  #: its value, when it is a constant (``1.0``, ``real(1.0)``)
 
 
 class Stmt:

@@ -27,7 +27,15 @@ written out decides the cost:
   The register is zeroed where the region's reverse pass starts and stored where it
   ends, whether or not a data-dependent branch inside read the element (a zero then).
 
-* **atomic**: anything else (a stencil's neighbours, a vector every row reads).  The
+* **gather** (no atomics, no memset): every read's index is the thread's coordinates
+  plus constant offsets (``u[i - 1, j]``: a stencil), in one exact region outside any
+  loop, and the coordinates' bounds cover the tensor.  Each thread then *recomputes*
+  what its neighbours' reverse passes add to its element (the kernel's body again with
+  the coordinates shifted by each offset: the neighbour at ``(i + 1, j)`` reads
+  ``u[i, j]`` as its ``u[i - 1, j]``) and stores the sum with its own.  A neighbour
+  outside the region adds nothing, as it read nothing.
+
+* **atomic**: anything else (a vector every row reads, an index from data).  The
   gradient is created zeroed (``Out(..., init=0)``), and each block of statements that
   reads an element adds its register once, with ``cuda.atomic.add``, at the end of the
   block's reverse pass.  numba-cuda has no atomic add for float16/bfloat16: those
@@ -73,8 +81,12 @@ class Accumulator:
     index_reads: frozenset[str]
     ty: str  #: "f32" or "f64"
     home: Block  #: zeroed where its reverse pass starts, written where it ends
-    mode: str  #: "store" or "atomic"
+    mode: str  #: "store", "atomic" or "gather"
     fills: tuple[Fill, ...] = ()  #: (store mode) the elements no read reaches
+    gathered: str = ""  #: (gather mode) what other threads' reads of this element add
+    #: (gather mode) per read (by ``id``): the offset of its index from the thread's
+    #: coordinates, as ``((coordinate, d), ...)``
+    offsets: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,8 +268,9 @@ class _Analysis:
             for g, other in ((part.left, part.right), (part.right, part.left)):
                 if isinstance(g, ast.Name) and g.id in self.coords:
                     c, size = _multiple(other)
-                    if size is not None:
-                        return self._coord(g.id, c, self.ranges.sizes.dim_of(size), facts)
+                    key = None if size is None else self.ranges.sizes.dim_of(size)
+                    if key is not None:  # c * S + g with S a size: else (g + 1, ...) nothing is proven
+                        return self._coord(g.id, c, key, facts)
         return None
 
     def _coord(self, g: str, c: int, key: DimKey | None, facts: dict) -> _Component | None:
@@ -309,6 +322,46 @@ class _Analysis:
                                   tuple(base[k].var for k in range(tensor.ndim))))
         return {"homes": found, "fills": tuple(fills)}
 
+    def gather_plan(self, tensor: TensorParam, loads: Sequence[Load], every_load: Sequence[Load]) -> dict | None:
+        """``{"home", "index", "offsets"}`` when ``tensor``'s gradient can be gathered (see the
+        module's docstring), else ``None``."""
+        homes, offsets = set(), {}
+        sizes = self.dims[tensor.name]
+        coords: list[str] = []
+        home = None
+        for load in loads:
+            home = next((b for b in load.scope.ancestors() if self.exact(b) is not None), None)
+            if home is None or any(b.kind == "loop" for b in home.ancestors()):
+                return None
+            facts = self.exact(home)
+            node = load.node
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            found = []
+            for j, part in enumerate(parts):
+                g, d = _offset(part)
+                if g is None or g not in self.coords or g not in facts:
+                    return None
+                key = facts[g][0]
+                if key != sizes[j] or self.launched[self.coords[g]] != key:
+                    return None
+                found.append((g, d))
+            axes = [self.coords[g] for g, _ in found]
+            varying = {a for a, e in enumerate(self.spec.n_threads) if not (isinstance(e, Const) and e.value == 1)}
+            if len(set(axes)) != len(axes) or not varying <= set(axes):
+                return None
+            if not self.available({g for g, _ in found}, home):
+                return None
+            coords = coords or [g for g, _ in found]
+            if [g for g, _ in found] != coords:
+                return None
+            homes.add(id(home))
+            offsets[id(load)] = tuple((g, d) for g, d in found if d)
+        if len(homes) != 1 or not any(offsets.values()):
+            return None
+        if any(id(home) not in {id(b) for b in ld.scope.ancestors()} for ld in every_load):
+            return None  # a neighbour's replay would read outside the region
+        return {"home": home, "index": tuple(coords), "offsets": offsets}
+
     def _full(self, comp: _Component, size: DimKey) -> bool:
         if comp.kind == "loop":
             return comp.key == size
@@ -332,6 +385,20 @@ def _definitions(root: Block) -> dict[str, Block]:
 
     walk(root)
     return found
+
+
+def _offset(node: ast.expr) -> tuple[str | None, int]:
+    """``(g, d)`` for ``g``, ``g + d``, ``d + g`` or ``g - d`` (``d`` an int constant)."""
+    if isinstance(node, ast.Name):
+        return node.id, 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        left, right = node.left, node.right
+        sign = 1 if isinstance(node.op, ast.Add) else -1
+        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and type(right.value) is int:
+            return left.id, sign * right.value
+        if sign == 1 and isinstance(right, ast.Name) and isinstance(left, ast.Constant) and type(left.value) is int:
+            return right.id, left.value
+    return None, 0
 
 
 def _multiple(node: ast.expr) -> tuple[int, ast.expr | None]:
@@ -375,6 +442,15 @@ def plan_gradients(spec: KernelSpec, root: Block, loads: Sequence[Load], ranges:
                 accumulators[id(load)] = acc
             first = next(iter(by_pattern.values()))
             first.fills = store["fills"]
+            continue
+        gather = None if atomic_only else analysis.gather_plan(tensor, mine, loads)
+        if gather is not None:
+            plans.append(GradPlan(tensor.name, "gather", tensor.dtype.name, None))
+            acc = Accumulator(names.fresh(f"adj_{grad_name(tensor.name)}"), tensor.name, gather["index"],
+                              frozenset(gather["index"]), ty, gather["home"], "gather",
+                              gathered=names.fresh(f"gathered_{grad_name(tensor.name)}"), offsets=gather["offsets"])
+            for load in mine:
+                accumulators[id(load)] = acc
             continue
         plans.append(GradPlan(tensor.name, "atomic", "float32" if half else tensor.dtype.name, 0))
         by_key: dict = {}

@@ -161,7 +161,7 @@ class _Builder:
         else:
             new = self.names.version(local)
             self.emit(Assign((new,), op.text, op.ty, self.line, expr_reads=op.reads))
-            self.scope.env[local] = Operand(new, op.ty, False, new, frozenset({new}))
+            self.scope.env[local] = Operand(new, op.ty, False, new, frozenset({new}), op.const)
 
     # ------------------------------------------------------------------ statements
     def statements(self, stmts: list[ast.stmt]) -> None:
@@ -435,6 +435,8 @@ class _Builder:
         if rule is None:
             raise self.refuse(node, f"the operator in {ast.unparse(node)} is not differentiable")
         extra = {}
+        if rule == "div" and a.const == 1.0:
+            rule = "reciprocal"
         if rule == "pow" and not b.active:
             n = _int_constant(node.right)
             if n is not None:

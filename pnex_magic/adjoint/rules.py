@@ -56,7 +56,8 @@ RULES: dict[str, Rule] = {
     "add": Rule("{a} + {b}", ("{g}", "{g}")),
     "sub": Rule("{a} - {b}", ("{g}", "-{g}")),
     "mul": Rule("{a} * {b}", ("{g} * {b}", "{g} * {a}")),
-    "div": Rule("{a} / {b}", ("{g} / {b}", "-{g} * {r} / {b}")),
+    "div": Rule("{a} / {b}", ("{g} / {b}", "-({g} / {b}) * {r}")),  # one division: NVVM shares g / b
+    "reciprocal": Rule("{a} / {b}", (None, "-{g} * {r} * {r}")),  # a is the constant 1: no division
     "floordiv": Rule("{a} // {b}", (None, None)),
     "mod": Rule("{a} % {b}", ("{g}", "-{g} * {math}.floor({a} / {b})")),
     # a ** b: both differentiable; an exponent no gradient flows through; an integer constant one
@@ -110,7 +111,7 @@ def reads(template: str | None) -> set[str]:
     return set() if template is None else _placeholders(template) & {"a", "b", "r"}
 
 
-_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z_0-9.]*|[0-9.]+(e[+-]?[0-9]+)?")
+_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z_0-9.]*(\([0-9.e+]+\))?|[0-9.]+(e[+-]?[0-9]+)?")
 
 
 def fill(template: str, values: dict[str, str]) -> str:

@@ -363,7 +363,24 @@ class Scope:
         ty, _ = self.info(node)
         renamer = _Renamer(self)
         text = ast.unparse(renamer.visit(_copy(node)))
-        return Operand(text, ty, False, None, frozenset(renamer.read))
+        return Operand(text, ty, False, None, frozenset(renamer.read), self.constant(node))
+
+    def constant(self, node: ast.expr) -> float | None:
+        """The value of a float constant written as ``1.0``, ``-1.0``, ``real(1.0)``,
+        ``float(1)`` or a local bound to one; ``None`` for anything else."""
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            inner = self.constant(node.operand)
+            return None if inner is None else -inner
+        if isinstance(node, ast.Name) and node.id in self.env:
+            return self.env[node.id].const
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            kind = self.callee(node.func)
+            if kind is not None and (kind[0] == "dtype" and kind[1].is_floating_point
+                                     or kind == ("builtin", float)):
+                return self.constant(node.args[0])
+        return None
 
     def target(self, name: str, node: ast.AST) -> None:
         """Refuse an assignment to ``name`` that the transformer cannot follow."""
