@@ -68,6 +68,7 @@ from ..render.report import PnexReport
 from ..report import build_report
 from ..spec import In, InMut, Out, Scalar, Tune, Unused
 from .capture import capture_output
+from .jit import attach_derived_backward
 
 __all__ = ["CellRun", "HISTORY_NAMES", "injected_names"]
 
@@ -341,8 +342,6 @@ class CellRun:
                 finally:
                     self._add_log(captured.text)
             if opts.backward == "auto":
-                from ..adjoint import attach_derived_backward  # the transform, only for cells that ask for it
-
                 with capture_output() as captured:
                     try:
                         attach_derived_backward(op)

@@ -11,7 +11,7 @@ from ..definition import JitOptions
 from ..errors import KernelDefinitionError
 from ..op import PnexOp
 
-__all__ = ["jit"]
+__all__ = ["jit", "attach_derived_backward"]
 
 
 def jit(
@@ -118,9 +118,17 @@ def jit(
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":
-                from ..adjoint import attach_derived_backward  # the transform, only for kernels that ask for it
-
                 attach_derived_backward(op)
         return op
 
     return decorator
+
+
+def attach_derived_backward(op: PnexOp) -> PnexOp:
+    """Derive ``op``'s backward from its kernel's source and attach it
+    (:func:`pnex_magic.adjoint.attach_derived_backward`): ``backward="auto"`` and
+    ``%%pnex --backward auto``.  Returns the backward op."""
+    # lazy: the transform's modules (60 ms of imports) load only for kernels that ask for it
+    from ..adjoint import attach_derived_backward as attach
+
+    return attach(op)
