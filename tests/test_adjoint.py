@@ -461,3 +461,26 @@ def test_the_source_is_shown_and_the_backward_op_is_ordinary():
     report = pnex.inspect(bwd)
     assert report.ptx and ".entry" in report.ptx
     assert re.search(r"cuda\.grid\(2\)", source)
+
+
+def test_jax_grad_runs_the_derived_backward():
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        f = pnex.jax_op(K.lltm)
+        gates, cell = np.random.default_rng().standard_normal((3, 12)), np.random.default_rng().standard_normal((3, 4))
+
+        def loss(gates, cell):
+            h, c = f(gates, cell)
+            return (h * h).sum() + (2.0 * c).sum()
+
+        gg, gc = jax.grad(loss, argnums=(0, 1))(gates, cell)
+        tg, tc = torch.tensor(gates, requires_grad=True), torch.tensor(cell, requires_grad=True)
+        h, c = ak.lltm_reference(tg, tc)
+        ((h * h).sum() + (2.0 * c).sum()).backward()
+        np.testing.assert_allclose(gg, tg.grad.numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(gc, tc.grad.numpy(), rtol=1e-10, atol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", False)
