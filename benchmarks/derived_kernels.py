@@ -34,14 +34,18 @@ class Kernels(NamedTuple):
 _made: dict = {}
 
 
+def _types(dtype: torch.dtype) -> tuple[torch.dtype, Any, str]:
+    """The tensors' dtype, the float type of the kernels' arithmetic (float32 for the half
+    types), and the suffix of the ops' names (one op per dtype)."""
+    return dtype, numba.float32 if dtype != torch.float64 else numba.float64, "_" + str(dtype).removeprefix("torch.")
+
+
 def kernels(dtype: torch.dtype = torch.float64, threads: int = 32) -> Kernels:
     """The four forward kernels for ``dtype``, each with its derived backward attached."""
     key = (dtype, threads)
     if key in _made:
         return _made[key]
-    DT = dtype
-    real = numba.float32 if dtype != torch.float64 else numba.float64
-    suffix = "_" + str(dtype).removeprefix("torch.")
+    DT, real, suffix = _types(dtype)
 
     def elementwise(x: pnex.In(DT, (None,)), w: pnex.In(DT, "x"), c: pnex.Scalar("f32"),
                     y: pnex.Out(DT, "x"), z: pnex.Out(DT, "x")):
@@ -149,9 +153,7 @@ def hand_written(dtype: torch.dtype = torch.float32, threads: int = 256) -> Hand
     key = (dtype, threads)
     if key in _hand:
         return _hand[key]
-    DT = dtype
-    real = numba.float32 if dtype != torch.float64 else numba.float64
-    suffix = "_" + str(dtype).removeprefix("torch.")
+    DT, real, suffix = _types(dtype)
 
     def muladd_backward(grad_r: pnex.In(DT, (None,)), a: pnex.In(DT, "grad_r"), b: pnex.In(DT, "grad_r"),
                         grad_a: pnex.Out(DT, "a"), grad_b: pnex.Out(DT, "a")):

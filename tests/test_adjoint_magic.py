@@ -14,6 +14,8 @@ IPython = pytest.importorskip("IPython")
 from IPython.testing import globalipapp  # noqa: E402
 
 SOFTPLUS = '''
+import math
+
 def softplus(x: In("f64", (None,)), w: In("f64", "x"), y: Out("f64", "x")):
     i = cuda.grid(1)
     if i < x.shape[0]:
@@ -31,17 +33,14 @@ def softplus(x: In("f64", (None,)), w: In("f64", "x"), y: Out("f64", "x")):
 '''
 
 
+pytestmark = pytest.mark.usefixtures("fresh_cache")  # a private build cache per test (conftest.py)
+
+
 @pytest.fixture(scope="module")
 def ip():
     shell = globalipapp.get_ipython()
     shell.run_line_magic("load_ext", "pnex_magic")
-    shell.run_cell("import torch, math")
     return shell
-
-
-@pytest.fixture(autouse=True)
-def magic_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def test_backward_auto_derives_attaches_and_reports(ip):

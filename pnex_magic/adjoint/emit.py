@@ -12,6 +12,11 @@ Two passes, as Warp's adjoint kernels do:
    add into their :class:`~pnex_magic.adjoint.ownership.Accumulator`, written out where
    its block's reverse ends; writes of ``Out`` tensors read the incoming gradient.
 
+**Gathers.** A gradient gathered from the neighbours (:mod:`.ownership`) adds copies before
+those two passes, one per offset of the reads: the replay and the reverse pass of the
+neighbour's thread (the coordinates shifted, its own names), which keep only the adjoints
+of its reads of this thread's element.
+
 **Loops.** The replay runs every loop forward, whole.  The reverse pass runs the trips
 backwards, and each trip first *recomputes* its own values (the body's replay) from
 what does not change between trips: the loop's variable, the kernel's inputs and the
@@ -152,7 +157,7 @@ class _Writer:
             return
         loop = self.loops[-1] if self.loops else None
         carried = ", ".join(sorted({repr(self.user(c.carrier)) for c in loop.carried})) if loop else ""
-        raise self.refuse(_Line(line),
+        raise self.refuse(line,
                           f"{what} needs {', '.join(repr(self.user(m)) for m in missing)} as it was in each trip of the "
                           f"loop at line {loop.line if loop else '?'}, which depends on {carried or 'a value'} carried "
                           f"from one trip to the next (a nonlinear recurrence such as s = s * x[k] or "
@@ -399,11 +404,6 @@ def _rename(text: str, rename) -> str:
             out += [text[last:tok.start[1]], new]
             last = tok.end[1]
     return "".join(out) + text[last:]
-
-
-class _Line:
-    def __init__(self, line: int):
-        self.lineno = line or None
 
 
 def write_body(program: Program, accumulators: Mapping[int, Accumulator], plans: list[GradPlan], names: Names,

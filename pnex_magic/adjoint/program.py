@@ -526,20 +526,15 @@ def _check_overwrites(stores: list[Store], refuse: Refusal) -> None:
             continue
         for blk in s.scope.ancestors():
             if blk.kind == "loop" and blk.owner.target not in s.index:
-                raise refuse(_At(s.line), f"it writes {s.tensor!r} with `=` in the loop at line {blk.owner.line} at "
+                raise refuse(s.line, f"it writes {s.tensor!r} with `=` in the loop at line {blk.owner.line} at "
                                           f"an index without the loop's variable: a later trip overwrites the value "
                                           f"an earlier one wrote")
         for other in stores:
             if other is not s and other.tensor == s.tensor and not _exclusive(s.scope, other.scope):
-                raise refuse(_At(max(s.line, other.line)),
+                raise refuse(max(s.line, other.line),
                              f"{s.tensor!r} is written at lines {min(s.line, other.line)} and "
                              f"{max(s.line, other.line)} on one path; pnex cannot tell whether one write "
                              f"overwrites the other (write each output element once, or accumulate with +=)")
-
-
-@dataclasses.dataclass(frozen=True)
-class _At:
-    lineno: int
 
 
 def build_program(fdef: ast.FunctionDef, scope: Scope, names: Names, helpers: Mapping[str, str],

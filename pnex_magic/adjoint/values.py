@@ -25,7 +25,7 @@ from ..dtypes import resolve_dtype
 from ..errors import KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
 from .ir import Operand, is_float, promote
-from .rules import BUILTINS, MATH
+from .rules import MATH
 
 __all__ = ["Scope", "Refusal", "grad_name"]
 
@@ -56,6 +56,18 @@ def _float_kind(dtype_name: str) -> str:
     return "f64" if dtype_name == "float64" else "f32"  # float16/bfloat16 are promoted to float32
 
 
+def _value_kind(value: Any) -> str:
+    """The type of a constant (a literal, a global or closure value, a module's attribute),
+    as Numba types it; ``"x"`` for what is not a number."""
+    if isinstance(value, bool | np.bool_):
+        return "b"
+    if isinstance(value, int | np.integer):
+        return "i64"
+    if isinstance(value, float | np.floating):
+        return "f32" if isinstance(value, np.float32) else "f64"
+    return "x"
+
+
 def _dtype_kind(dtype) -> str:
     if dtype.is_floating_point:
         return _float_kind(dtype.name)
@@ -72,7 +84,9 @@ class Refusal:
         self.lines = lines
 
     def __call__(self, node: Any, what: str) -> KernelDefinitionError:
-        line = getattr(node, "lineno", None)
+        """The error about ``node`` (a syntax node, or a line number)."""
+        line = node if isinstance(node, int) else getattr(node, "lineno", None)
+        line = line or None
         where = ""
         if line is not None:
             where = f", line {line}"
@@ -153,16 +167,12 @@ class Scope:
         return method(node)
 
     def _info_Constant(self, node: ast.Constant) -> tuple[str, bool]:
-        v = node.value
-        if isinstance(v, bool):
-            return "b", False
-        if isinstance(v, int):
-            return "i64", False
-        if isinstance(v, float):
-            return "f64", False
-        if isinstance(v, str) or v is None:
+        if isinstance(node.value, str) or node.value is None:
             return "x", False
-        raise self.refuse(node, f"the constant {v!r} is not supported")
+        kind = _value_kind(node.value)
+        if kind == "x":
+            raise self.refuse(node, f"the constant {node.value!r} is not supported")
+        return kind, False
 
     def _info_Name(self, node: ast.Name) -> tuple[str, bool]:
         name = node.id
@@ -182,14 +192,7 @@ class Scope:
             if isinstance(param, TuneParam):
                 return {"int": "i64", "float": "f64", "bool": "b"}[param.kind], False
             raise self.refuse(node, f"{name!r} is an Unused parameter")
-        value = self.value_of(name)
-        if isinstance(value, bool | np.bool_):
-            return "b", False
-        if isinstance(value, int | np.integer):
-            return "i64", False
-        if isinstance(value, float | np.floating):
-            return ("f32" if isinstance(value, np.float32) else "f64"), False
-        return "x", False  # a module, a function, a type: only called or read an attribute of
+        return _value_kind(self.value_of(name)), False  # "x": a module, a function, a type: only called
 
     def _info_Attribute(self, node: ast.Attribute) -> tuple[str, bool]:
         path = self.bindings.cuda_path(node)
@@ -208,14 +211,7 @@ class Scope:
                 if owner is math and node.attr in _MATH_CONSTANTS:
                     return "f64", False
                 if isinstance(owner, types.ModuleType):
-                    value = getattr(owner, node.attr, None)
-                    if isinstance(value, bool):
-                        return "b", False
-                    if isinstance(value, int):
-                        return "i64", False
-                    if isinstance(value, float):
-                        return "f64", False
-                    return "x", False
+                    return _value_kind(getattr(owner, node.attr, None)), False
         raise self.refuse(node, f"the attribute {ast.unparse(node)} is not supported")
 
     def _tensor_shape(self, node: ast.AST, param: TensorParam) -> None:
