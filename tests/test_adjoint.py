@@ -355,6 +355,13 @@ def k_int_only(x: pnex.In("f64", (None,)), y: pnex.Out("i32", "x")):
         y[i] = int(x[i])
 
 
+def k_int_shape(x: pnex.In("f64", (None,)), y: pnex.Out("f64", "x"), idx: pnex.Out("i32", "x")):
+    i = cuda.grid(1)
+    if i < len(idx):
+        y[i] = x[i]
+        idx[i] = i
+
+
 numba_f64 = __import__("numba").float64
 
 REFUSED = [
@@ -369,6 +376,7 @@ REFUSED = [
     (k_overwrites, r"'y' is written at lines \d+ and \d+ on one path"),
     (k_unsupported_math, r"math.sinh is not among the differentiable functions"),
     (k_int_only, r"no floating-point Out tensor; integer outputs are not differentiable"),
+    (k_int_shape, r"no tensor shaped like the integer output 'idx'"),
 ]
 
 

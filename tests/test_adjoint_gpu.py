@@ -95,9 +95,13 @@ def test_cuda_graphs_replay_the_derived_backward(gpu_cache):
     k = ak.kernels(torch.float32, threads=128)
     u = torch.randn(64, 80, device="cuda", requires_grad=True)
     static_in = torch.randn(64, 80, device="cuda")
-    for _ in range(2):  # warm up (compiles, autograd's first use) outside the capture
-        u.grad = None
-        k.stencil(u, 0.25).pow(2).sum().backward()
+    side = torch.cuda.Stream()  # warm up (loads, autograd's first use) on a side stream, as torch's docs do
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            u.grad = None
+            k.stencil(u, 0.25).pow(2).sum().backward()
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     u.grad = None
     with torch.cuda.graph(graph):

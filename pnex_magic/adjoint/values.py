@@ -323,6 +323,10 @@ class Scope:
             return (ty if is_float(ty) else "f64"), active
         if kind == "builtin":
             if value is len:
+                arg = node.args[0] if node.args else None
+                param = self.params.get(arg.id) if isinstance(arg, ast.Name) else None
+                if isinstance(param, TensorParam):
+                    self._tensor_shape(node, param)
                 return "i64", False
             if value is range:
                 raise self.refuse(node, "range(...) is only supported as the iterable of a for loop")
