@@ -492,3 +492,19 @@ def test_jax_grad_runs_the_derived_backward():
         np.testing.assert_allclose(gc, tc.grad.numpy(), rtol=1e-10, atol=1e-12)
     finally:
         jax.config.update("jax_enable_x64", False)
+
+
+def test_a_saved_op_keeps_its_derived_backward(tmp_path):
+    """pnex.save writes the derived backward with the op (its cubins: it is an ordinary op);
+    a loaded op has no Python source to derive from, which derive_backward says."""
+    def k_saved(x: pnex.In("f32", (None,)), y: pnex.Out("f32", "x")):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            y[i] = math.log1p(math.exp(x[i]))
+
+    op = pnex.jit(n_threads="x.numel()", threads_per_block=32, backward="auto")(k_saved)
+    pnex.save(op, tmp_path / "k.pnex", archs=["sm_90"])
+    loaded = pnex.load(tmp_path / "k.pnex")
+    assert pnex.autograd.attached_backward(loaded).backward.definition.op_name.startswith("k_saved_adjoint_")
+    with pytest.raises(KernelDefinitionError, match="from its kernel's Python source; got a pnex op loaded"):
+        pnex.derive_backward(loaded)
