@@ -41,6 +41,7 @@ from .errors import (
 if TYPE_CHECKING:
     from . import autograd
     from .artifact import load, save
+    from .adjoint import derive_backward
     from .autograd import attach_backward, backward_of
     from .frontends.jit import jit
     from . import random
@@ -62,6 +63,7 @@ _LAZY = {
     "attach_backward": ".autograd",
     "backward_of": ".autograd",
     "xoroshiro128p_states": ".random",
+    "derive_backward": ".adjoint",
 }
 _SUBMODULES = frozenset({"autograd", "random"})
 
@@ -102,6 +104,7 @@ __all__ = [
     "load",
     "attach_backward",
     "backward_of",
+    "derive_backward",
     "KernelReport",
     "PnexOp",
     "PnexError",

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from .errors import ArgumentShapeError, KernelDefinitionError
+from .op import ATTACHED as _ATTACHED
 from .op import PnexOp
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -76,6 +77,9 @@ class _Plan:
     grad_targets: tuple[int, ...]  # per backward output: index of the forward argument it is the gradient of
     saved_tensors: tuple[str, ...]  # forward tensors the default setup_context saves
     saved_scalars: tuple[str, ...]  # forward scalars the default setup_context keeps
+    #: per backward output: the dtype it is cast to (a float32 gradient of a float16/bfloat16
+    #: argument, accumulated in float32), or None
+    grad_casts: tuple[torch.dtype | None, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +92,6 @@ class Attached:
     custom_context: bool  #: a custom ``setup_context`` (a PyTorch ctx) feeds the backward
 
 
-_ATTACHED = "pnex_attached"  # attribute of the registered backward function
 
 
 def attached_backward(op: PnexOp) -> Attached | None:
@@ -189,6 +192,7 @@ def _plan(fspec: KernelSpec, bspec: KernelSpec, *, custom_context: bool) -> _Pla
         )
 
     grad_targets: list[int] = []
+    grad_casts: list[torch.dtype | None] = []
     for p in bspec.outputs:
         where = f"attach_backward(): backward kernel {bwd!r}, output {p.name!r}"
         target = p.name[len(GRAD_PREFIX):] if p.name.startswith(GRAD_PREFIX) else None
@@ -215,12 +219,15 @@ def _plan(fspec: KernelSpec, bspec: KernelSpec, *, custom_context: bool) -> _Pla
                 f"{where}: forward argument {target!r} is a {fp.dtype.name} tensor; only floating-point "
                 f"tensors have gradients"
             )
-        if fp.dtype != p.dtype or fp.ndim != p.ndim:
+        widened = p.dtype.name == "float32" and fp.dtype.name in ("float16", "bfloat16")
+        if (fp.dtype != p.dtype and not widened) or fp.ndim != p.ndim:
             raise KernelDefinitionError(
                 f"{where}: is the gradient of forward argument {target!r} ({_kind(fp)}) but is declared as "
-                f"{_kind(p)}; a gradient has its argument's dtype and shape"
+                f"{_kind(p)}; a gradient has its argument's dtype (or float32 for a float16/bfloat16 argument, "
+                f"cast back) and shape"
             )
         grad_targets.append(index)
+        grad_casts.append(fp.dtype.torch if widened else None)
     if not grad_targets:
         raise KernelDefinitionError(
             f"attach_backward(): backward kernel {bwd!r} computes no gradients: give it Out parameters named "
@@ -230,7 +237,7 @@ def _plan(fspec: KernelSpec, bspec: KernelSpec, *, custom_context: bool) -> _Pla
 
     saved_tensors = tuple(s.target for s in sources if s.kind == "saved" and s.is_tensor)
     saved_scalars = tuple(s.target for s in sources if s.kind == "saved" and not s.is_tensor)
-    return _Plan(fwd, bwd, tuple(sources), tuple(grad_targets), saved_tensors, saved_scalars)
+    return _Plan(fwd, bwd, tuple(sources), tuple(grad_targets), saved_tensors, saved_scalars, tuple(grad_casts))
 
 
 def save_for_backward(ctx: Any, **tensors: torch.Tensor) -> None:
@@ -256,8 +263,9 @@ def attach_backward(
     * an ``In`` parameter ``grad_<output>`` receives the incoming gradient of forward
       output ``<output>``, made contiguous (zeros if autograd passes none);
     * each ``Out`` parameter must be named ``grad_<argument>``: it is the gradient of
-      that floating-point tensor argument of the forward op.  Tensor arguments
-      without one get no gradient (``None``), and so do scalars.
+      that floating-point tensor argument of the forward op, of its dtype (or float32
+      for a float16/bfloat16 argument: accumulated in float32, cast back here).  Tensor
+      arguments without one get no gradient (``None``), and so do scalars.
 
     Everything is checked here, up front: a backward parameter that matches nothing,
     a gradient named after a scalar or a missing argument, or a dtype or number of
@@ -375,8 +383,10 @@ def attach_backward(
         result = backward(*args)
         results = result if isinstance(result, tuple) else (result,)
         grad_inputs: list[torch.Tensor | None] = [None] * n_args
-        for out_param, index, g in zip(backward.spec.outputs, plan.grad_targets, results):
+        for out_param, index, cast, g in zip(backward.spec.outputs, plan.grad_targets, plan.grad_casts, results):
             expected = input_shapes[index]
+            if cast is not None:
+                g = g.to(cast)
             if tuple(g.shape) != expected:
                 raise ArgumentShapeError(
                     f"backward of {plan.forward!r}: {plan.backward!r} returned {out_param.name!r} with shape "

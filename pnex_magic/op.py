@@ -36,9 +36,12 @@ from .launch.kernel import Kernel
 from .random import draw_seed
 from .spec import KernelSpec, ScalarParam, TensorParam
 
-__all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded"]
+__all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded", "ATTACHED"]
 
 NAMESPACE = "pnex"
+#: Where :func:`pnex_magic.autograd.attach_backward` records the attached backward op: an
+#: attribute of the backward function torch keeps (``op._backward_fn``).
+ATTACHED = "pnex_attached"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +278,24 @@ class PnexOp(CustomOpDef):
     @property
     def definition(self) -> Kernel:
         return self._pnex
+
+    @property
+    def backward_source(self) -> str | None:
+        """The Python source of the backward kernel attached to this op: the generated
+        source of a derived backward (``jit(backward="auto")``, ``%%pnex --backward auto``),
+        or a hand-written backward's own; ``None`` without one, or for a backward that has
+        no source here (loaded from an artifact)."""
+        import inspect
+        import textwrap
+
+        attached = getattr(getattr(self, "_backward_fn", None), ATTACHED, None)
+        fn = getattr(getattr(getattr(attached, "backward", None), "_pnex", None), "fn", None)
+        if fn is None:
+            return None
+        try:
+            return textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            return None
 
     @property
     def spec(self) -> KernelSpec:

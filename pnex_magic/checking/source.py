@@ -1,7 +1,7 @@
 """A kernel's source as a syntax tree, and a function built back from a rewritten tree.
 
 The AST utilities that every source transformation of a kernel shares (the checked
-variant here; derived kernels built the same way):
+variant here; the derived backward of :mod:`pnex_magic.adjoint`):
 
 * :func:`kernel_source`: the kernel's ``def`` parsed from its file, its lines
   numbered as in that file (a ``%%pnex`` cell's pseudo-file numbers lines from the
@@ -74,7 +74,8 @@ def kernel_source(fn: types.FunctionType, what: str = "a checked variant",
         tree.body = tree.body[0].body  # type: ignore[attr-defined]
         ast.increment_lineno(tree, -1)
     fdef = tree.body[0] if tree.body else None
-    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__:
+    # the def's own name (a function renamed after its def keeps it in its code object)
+    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__code__.co_name:
         raise KernelDefinitionError(
             f"kernel {name!r}: {what} needs the kernel's source as a plain 'def {name}(...)' "
             f"statement; inspect found {type(fdef).__name__ if fdef is not None else 'nothing'}"
@@ -109,7 +110,7 @@ _FACTORY = "__pnex_factory"
 
 
 def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mapping[str, Any] = (),
-            what: str = "a checked variant") -> types.FunctionType:
+            what: str = "a checked variant", filename: str | None = None) -> types.FunctionType:
     """``fdef`` (a rewritten form of kernel ``fn``'s ``def``) compiled into a function
     with ``fn``'s file name, qualified name, module and docstring, reading ``fn``'s
     globals (plus ``extra_globals``) and ``fn``'s closure values.
@@ -117,7 +118,9 @@ def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mappin
     The ``def`` is nested in a factory whose parameters are ``fn``'s free variables,
     and the factory is called with the closure's values, so the new function's free
     names resolve as ``fn``'s did when it is built.  ``what`` names the new function
-    in the error below.
+    in the error below.  ``filename``: the file the new function's code names instead
+    of ``fn``'s (a generated source registered in :mod:`linecache`, whose line numbers
+    ``fdef`` carries: :mod:`pnex_magic.adjoint`'s derived backward).
 
     Raises
     ------
@@ -140,7 +143,7 @@ def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mappin
     ast.copy_location(ret, fdef)
     module = ast.Module(body=[factory], type_ignores=[])
     ast.fix_missing_locations(module)
-    code = compile(module, fn.__code__.co_filename, "exec", dont_inherit=True)
+    code = compile(module, filename or fn.__code__.co_filename, "exec", dont_inherit=True)
     namespace = dict(fn.__globals__)
     namespace.update(extra_globals)
     exec(code, namespace)  # noqa: S102 - the one exec: code built above from the kernel's own AST

@@ -68,6 +68,7 @@ from ..render.report import PnexReport
 from ..report import build_report
 from ..spec import In, InMut, Out, Scalar, Seed, Tune, Unused
 from .capture import capture_output
+from .jit import attach_derived_backward
 
 __all__ = ["CellRun", "HISTORY_NAMES", "injected_names"]
 
@@ -341,6 +342,14 @@ class CellRun:
                         self.sanitizer = run_sanitizer(op, args)
                 finally:
                     self._add_log(captured.text)
+            if opts.backward == "auto":
+                with capture_output() as captured:
+                    try:
+                        attach_derived_backward(op)
+                    except PnexError as exc:
+                        raise CellFailure(_prefixed(exc, "--backward auto: "), self._line_for(exc)) from None
+                    finally:
+                        self._add_log(captured.text)
             if forward is not None:
                 try:
                     autograd.attach_backward(forward, op)

@@ -219,9 +219,11 @@ def _differentiable(owner: JaxOp, definition: KernelDefinition, scalars: dict[st
                 args.append(scalars[source.target])
         result = JaxOp(attached.backward)(*args)
         grads: list[Any] = [None] * len(names)
-        for out, index, g in zip(attached.backward.spec.outputs, plan.grad_targets,
-                                 result if isinstance(result, tuple) else (result,)):
+        for out, index, cast, g in zip(attached.backward.spec.outputs, plan.grad_targets, plan.grad_casts,
+                                       result if isinstance(result, tuple) else (result,)):
             arg = spec.arguments[index].name
+            if cast is not None:  # a float32 gradient of a float16/bfloat16 argument
+                g = g.astype(spec.arguments[index].dtype.name)
             slot = names.index(arg)
             if tuple(g.shape) != shapes[slot]:
                 raise ArgumentShapeError(

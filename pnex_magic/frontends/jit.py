@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..define import define
+from ..define import definition, registered
 from ..definition import JitOptions
+from ..errors import KernelDefinitionError
 from ..op import PnexOp
 
-__all__ = ["jit"]
+__all__ = ["jit", "attach_derived_backward"]
 
 
 def jit(
@@ -24,6 +25,7 @@ def jit(
     arch: str | None = None,
     autotune_key: str | tuple[str, ...] | None = None,
     check: bool | None = None,
+    backward: str | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -74,6 +76,13 @@ def jit(
         array, index, shape, thread, block and line, with the CUDA context intact.
         Costs a synchronisation per call and some device time; not in CUDA graphs.
         Default: ``$PNEX_CHECK == "1"``.
+    backward : "auto", optional
+        ``"auto"``: derive the backward kernel from this kernel's source and attach it
+        (:func:`pnex_magic.derive_backward`, :func:`pnex_magic.attach_backward`), so that
+        autograd, ``torch.compile`` and ``opcheck`` differentiate the op.  Gradients flow
+        to every floating-point ``In`` tensor; ``Scalar`` parameters get none.  What the
+        transform does not differentiate exactly is a ``KernelDefinitionError`` naming
+        the line (README, "Derived gradients").
 
     Returns
     -------
@@ -97,9 +106,29 @@ def jit(
         check=check,
     )
 
-    def decorator(fn: Callable[..., None]) -> PnexOp:
-        return define(
-            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options
+    if backward not in (None, "auto"):
+        raise KernelDefinitionError(
+            f"jit(backward={backward!r}): the only value is 'auto' (derive the backward from the kernel's source); "
+            f"attach a hand-written backward with pnex.attach_backward or @pnex.backward_of"
         )
 
+    def decorator(fn: Callable[..., None]) -> PnexOp:
+        d = definition(
+            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options
+        )
+        with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
+            if backward == "auto":
+                attach_derived_backward(op)
+        return op
+
     return decorator
+
+
+def attach_derived_backward(op: PnexOp) -> PnexOp:
+    """Derive ``op``'s backward from its kernel's source and attach it
+    (:func:`pnex_magic.adjoint.attach_derived_backward`): ``backward="auto"`` and
+    ``%%pnex --backward auto``.  Returns the backward op."""
+    # lazy: the transform's modules (60 ms of imports) load only for kernels that ask for it
+    from ..adjoint import attach_derived_backward as attach
+
+    return attach(op)

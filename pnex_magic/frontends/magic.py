@@ -143,6 +143,7 @@ class _Options:
     backward_of: str | None
     options: JitOptions  # the options of jit() among the above, checked
     jax: bool = False  # bind the JAX function (jax_op) instead of the op
+    backward: str | None = None  # "auto": derive the op's backward from the kernel's source
     sanitize: bool = False  # run --args under compute-sanitizer in a child process
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
 
@@ -240,6 +241,11 @@ class PnexMagics(Magics):
              "(pnex_magic.autograd.attach_backward).",
     )
     @magic_arguments.argument(
+        "--backward", choices=["auto"],
+        help="auto: derive this op's backward kernel from the kernel's source and attach it "
+             "(pnex_magic.derive_backward); the report's Signature tab shows its source.",
+    )
+    @magic_arguments.argument(
         "--jax", action="store_true",
         help="Bind the kernel's name to its JAX function (pnex_magic.jax_op) instead of the PyTorch op, "
              "which stays reachable as NAME.op. The report (and --args/--eager) still use the PyTorch op.",
@@ -321,6 +327,7 @@ class PnexMagics(Magics):
             force=ns.force,
             output=ns.output,
             backward_of=ns.backward_of,
+            backward=ns.backward,
             jax=ns.jax,
             tune=_tune(ns.tune),
             sanitize=ns.sanitize,

@@ -22,6 +22,7 @@ import dataclasses
 import math
 from typing import Any
 
+from ..op import ATTACHED
 from ..report import KernelReport, occupancy, sass_summary
 from ..sass import Disassembly
 from ..spec import ScalarParam
@@ -130,6 +131,8 @@ class PnexReport:
             out.insert(2, f"  also bound: {', '.join(self.also_bound)}")
         if self.backward_of:
             out.insert(2, f"  backward  : attached as the backward of {self.backward_of}")
+        if getattr(self.op, "backward_source", None):
+            out.insert(2, f"  backward  : {_backward_text(self.op)} (its source: .op.backward_source)")
         if self.not_compiled:
             out.append(f"  compiled  : no ({self.not_compiled})")
         if self.n_threads_values is not None:
@@ -242,6 +245,7 @@ class PnexReport:
                 f'<details><summary style="cursor:pointer">kernel source</summary>'
                 f"{pre(highlight(k.source, python_lexer()), max_height='24em')}</details>"
             )
+        parts.append(backward_html(self.op))
         return "".join(parts)
 
     def launch_html(self) -> str:
@@ -463,6 +467,25 @@ def correctness_html(c) -> str:
     if c.note:
         parts.append(note(escape(c.note)))
     return "".join(parts)
+
+
+def _backward_text(op: Any) -> str:
+    attached = getattr(getattr(op, "_backward_fn", None), ATTACHED, None)
+    name = attached.backward.definition.op_name if attached is not None else "?"
+    derived = getattr(getattr(attached.backward.definition, "fn", None), "pnex_derived_from", None) \
+        if attached is not None else None
+    return f"{'derived from the kernel (--backward auto)' if derived else 'attached'}: {name}"
+
+
+def backward_html(op: Any) -> str:
+    """The Backward section: the source of the backward kernel attached to ``op`` (the one
+    pnex derived with ``--backward auto``, or a hand-written one), when it has one."""
+    source = getattr(op, "backward_source", None)
+    if not source:
+        return ""
+    return (f'<div style="margin-top:6px"><b>Backward</b>: {escape(_backward_text(op))}</div>'
+            f'<details><summary style="cursor:pointer">backward kernel source</summary>'
+            f"{pre(highlight(source, python_lexer()), max_height='32em')}</details>")
 
 
 def _wrap(content: str) -> str:
