@@ -3,7 +3,8 @@
 #   bash benchmarks/gpu_round.sh PHASE...
 # Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
 # autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cuda12, workloads,
-# notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu), fresh (benchmarks/fresh_env.py:
+# derived (derived backward kernels), gridrandom (grid sync and random numbers), docexamples (the ported
+# numba-cuda documentation examples), notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu), fresh (benchmarks/fresh_env.py:
 # the first run in a fresh environment, FRESH_ROUNDS, FRESH_ARGS), build (benchmarks/launcher_build.py
 # against BUILD_BEFORE).  A phase written NAME@
 # runs in the background beside the next ones (for phases that time nothing on the GPU, such as cuda12);
@@ -46,6 +47,9 @@ for arg in "$@"; do
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
     probe) cmd=(env OUT=$PWD/logs/probes python3 benchmarks/probes.py ${PROBES:-muladd-ncu}); limit=${PROBE_LIMIT:-300} ;;
     notebooks) cmd=(python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-}); limit=${NOTEBOOKS_LIMIT:-420} ;;
+    derived) cmd=(python3 benchmarks/derived_backward.py); limit=${DERIVED_LIMIT:-240} ;;
+    gridrandom) cmd=(python3 benchmarks/grid_random.py); limit=${GRIDRANDOM_LIMIT:-240} ;;
+    docexamples) cmd=(python3 benchmarks/doc_examples.py); limit=${DOCEXAMPLES_LIMIT:-180} ;;
     fresh) cmd=(python3 benchmarks/fresh_env.py --rounds ${FRESH_ROUNDS:-2} ${FRESH_ARGS:-}); limit=${FRESH_LIMIT:-540} ;;
     build) cmd=(python3 benchmarks/launcher_build.py --rounds ${BUILD_ROUNDS:-2} --before ${BUILD_BEFORE:-397e29b} --jobs 0); limit=${BUILD_LIMIT:-300} ;;
     *) echo "$p: unknown phase" > "logs/$p.summary"; continue ;;
