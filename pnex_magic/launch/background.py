@@ -140,11 +140,16 @@ def state(build: Build) -> str:
     with _lock:
         pid = _started.get(build.folder)
         running = pid is not None and _running(pid)
+    # The lock first, the folder after: a build that ends between the two reads is then
+    # seen built.  (Read the other way round, a build renamed into place and unlocked
+    # between them looked like no build at all, and a process waiting for another's build
+    # gave up: seen once in CI-like load, tests/test_first_run.py.)
+    held = running or _lock_held(build)
     if build.built() is not None:
         return "built"
     if failure(build) is not None:
         return "failed"
-    if running or _lock_held(build):
+    if held:
         return "building"
     return "none"
 
