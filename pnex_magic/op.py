@@ -21,6 +21,7 @@ earlier ops of the same name.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import sys
 from typing import Any
@@ -81,8 +82,24 @@ def _result(outs: list[torch.Tensor]) -> Any:
     return tuple(outs)
 
 
+#: torch's default device where an op whose arguments are all scalars was called (set by
+#: PnexOp.__call__): inside the op torch has set a ``with torch.device(...)`` block aside.
+_call_site_device: contextvars.ContextVar[torch.device | None] = contextvars.ContextVar("pnex_call_site_device", default=None)
+
+
 def _default_device() -> torch.device:
-    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+    """Where an op whose arguments are all scalars makes its outputs: torch's default
+    device (``torch.set_default_device``, ``with torch.device(...)``), with the current
+    CUDA device's index where it names none."""
+    device = _call_site_device.get()
+    if device is None:
+        # torch.get_default_device() cannot serve here: it fills a missing index from a
+        # tensor it makes, and inside an op that tensor is made on the CPU.
+        context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+        device = context.device if context is not None else torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def make_impl(definition: Kernel):
@@ -137,6 +154,7 @@ class PnexOp(CustomOpDef):
     # OpOverload's C++ entry, the number of arguments, the scalars' exact types); None: use
     # __call__.
     _fast: tuple | None = None
+    _scalars_only = False  # no tensor argument: outputs on torch's default device (_default_device)
 
     def __call__(self, *args, **kwargs):
         if self._superseded is not None:
@@ -150,6 +168,9 @@ class PnexOp(CustomOpDef):
         for i, kinds in self._scalar_kinds:
             if type(args[i]) not in kinds:
                 self._check_types(args)
+        token = None
+        if self._scalars_only and not _is_compiling():  # its outputs go to torch's default device
+            token = _call_site_device.set(torch.get_default_device())
         try:
             if _is_compiling():  # Dynamo traces the OpOverload, not its C++ callable
                 return self._opoverload(*args)
@@ -158,6 +179,9 @@ class PnexOp(CustomOpDef):
             return launch.call(self._call, args)
         except Exception as exc:  # noqa: BLE001 (what is not translated is raised as it is)
             return self._call_failed(exc, args)
+        finally:
+            if token is not None:
+                _call_site_device.reset(token)
 
     def _call_failed(self, exc: BaseException, args: tuple) -> Any:
         """Raise the error a failed call gives (the C call slot's and ``__call__``'s path):
@@ -353,7 +377,9 @@ def make_op(definition: Kernel) -> PnexOp:
     _skip_dynamo_until_imported(op)
     op.register_fake(make_fake(definition))
     op._call = getattr(op._opoverload, "_op", op._opoverload)
-    op._fast = (op._call, op._nargs, op._scalar_kinds)
+    op._scalars_only = not any(isinstance(p, TensorParam) for p in arguments)
+    # An op of scalars only reads the default device in __call__, which the C call slot skips.
+    op._fast = None if op._scalars_only else (op._call, op._nargs, op._scalar_kinds)
     launch.install_fast_call(PnexOp)  # once the C++ launcher serves: calls skip __call__'s frame (checks stay)
     return op
 

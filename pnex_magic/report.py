@@ -15,6 +15,7 @@ as text (``str``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect as _inspect
 import math
 from collections.abc import Callable, Sequence
@@ -224,6 +225,11 @@ def _run_eager(eager: Callable, args: Sequence[Any], eager_name: str, args_name:
         raise PnexError(f"{eager_name}: calling it on {args_name} raised {type(exc).__name__}: {exc}") from None
 
 
+#: What a timing says while the C++ launcher is built (:func:`pnex_magic.launch.switch.waiting`).
+GRAPH_TIMED = ("timed as CUDA-graph replays, the op and the reference alike (the C++ launcher is being built "
+               "and the Python launcher's cost per call is left out: the cell's next run times plain calls)")
+
+
 def _device_arch(args: Sequence[Any]) -> str | None:
     for a in args:
         if isinstance(a, torch.Tensor) and a.device.type == "cuda":
@@ -296,8 +302,8 @@ def build_report(
         if eager is not None or device_arch is not None:
             step("checking against eager" + (" and timing on the GPU" if device_arch is not None else ""))
         mutated = [i for i, p in enumerate(spec.arguments) if p.role == "inmut"]
-        timing_result = _timing.evaluate(
-            op, args, eager,
+        evaluate = functools.partial(
+            _timing.evaluate, op, args, eager,
             output_names=[p.name for p in spec.outputs],
             mutated=mutated,
             mutated_names=[spec.arguments[i].name for i in mutated],
@@ -307,6 +313,18 @@ def build_report(
             eager_run=eager_run,
             time_it=time,
         )
+        # While the C++ launcher is built (a fresh environment), the Python launcher's
+        # cost per call would be timed instead of the kernel: time CUDA-graph replays.
+        in_graphs = device_arch is not None and time is not False and switch.waiting(definition.op_name)
+        try:
+            if in_graphs:
+                gpu = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
+                timing_result = evaluate(timer=_timing.cuda_graph_timer(gpu))
+            else:
+                timing_result = evaluate()
+        except _timing.CaptureRefused:  # the op or the reference cannot be captured: time plain calls
+            in_graphs = False
+            timing_result = evaluate()
         # The block the op ran with (an autotuned op's choice for the arguments it ran
         # on: copies, whose layout may differ from a strided original's).
         ran = op_run[1]
@@ -314,7 +332,7 @@ def build_report(
         if tuned is not None:
             launch = launch_info(spec, ran, tuned.block, tuned.variant)
         if timing_result.timed and device_arch is not None:
-            through = switch.timing_note(definition.op_name)  # the first run in an environment
+            through = (GRAPH_TIMED if in_graphs else switch.timing_note(definition.op_name))  # the first run
             if through:
                 timing_result = dataclasses.replace(timing_result, device=f"{timing_result.device}, {through}")
             step("measuring the device's bandwidth ceiling")

@@ -12,7 +12,8 @@ kernel's, so the result says why there are no timings and only carries the
 correctness check.
 
 The statistics (:func:`measure`) take the clock as an argument, so they are
-tested on CPU with a fake timer; :func:`cuda_event_timer` is the real one.
+tested on CPU with a fake timer; :mod:`pnex_magic.timers` holds the real ones
+(CUDA events, CUDA-graph replays).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .timers import CaptureRefused, Timer, cuda_event_timer, cuda_graph_timer
+
 __all__ = [
     "Measurement",
     "Correctness",
@@ -31,6 +34,8 @@ __all__ = [
     "Timer",
     "measure",
     "cuda_event_timer",
+    "cuda_graph_timer",
+    "CaptureRefused",
     "compare_outputs",
     "tensor_bytes",
     "clone_args",
@@ -42,8 +47,6 @@ __all__ = [
     "format_rate",
 ]
 
-#: ``timer(fn, loops)`` calls ``fn()`` ``loops`` times and returns the elapsed seconds.
-Timer = Callable[[Callable[[], Any], int], float]
 
 
 def format_time(seconds: float | None, precision: int = 3) -> str:
@@ -230,8 +233,9 @@ class TimingResult:
     Attributes
     ----------
     op, eager : Measurement or None
-        CUDA-event timings of the op and of the reference; ``None`` when not timed
-        (no GPU, CPU arguments, or no ``--eager``).
+        CUDA-event timings of the op and of the reference (around plain calls, or
+        around CUDA-graph replays while the C++ launcher is built: see ``device``);
+        ``None`` when not timed (no GPU, CPU arguments, or no ``--eager``).
     correctness : Correctness or None
         The op's results against the reference's (``None`` without ``--eager``).
     bytes_moved : int
@@ -344,26 +348,6 @@ def measure(
         raise ValueError(f"loops must be at least 1, got {loops}")
     runs = tuple(float(timer(fn, loops)) for _ in range(repeat))
     return Measurement(loops=loops, repeat=repeat, all_runs=runs, warmup=warmup)
-
-
-def cuda_event_timer(device: Any = None) -> Timer:
-    """A :data:`Timer` that brackets the calls with CUDA events on the current stream
-    of ``device`` and waits for the end event: GPU time of the whole run, launch
-    overhead included where the CPU cannot keep ahead of the GPU."""
-    import torch
-
-    def timer(fn: Callable[[], Any], loops: int) -> float:
-        with torch.cuda.device(device):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(loops):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
-
-    return timer
 
 
 # --------------------------------------------------------------------------- correctness

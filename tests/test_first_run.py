@@ -201,8 +201,7 @@ def test_two_processes_start_one_build_and_their_ops_switch_to_it(stand_in, tmp_
 THREADS = PRELUDE + """
 target = native._target()
 import fcntl, shutil
-lock = open(background._lock_path(target), "a")
-fcntl.flock(lock, fcntl.LOCK_EX)  # as a build process holds it: this process starts none
+lock = background.hold(target)  # as a build process holds it: this process starts none
 @pnex.jit(n_threads="a.numel()")
 def offset(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
     i = cuda.grid(1)

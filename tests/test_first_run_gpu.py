@@ -38,8 +38,7 @@ if os.environ.get("PNEX_TEST_NO_HEADERS"):  # as where neither a toolkit nor the
     build.cuda_include_dir = lambda: None
 
 try:
-    lock = open(background._lock_path(native._target()), "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # as a build process holds it: the build starts after "before"
+    lock = background.hold(native._target())  # as a build process holds it: the build starts after "before"
 except pnex.KernelCompileError:  # no CUDA headers: no build to hold
     lock = None
 
@@ -123,7 +122,10 @@ EXPECTED = {"eager": True, "compiled": True, "tuned": True, "inmut": True, "chec
 
 
 def _run(code: str, env: dict) -> tuple[dict, str]:
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
+    # From a file, as a user's script: the checked variant reads the kernels' source.
+    script = Path(env["PNEX_CACHE_DIR"]).parent / "first_run_script.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0 and "RESULT " in done.stdout, (done.stdout[-3000:], done.stderr[-3000:])
     return json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0]), done.stdout + done.stderr
 
@@ -166,8 +168,7 @@ import pnex_magic as pnex
 from pnex_magic.launch import background, xla
 
 target = xla.handler_build()
-lock = open(background._lock_path(target), "a")
-fcntl.flock(lock, fcntl.LOCK_EX)  # as its build process holds it: the first traces cannot have it
+lock = background.hold(target)  # as its build process holds it: the first traces cannot have it
 
 @pnex.jit(n_threads="a.numel()")
 def accumulate(a: pnex.In("f32", (None,)), m: pnex.InMut("f32", "a"), c: float,
@@ -234,3 +235,45 @@ def test_jax_with_the_driver_launcher_matches_the_handler_bit_for_bit(tmp_path, 
     handler, _ = _run(code, dict(env, PNEX_LAUNCHER="native"))
     assert not driver["handler"] and handler["handler"]
     assert driver["field"] == handler["field"]
+
+
+REPORT = """
+import json
+import torch
+from numba import cuda
+import pnex_magic as pnex
+from pnex_magic import report
+from pnex_magic.launch import background, native, switch
+
+lock = background.hold(native._target())  # as a build process holds it: the report comes first
+
+@pnex.jit(n_threads="a.numel()")
+def scale(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] * 3.0
+
+a = torch.randn(1 << 20, device="cuda")
+waiting = switch.waiting(scale._pnex.op_name)
+first = report.build_report(scale, args=(a,), eager=lambda a: a * 3.0, sass=False)
+lock.close()
+switch.wait(timeout=900)
+second = report.build_report(scale, args=(a,), eager=lambda a: a * 3.0, sass=False)
+t1, t2 = first.timing, second.timing
+print("RESULT " + json.dumps({
+    "waiting": waiting, "native_after": scale._native,
+    "first_device": t1.device, "second_device": t2.device, "ok": [t1.correctness.ok, t2.correctness.ok],
+    "medians": [t1.op.median, t1.eager.median, t2.op.median, t2.eager.median],
+}), flush=True)
+"""
+
+
+def test_a_report_made_while_the_launcher_builds_times_graph_replays(tmp_path, pnex_env):
+    """The first report in a fresh environment times the kernel, not the Python launcher's
+    cost per call: the op and the reference as CUDA-graph replays, and it says so; once
+    the C++ launcher serves, plain calls again."""
+    record, _ = _run(REPORT, _fresh(pnex_env, tmp_path))
+    assert record["waiting"] and record["native_after"], record
+    assert "CUDA-graph replays" in record["first_device"] and "C++ launcher is being built" in record["first_device"]
+    assert "CUDA-graph" not in record["second_device"] and "Python launcher" not in record["second_device"]
+    assert record["ok"] == [True, True] and all(m > 0 for m in record["medians"])

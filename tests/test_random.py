@@ -19,7 +19,13 @@ from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic import random as prandom
-from pnex_magic.errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelTypingError
+from pnex_magic.errors import (
+    ArgumentShapeError,
+    ArgumentTypeError,
+    KernelDefinitionError,
+    KernelLaunchError,
+    KernelTypingError,
+)
 from pnex_magic.launch.description import describe_launch
 
 from toolchain import needs_nvvm
@@ -225,6 +231,26 @@ def test_under_torch_compile_a_call_draws_as_in_eager():
     assert not torch.equal(twice(torch.tensor(2.0)), compiled)
 
 
+def test_an_op_of_scalars_only_makes_its_outputs_on_torchs_default_device():
+    """Both ways of setting it, read where the op is called (inside the op torch sets a
+    ``with torch.device`` block aside, and fills a missing index on the CPU): the launch
+    on 'meta' tensors is refused, which names the device the outputs were made on."""
+    op = _draws(8, 1, "uniform")
+    assert op().device.type == "cpu"
+    with torch.device("meta"), pytest.raises(KernelLaunchError, match="'meta' tensors"):
+        op()
+    before = torch.get_default_device()
+    torch.set_default_device("meta")
+    try:
+        with pytest.raises(KernelLaunchError, match="'meta' tensors"):
+            op()
+        with pytest.raises(KernelLaunchError, match="'meta' tensors"):
+            op._opoverload()  # through the dispatcher alone (as compiled code calls it)
+    finally:
+        torch.set_default_device(before)
+    assert op().device.type == "cpu"
+
+
 def test_seed_misuse_is_a_clear_error():
     with pytest.raises(KernelDefinitionError, match=r"parameter 'seed'.*Seed parameter \(each call draws it\)"):
         @pnex.jit(n_threads="out.size(0)")
@@ -380,9 +406,14 @@ def test_the_launchers_see_records_of_16_bytes_without_the_words_axis():
 @pytest.fixture
 def on_cuda():
     """An op whose arguments are all scalars (and a ``Seed``) makes its outputs on torch's
-    default device, as ``torch.empty`` does: make that the GPU for these tests."""
-    with torch.device("cuda"):
+    default device, as ``torch.empty`` does: make that the GPU for these tests (with
+    ``torch.set_default_device``, which compiled code sees too)."""
+    before = torch.get_default_device()
+    torch.set_default_device("cuda")
+    try:
         yield
+    finally:
+        torch.set_default_device(before)
 
 
 def _gpu_every():

@@ -44,7 +44,7 @@ from . import background, build, native
 from .driver import DriverLauncher
 from .kernel import Kernel
 
-__all__ = ["NativeLauncher", "call", "poll", "prepare", "wait", "note", "status", "timing_note"]
+__all__ = ["NativeLauncher", "call", "poll", "prepare", "wait", "note", "status", "timing_note", "waiting"]
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,12 @@ def wait(timeout: float | None = None) -> bool:
                 break
             _gate.wait(left)
     return native.available() and not _pending
+
+
+def waiting(op_name: str) -> bool:
+    """Whether ``op_name``'s CUDA calls go through the Python launcher only until the
+    C++ launcher being built takes them over."""
+    return op_name in _pending and not native.registered(op_name)
 
 
 def timing_note(op_name: str) -> str:
