@@ -508,3 +508,36 @@ def test_a_saved_op_keeps_its_derived_backward(tmp_path):
     assert pnex.autograd.attached_backward(loaded).backward.definition.op_name.startswith("k_saved_adjoint_")
     with pytest.raises(KernelDefinitionError, match="from its kernel's Python source; got a pnex op loaded"):
         pnex.derive_backward(loaded)
+
+
+def test_a_thread_reads_its_inputs_and_incoming_gradients_before_the_replayed_math():
+    """As a hand-written backward does: the elementwise kernel's derived backward loads
+    grad_y, grad_z, x and w at the top of its guarded block, before the branch and the
+    math, so that a thread keeps them all in flight (and w once, not once per branch)."""
+    source = K.elementwise.backward_source
+    replay = source[source.index("# the forward pass"):source.index("# the reverse pass")].splitlines()
+    reads = [n for n, line in enumerate(replay) if re.search(r"= (grad_[yz]|x|w)\[i\]$", line.strip())]
+    first_math = next(n for n, line in enumerate(replay) if "math." in line or line.strip().startswith("if c_2"))
+    assert {re.search(r"= (\w+)\[", replay[n]).group(1) for n in reads if n < first_math} == {"grad_y", "grad_z", "x", "w"}
+    reverse = source[source.index("# the reverse pass"):]
+    assert "grad_y[" not in reverse and "grad_z[" not in reverse  # read once, early
+
+
+def test_an_early_read_stays_inside_the_branch_that_makes_its_index_valid(poisoned):
+    """The incoming gradient of a store made only where ``i < y.shape[0]`` is read inside
+    that branch: read earlier, the last thread would read past grad_y's end (the simulator
+    raises IndexError)."""
+
+    @pnex.jit(n_threads="x.numel()", backward="auto")
+    def shorter(x: pnex.In("f64", (None,)), y: pnex.Out("f64", ("x.size(0) - 1",))):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            v = x[i] * 2.0
+            if i < y.shape[0]:
+                y[i] = v * v
+
+    x = rand(9)
+    (shorter(x) * torch.arange(1.0, 9.0, dtype=F64)).sum().backward()
+    expected = torch.zeros(9, dtype=F64)
+    expected[:8] = 8 * x.detach()[:8] * torch.arange(1.0, 9.0, dtype=F64)
+    torch.testing.assert_close(x.grad, expected)

@@ -114,6 +114,9 @@ class _Writer:
         self.renamed: dict[str, str] | None = None  #: (a neighbour's copy) its names
         self.copy = ""
         self.values = _defined_inside(program.root)  #: every SSA value
+        #: the incoming gradients the replay loads early, by store (``id``): their names
+        self.prefetched: dict[int, str] = {}
+        self.in_loop = 0  #: writing a loop's body (its trips' gradients are loaded where they are used)
         self.half_outputs = {p.name for p in program.scope.spec.outputs if p.dtype.name in ("float16", "bfloat16")}
 
     def _collect(self, block: Block) -> None:
@@ -168,7 +171,14 @@ class _Writer:
     def forward(self, block: Block, indent: int, unavailable: set[str]) -> set[str]:
         """Write the replay of ``block``; returns what it could not compute."""
         unavailable = set(unavailable)
-        for stmt in block.stmts:
+        early = self._early_reads(block)
+        hoisted = {id(stmt) for stmts in early.values() for stmt in stmts if isinstance(stmt, Load)}
+        for position, stmt in enumerate(block.stmts):
+            for read in early.get(position, ()):
+                if isinstance(read, Store):
+                    self.prefetch(read, indent, unavailable)
+                else:
+                    self.load(read, indent, unavailable)
             if isinstance(stmt, Assign):
                 if stmt.reads() & unavailable:
                     unavailable.update(stmt.defines())
@@ -179,17 +189,59 @@ class _Writer:
                             self.out(f"{g} = {g} - {d} if {g} >= {d} else 1 << 62" if d > 0 else
                                      f"{g} = {g} + {-d}", indent)
             elif isinstance(stmt, Load):
-                if stmt.index_reads & unavailable:
-                    unavailable.add(stmt.target)
-                    continue
-                value = f"{stmt.tensor}[{', '.join(stmt.index)}]"
-                self.out(f"{stmt.target} = {self.helpers['f32']}({value})" if stmt.half else
-                         f"{stmt.target} = {value}", indent)
+                if id(stmt) not in hoisted:
+                    self.load(stmt, indent, unavailable)
             elif isinstance(stmt, If):
                 unavailable = self.forward_if(stmt, indent, unavailable)
             elif isinstance(stmt, For):
                 unavailable = self.forward_for(stmt, indent, unavailable)
         return unavailable
+
+    def _early_reads(self, block: Block) -> dict[int, list[Load | Store]]:
+        """What ``block`` reads from memory (its own loads, and the incoming gradient of
+        each store it makes), outside loops and in this thread's replay, by the position
+        the replay reads it before: as soon as its index is known.  A thread then keeps
+        all its reads in flight at once, as a hand-written backward loads its inputs
+        first, where the reverse pass would issue the gradients' only after the replayed
+        math, and a branch's loads after the branch.  Each is read on the paths that read
+        it anyway (the same block; the replay writes nothing), so never out of bounds."""
+        if self.shift is not None or self.in_loop:
+            return {}
+        inside = _defined_inside(block)
+        early: dict[int, list[Load | Store]] = {}
+        for position, stmt in enumerate(block.stmts):
+            if isinstance(stmt, Store):
+                if not (stmt.differentiable and stmt.value.active and stmt.value.name in self.active):
+                    continue
+            elif not isinstance(stmt, Load):
+                continue
+            needed = set(stmt.index_reads) & inside
+            at = 0
+            while needed and at < position:
+                needed -= set(block.stmts[at].defines())
+                at += 1
+            if isinstance(stmt, Store) or at < position:
+                early.setdefault(at, []).append(stmt)
+        return early
+
+    def load(self, stmt: Load, indent: int, unavailable: set[str]) -> None:
+        """Write ``stmt``'s read (``unavailable`` gets its value where its index is not known)."""
+        if stmt.index_reads & unavailable:
+            unavailable.add(stmt.target)
+            return
+        value = f"{stmt.tensor}[{', '.join(stmt.index)}]"
+        self.out(f"{stmt.target} = {self.helpers['f32']}({value})" if stmt.half else f"{stmt.target} = {value}",
+                 indent)
+
+    def prefetch(self, store: Store, indent: int, unavailable: set[str]) -> None:
+        if set(store.index_reads) & unavailable:
+            return
+        name = self.names.fresh(f"{grad_name(store.tensor)}_in")
+        grad = f"{grad_name(store.tensor)}[{', '.join(store.index)}]"
+        if store.tensor in self.half_outputs:
+            grad = f"{self.helpers['f32']}({grad})"
+        self.out(f"{name} = {grad}", indent)
+        self.prefetched[id(store)] = name
 
     def pass_if_empty(self, start: int, indent: int) -> None:
         if len(self.lines) == start:
@@ -224,7 +276,11 @@ class _Writer:
             self.out(f"{c.carrier} = {c.init}", indent)
         self.out(f"for {loop.target} in {self.range_text(loop)}:", indent)
         start = len(self.lines)
-        self.forward(loop.body, indent + 1, unavailable | {c.carrier for c in loop.carried if c.carrier in gone})
+        self.in_loop += 1
+        try:
+            self.forward(loop.body, indent + 1, unavailable | {c.carrier for c in loop.carried if c.carrier in gone})
+        finally:
+            self.in_loop -= 1
         for c in carriers:
             if c.exit != c.carrier:
                 self.out(f"{c.carrier} = {c.exit}", indent + 1)
@@ -299,9 +355,11 @@ class _Writer:
         if not stmt.differentiable or not value.active or value.name not in self.active:
             return
         self.needs(set(stmt.index_reads), unavailable, stmt.line, f"the write of {stmt.tensor!r}")
-        grad = f"{grad_name(stmt.tensor)}[{', '.join(stmt.index)}]"
-        if stmt.tensor in self.half_outputs:
-            grad = f"{self.helpers['f32']}({grad})"
+        grad = self.prefetched.get(id(stmt)) if self.shift is None else None
+        if grad is None:
+            grad = f"{grad_name(stmt.tensor)}[{', '.join(stmt.index)}]"
+            if stmt.tensor in self.half_outputs:
+                grad = f"{self.helpers['f32']}({grad})"
         self.out(f"{self.adj(value.name)} {'-=' if stmt.op == '-' else '+='} {grad}", indent)
 
     def reverse_if(self, stmt: If, indent: int, unavailable: set[str]) -> None:
@@ -331,7 +389,11 @@ class _Writer:
         try:
             self.reverse_range(loop, indent)
             carriers = {c.carrier for c in loop.carried}
-            replay = self.forward(loop.body, indent + 1, unavailable | carriers)  # this trip's values
+            self.in_loop += 1
+            try:
+                replay = self.forward(loop.body, indent + 1, unavailable | carriers)  # this trip's values
+            finally:
+                self.in_loop -= 1
             transfers = []
             for c in loop.carried:
                 if c.active and c.exit != c.carrier and c.exit in self.active:
