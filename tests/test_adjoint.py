@@ -541,3 +541,17 @@ def test_an_early_read_stays_inside_the_branch_that_makes_its_index_valid(poison
     expected = torch.zeros(9, dtype=F64)
     expected[:8] = 8 * x.detach()[:8] * torch.arange(1.0, 9.0, dtype=F64)
     torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_stencils_backward_reads_every_incoming_gradient_it_needs_together_first():
+    """The gather's five reads of grad_out (this thread's and its four neighbours'
+    copies') are issued together before any copy's region tests, at clamped unsigned
+    indices; each copy then uses its value only where its tests pass (the gradients
+    themselves are checked by the gradcheck tests above)."""
+    source = K.stencil.backward_source
+    first_copy = source.index("# as the thread at")
+    head, rest = source[:first_copy], source[first_copy:]
+    reads = re.findall(r"grad_out\[[^\n]*\]", head)
+    assert len(reads) == 5 and all("min(max(" in r and "uint64(" in r for r in reads)
+    assert "if grad_out.size > 0:" in head
+    assert "grad_out[" not in rest

@@ -119,7 +119,7 @@ def _helpers(fn: types.FunctionType, fdef: ast.FunctionDef, namespace: dict) -> 
     used = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name)} | {a.arg for a in fdef.args.args}
     used |= set(fn.__code__.co_names) | set(fn.__code__.co_varnames) | set(fn.__code__.co_freevars)
     wanted = {"math": ("math", math), "cuda": ("cuda", lazy_cuda), "f32": ("float32", np.float32),
-              "pnex": ("pnex", annotations_module)}
+              "u64": ("uint64", np.uint64), "pnex": ("pnex", annotations_module)}
     roles, inject = {}, {}
     for role, (name, value) in wanted.items():
         have = namespace.get(name)

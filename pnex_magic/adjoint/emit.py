@@ -114,8 +114,10 @@ class _Writer:
         self.renamed: dict[str, str] | None = None  #: (a neighbour's copy) its names
         self.copy = ""
         self.values = _defined_inside(program.root)  #: every SSA value
-        #: the incoming gradients the replay loads early, by store (``id``): their names
-        self.prefetched: dict[int, str] = {}
+        #: the incoming gradients the replay loads early, by (copy, store ``id``): their names
+        self.prefetched: dict[tuple[str, int], str] = {}
+        self.early_assigns: set[int] = set()  #: (a neighbour's copy) root statements its early reads wrote
+        self.deferred: dict[str, list[str]] = {}  #: the neighbours' reads, by gradient tensor
         self.in_loop = 0  #: writing a loop's body (its trips' gradients are loaded where they are used)
         self.half_outputs = {p.name for p in program.scope.spec.outputs if p.dtype.name in ("float16", "bfloat16")}
 
@@ -180,14 +182,12 @@ class _Writer:
                 else:
                     self.load(read, indent, unavailable)
             if isinstance(stmt, Assign):
+                if id(stmt) in self.early_assigns:
+                    continue  # written before the copy, with its early reads
                 if stmt.reads() & unavailable:
                     unavailable.update(stmt.defines())
                 else:
-                    self.out(f"{', '.join(stmt.targets)} = {stmt.expr}", indent)
-                    for g, d in self.shift or ():
-                        if g in stmt.targets:  # the neighbour's coordinate; none: outside every region
-                            self.out(f"{g} = {g} - {d} if {g} >= {d} else 1 << 62" if d > 0 else
-                                     f"{g} = {g} + {-d}", indent)
+                    self.assign(stmt, indent)
             elif isinstance(stmt, Load):
                 if id(stmt) not in hoisted:
                     self.load(stmt, indent, unavailable)
@@ -196,6 +196,77 @@ class _Writer:
             elif isinstance(stmt, For):
                 unavailable = self.forward_for(stmt, indent, unavailable)
         return unavailable
+
+    def assign(self, stmt: Assign, indent: int) -> None:
+        self.out(f"{', '.join(stmt.targets)} = {stmt.expr}", indent)
+        for g, d in self.shift or ():
+            if g in stmt.targets:  # the neighbour's coordinate; none: outside every region
+                self.out(f"{g} = {g} - {d} if {g} >= {d} else 1 << 62" if d > 0 else f"{g} = {g} + {-d}", indent)
+
+    def _nested_stores(self, block: Block, top: bool = True):
+        """The differentiable stores inside ``block``'s branches (not its own, not in loops)."""
+        for stmt in block.stmts:
+            if isinstance(stmt, Store) and not top and stmt.differentiable and stmt.value.active \
+                    and stmt.value.name in self.active:
+                yield stmt
+            elif isinstance(stmt, If):
+                yield from self._nested_stores(stmt.body, False)
+                yield from self._nested_stores(stmt.orelse, False)
+
+    def _index_slice(self, root: Block, store: Store) -> list[Assign] | None:
+        """The statements of ``root`` (assignments only) that compute ``store``'s index, in
+        order; None where the index needs a value computed anywhere else."""
+        needed = set(store.index_reads) & self.values
+        taken = []
+        for stmt in reversed(root.stmts):
+            made = set(stmt.defines()) & needed
+            if not made:
+                continue
+            if not isinstance(stmt, Assign):
+                return None
+            taken.append(stmt)
+            needed = (needed - made) | (set(stmt.reads()) & self.values)
+        return None if needed else taken[::-1]
+
+    def neighbour_reads(self, root: Block) -> None:
+        """(A neighbour's copy) the statements that compute the indices of its incoming
+        gradients, and a name for each gradient, zero until :meth:`write_neighbour_reads`
+        reads them all, before every copy's code: then they are all in flight at once,
+        where each copy would issue its own behind its region's tests, one after the other."""
+        self.early_assigns = set()
+        read: dict[tuple[str, ...], str] = {}  # the same element, stored in several branches: read once
+        for store in self._nested_stores(root):
+            taken = self._index_slice(root, store)
+            if taken is None:
+                continue
+            for stmt in taken:
+                if id(stmt) not in self.early_assigns:
+                    self.early_assigns.add(id(stmt))
+                    self.assign(stmt, 1)
+            key = (store.tensor, *store.index)
+            if key not in read:
+                grad = grad_name(store.tensor)
+                name = read[key] = self.names.fresh(f"{grad}_in")
+                ty = "f32" if store.tensor in self.half_outputs else store.value.ty
+                self.out(f"{name} = {typed_constant(0.0, ty, self.helpers)}", 1)
+                # Each index clamped into the tensor (unsigned: no wrap-around code); the value
+                # is used only where the copy's tests pass, where the index was in bounds.
+                index = [f"{self.helpers['u64']}(min(max({e}, 0), {grad}.shape[{axis}] - 1))"
+                         for axis, e in enumerate(store.index)]
+                value = f"{grad}[{', '.join(index)}]"
+                if store.tensor in self.half_outputs:
+                    value = f"{self.helpers['f32']}({value})"
+                line = f"{name} = {value}"
+                self.deferred.setdefault(grad, []).append(line if self.renamed is None else _rename(line, self.copy_name))
+            self.prefetched[(self.copy, id(store))] = read[key]
+
+    def write_neighbour_reads(self) -> None:
+        """The reads :meth:`neighbour_reads` named, together (none from an empty tensor,
+        which no store of the forward's can have written)."""
+        for grad, lines in self.deferred.items():
+            self.out(f"if {grad}.size > 0:", 1)
+            for line in lines:
+                self.out(line, 2)
 
     def _early_reads(self, block: Block) -> dict[int, list[Load | Store]]:
         """What ``block`` reads from memory (its own loads, and the incoming gradient of
@@ -211,7 +282,8 @@ class _Writer:
         early: dict[int, list[Load | Store]] = {}
         for position, stmt in enumerate(block.stmts):
             if isinstance(stmt, Store):
-                if not (stmt.differentiable and stmt.value.active and stmt.value.name in self.active):
+                if not (stmt.differentiable and stmt.value.active and stmt.value.name in self.active) \
+                        or ("", id(stmt)) in self.prefetched:
                     continue
             elif not isinstance(stmt, Load):
                 continue
@@ -234,14 +306,16 @@ class _Writer:
                  indent)
 
     def prefetch(self, store: Store, indent: int, unavailable: set[str]) -> None:
+        """Read ``store``'s incoming gradient into a name of its own."""
         if set(store.index_reads) & unavailable:
             return
-        name = self.names.fresh(f"{grad_name(store.tensor)}_in")
-        grad = f"{grad_name(store.tensor)}[{', '.join(store.index)}]"
+        grad = grad_name(store.tensor)
+        name = self.names.fresh(f"{grad}_in")
+        value = f"{grad}[{', '.join(store.index)}]"
         if store.tensor in self.half_outputs:
-            grad = f"{self.helpers['f32']}({grad})"
-        self.out(f"{name} = {grad}", indent)
-        self.prefetched[id(store)] = name
+            value = f"{self.helpers['f32']}({value})"
+        self.out(f"{name} = {value}", indent)
+        self.prefetched[(self.copy if self.shift is not None else "", id(store))] = name
 
     def pass_if_empty(self, start: int, indent: int) -> None:
         if len(self.lines) == start:
@@ -355,7 +429,7 @@ class _Writer:
         if not stmt.differentiable or not value.active or value.name not in self.active:
             return
         self.needs(set(stmt.index_reads), unavailable, stmt.line, f"the write of {stmt.tensor!r}")
-        grad = self.prefetched.get(id(stmt)) if self.shift is None else None
+        grad = self.prefetched.get((self.copy if self.shift is not None else "", id(stmt)))
         if grad is None:
             grad = f"{grad_name(stmt.tensor)}[{', '.join(stmt.index)}]"
             if stmt.tensor in self.half_outputs:
@@ -475,12 +549,27 @@ def write_body(program: Program, accumulators: Mapping[int, Accumulator], plans:
     gathers = list({id(a): a for a in accumulators.values() if a.mode == "gather"}.values())
     for acc in gathers:
         writer.out(f"{acc.gathered} = {writer.zero(acc.ty)}  # what other threads' reads add to grad_{acc.tensor}", 1)
-    for k, shift in enumerate(sorted({o for acc in gathers for o in acc.offsets.values() if o})):
+    shifts = sorted({o for acc in gathers for o in acc.offsets.values() if o})
+    copies = []
+    if shifts:
+        writer.out("# the incoming gradients this thread and its neighbours' copies use, read first "
+                   "(each used only where its copy's tests pass)", 1)
+    for k, shift in enumerate(shifts):
+        writer.shift, writer.renamed, writer.copy = shift, {}, f"n{k + 1}"
+        writer.neighbour_reads(program.root)
+        copies.append((shift, writer.renamed, writer.copy, writer.early_assigns))
+    writer.shift, writer.renamed, writer.copy = None, None, ""
+    own = set()
+    if shifts:  # this thread's own incoming gradients, in the same group
+        writer.neighbour_reads(program.root)
+        own = writer.early_assigns
+    writer.write_neighbour_reads()
+    for shift, renamed, copy, early in copies:
         place = ", ".join(f"{g} {'+' if -d > 0 else '-'} {abs(d)}" for g, d in shift)
         writer.out(f"# as the thread at {place}: its adjoints of the elements this thread's coordinates name", 1)
-        writer.shift, writer.renamed, writer.copy = shift, {}, f"n{k + 1}"
+        writer.shift, writer.renamed, writer.copy, writer.early_assigns = shift, renamed, copy, early
         writer.reverse(program.root, 1, writer.forward(program.root, 1, set()))
-        writer.shift, writer.renamed = None, None
+    writer.shift, writer.renamed, writer.copy, writer.early_assigns = None, None, "", own
     writer.out("# the forward pass, replayed: every value the derivatives need (nothing is written)", 1)
     unavailable = writer.forward(program.root, 1, set())
     writer.out("# the reverse pass: each statement's adjoint, last statement first", 1)
