@@ -317,11 +317,7 @@ def build_report(
         # cost per call would be timed instead of the kernel: time CUDA-graph replays.
         in_graphs = device_arch is not None and time is not False and switch.waiting(definition.op_name)
         try:
-            if in_graphs:
-                gpu = next(a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda)
-                timing_result = evaluate(timer=_timing.cuda_graph_timer(gpu))
-            else:
-                timing_result = evaluate()
+            timing_result = evaluate(graphs=in_graphs)
         except _timing.CaptureRefused:  # the op or the reference cannot be captured: time plain calls
             in_graphs = False
             timing_result = evaluate()

@@ -35,15 +35,12 @@ def cuda_event_timer(device: Any = None) -> Timer:
     import torch
 
     def timer(fn: Callable[[], Any], loops: int) -> float:
-        with torch.cuda.device(device):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
+        def run() -> None:
             for _ in range(loops):
                 fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+        with torch.cuda.device(device):
+            return _elapsed(run)
 
     return timer
 
@@ -71,13 +68,20 @@ def cuda_graph_timer(device: Any = None) -> Timer:
                     torch.cuda.synchronize()
                     raise CaptureRefused(f"{type(exc).__name__}: {exc}") from exc
                 graphs[key] = (graph, fn)  # fn kept alive: its id stays its own
-            graph = graphs[key][0]
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
+            return _elapsed(graphs[key][0].replay)
 
     return timer
+
+
+def _elapsed(run: Callable[[], Any]) -> float:
+    """Seconds of GPU time between CUDA events recorded on the current stream before and
+    after ``run()``, once the end event is reached."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds

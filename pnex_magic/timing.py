@@ -48,7 +48,6 @@ __all__ = [
 ]
 
 
-
 def format_time(seconds: float | None, precision: int = 3) -> str:
     """``1.23 µs``, ``45.6 ms``: a duration with a unit chosen for it (as ``%timeit``)."""
     if seconds is None or not math.isfinite(seconds):
@@ -505,6 +504,7 @@ def evaluate(
     time_it: bool | None = None,
     repeat: int = 7,
     timer: Timer | None = None,
+    graphs: bool = False,
 ) -> TimingResult:
     """Check ``op(*args)`` against ``eager(*args)`` and, on CUDA, time both.
 
@@ -513,7 +513,8 @@ def evaluate(
     (positions ``mutated``, named ``mutated_names``) after the call.  ``op_run`` and
     ``eager_run`` (a result and the argument copies it ran on) reuse runs already
     made.  ``time_it`` defaults to "the arguments are CUDA tensors"; ``timer``
-    defaults to :func:`cuda_event_timer`.
+    defaults to :func:`cuda_event_timer`, or with ``graphs`` to :func:`cuda_graph_timer`
+    (which raises :class:`CaptureRefused` for a function that cannot be captured).
     """
     import torch
 
@@ -545,7 +546,7 @@ def evaluate(
                 reason = ("no CUDA GPU here: the op ran in the CUDA simulator, "
                           "whose speed says nothing about the kernel's")
             return TimingResult(None, None, correctness, moved, where, reason, name, eager_name)
-        timer = timer or cuda_event_timer(device)
+        timer = timer or (cuda_graph_timer if graphs else cuda_event_timer)(device)
         op_args = clone_args(args)
         op_time = measure(lambda: op(*op_args), timer, repeat=repeat)
         eager_time = None

@@ -112,7 +112,7 @@ class _Writer:
         #: the reads whose adjoints it gathers; its coordinates are this thread's minus them
         self.shift: tuple[tuple[str, int], ...] | None = None
         self.renamed: dict[str, str] | None = None  #: (a neighbour's copy) its names
-        self.copy = ""
+        self.copy = ""  #: (a neighbour's copy) the suffix of its names; "" for this thread's code
         self.values = _defined_inside(program.root)  #: every SSA value
         #: the incoming gradients the replay loads early, by (copy, store ``id``): their names
         self.prefetched: dict[tuple[str, int], str] = {}
@@ -203,11 +203,21 @@ class _Writer:
             if g in stmt.targets:  # the neighbour's coordinate; none: outside every region
                 self.out(f"{g} = {g} - {d} if {g} >= {d} else 1 << 62" if d > 0 else f"{g} = {g} + {-d}", indent)
 
+    def _read_back(self, store: Store) -> bool:
+        """Whether the reverse pass reads ``store``'s incoming gradient (a gradient flows
+        into the value it wrote)."""
+        return store.differentiable and store.value.active and store.value.name in self.active
+
+    def _grad_value(self, store: Store, index: list[str] | tuple[str, ...]) -> str:
+        """The code of ``store``'s incoming gradient at ``index`` (float32 for a half output)."""
+        value = f"{grad_name(store.tensor)}[{', '.join(index)}]"
+        return f"{self.helpers['f32']}({value})" if store.tensor in self.half_outputs else value
+
     def _nested_stores(self, block: Block, top: bool = True):
-        """The differentiable stores inside ``block``'s branches (not its own, not in loops)."""
+        """The stores inside ``block``'s branches (not its own, not in loops) whose gradient
+        the reverse pass reads."""
         for stmt in block.stmts:
-            if isinstance(stmt, Store) and not top and stmt.differentiable and stmt.value.active \
-                    and stmt.value.name in self.active:
+            if isinstance(stmt, Store) and not top and self._read_back(stmt):
                 yield stmt
             elif isinstance(stmt, If):
                 yield from self._nested_stores(stmt.body, False)
@@ -253,10 +263,7 @@ class _Writer:
                 # is used only where the copy's tests pass, where the index was in bounds.
                 index = [f"{self.helpers['u64']}(min(max({e}, 0), {grad}.shape[{axis}] - 1))"
                          for axis, e in enumerate(store.index)]
-                value = f"{grad}[{', '.join(index)}]"
-                if store.tensor in self.half_outputs:
-                    value = f"{self.helpers['f32']}({value})"
-                line = f"{name} = {value}"
+                line = f"{name} = {self._grad_value(store, index)}"
                 self.deferred.setdefault(grad, []).append(line if self.renamed is None else _rename(line, self.copy_name))
             self.prefetched[(self.copy, id(store))] = read[key]
 
@@ -282,8 +289,7 @@ class _Writer:
         early: dict[int, list[Load | Store]] = {}
         for position, stmt in enumerate(block.stmts):
             if isinstance(stmt, Store):
-                if not (stmt.differentiable and stmt.value.active and stmt.value.name in self.active) \
-                        or ("", id(stmt)) in self.prefetched:
+                if not self._read_back(stmt) or (self.copy, id(stmt)) in self.prefetched:
                     continue
             elif not isinstance(stmt, Load):
                 continue
@@ -309,13 +315,9 @@ class _Writer:
         """Read ``store``'s incoming gradient into a name of its own."""
         if set(store.index_reads) & unavailable:
             return
-        grad = grad_name(store.tensor)
-        name = self.names.fresh(f"{grad}_in")
-        value = f"{grad}[{', '.join(store.index)}]"
-        if store.tensor in self.half_outputs:
-            value = f"{self.helpers['f32']}({value})"
-        self.out(f"{name} = {value}", indent)
-        self.prefetched[(self.copy if self.shift is not None else "", id(store))] = name
+        name = self.names.fresh(f"{grad_name(store.tensor)}_in")
+        self.out(f"{name} = {self._grad_value(store, store.index)}", indent)
+        self.prefetched[(self.copy, id(store))] = name
 
     def pass_if_empty(self, start: int, indent: int) -> None:
         if len(self.lines) == start:
@@ -425,16 +427,11 @@ class _Writer:
             self.out(f"{self.adj(arg.name)} += {code}", indent)
 
     def reverse_store(self, stmt: Store, indent: int, unavailable: set[str]) -> None:
-        value = stmt.value
-        if not stmt.differentiable or not value.active or value.name not in self.active:
+        if not self._read_back(stmt):
             return
         self.needs(set(stmt.index_reads), unavailable, stmt.line, f"the write of {stmt.tensor!r}")
-        grad = self.prefetched.get((self.copy if self.shift is not None else "", id(stmt)))
-        if grad is None:
-            grad = f"{grad_name(stmt.tensor)}[{', '.join(stmt.index)}]"
-            if stmt.tensor in self.half_outputs:
-                grad = f"{self.helpers['f32']}({grad})"
-        self.out(f"{self.adj(value.name)} {'-=' if stmt.op == '-' else '+='} {grad}", indent)
+        grad = self.prefetched.get((self.copy, id(stmt))) or self._grad_value(stmt, stmt.index)
+        self.out(f"{self.adj(stmt.value.name)} {'-=' if stmt.op == '-' else '+='} {grad}", indent)
 
     def reverse_if(self, stmt: If, indent: int, unavailable: set[str]) -> None:
         start = len(self.lines)
