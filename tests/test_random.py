@@ -10,6 +10,7 @@ an ``InMut("xoroshiro128p", ...)`` parameter: the same streams as Numba's, advan
 way, and clear errors for what is not."""
 
 
+import contextlib
 import math
 
 import numpy as np
@@ -231,6 +232,17 @@ def test_under_torch_compile_a_call_draws_as_in_eager():
     assert not torch.equal(twice(torch.tensor(2.0)), compiled)
 
 
+@contextlib.contextmanager
+def default_device(device: str):
+    """``torch.set_default_device(device)`` inside the block (compiled code sees it too)."""
+    before = torch.get_default_device()
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(before)
+
+
 def test_an_op_of_scalars_only_makes_its_outputs_on_torchs_default_device():
     """Both ways of setting it, read where the op is called (inside the op torch sets a
     ``with torch.device`` block aside, and fills a missing index on the CPU): the launch
@@ -239,15 +251,11 @@ def test_an_op_of_scalars_only_makes_its_outputs_on_torchs_default_device():
     assert op().device.type == "cpu"
     with torch.device("meta"), pytest.raises(KernelLaunchError, match="'meta' tensors"):
         op()
-    before = torch.get_default_device()
-    torch.set_default_device("meta")
-    try:
+    with default_device("meta"):
         with pytest.raises(KernelLaunchError, match="'meta' tensors"):
             op()
         with pytest.raises(KernelLaunchError, match="'meta' tensors"):
             op._opoverload()  # through the dispatcher alone (as compiled code calls it)
-    finally:
-        torch.set_default_device(before)
     assert op().device.type == "cpu"
 
 
@@ -408,12 +416,8 @@ def on_cuda():
     """An op whose arguments are all scalars (and a ``Seed``) makes its outputs on torch's
     default device, as ``torch.empty`` does: make that the GPU for these tests (with
     ``torch.set_default_device``, which compiled code sees too)."""
-    before = torch.get_default_device()
-    torch.set_default_device("cuda")
-    try:
+    with default_device("cuda"):
         yield
-    finally:
-        torch.set_default_device(before)
 
 
 def _gpu_every():
