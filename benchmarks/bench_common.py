@@ -15,7 +15,21 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-__all__ = ["RESULTS", "versions", "gpu_info", "result_header", "write_result", "device_seconds", "queued_seconds"]
+__all__ = ["RESULTS", "versions", "gpu_info", "result_header", "write_result", "device_seconds", "queued_seconds",
+           "launcher_ready"]
+
+
+def launcher_ready(timeout: float = 900) -> str:
+    """Wait until pnex's C++ launcher serves CUDA calls (building it where the cache has
+    none) and return its state in words: a benchmark that times device work must call
+    this first.  In a fresh cache the ops otherwise go through the Python launcher while
+    the build runs, 80-110 us of host time a call, and back-to-back calls of a kernel
+    shorter than that time the host, not the kernel (derived_backward.py on a fresh H200:
+    every row 150-180 us)."""
+    from pnex_magic.launch import switch
+
+    switch.wait(timeout)
+    return switch.status()
 
 
 def device_seconds(fn, args, repeats: int = 20) -> float:
@@ -76,7 +90,16 @@ def result_header(benchmark: str, *extra_versions: str) -> dict:
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "gpu": gpu_info(),
         "versions": versions(*extra_versions),
+        **_launcher(),
     }
+
+
+def _launcher() -> dict:
+    """The C++ launcher's state when pnex is loaded (``{}`` otherwise)."""
+    import sys
+
+    switch = sys.modules.get("pnex_magic.launch.switch")
+    return {"launcher": switch.status()} if switch is not None else {}
 
 
 def write_result(result: dict, stem: str) -> Path:

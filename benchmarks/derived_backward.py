@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             print("wrote", bench_common.write_result(result, "derived-backward-compile-only"))
         return 0
 
+    launcher = bench_common.launcher_ready()  # else a fresh cache times the Python launcher
+    print(f"C++ launcher: {launcher}")
     rows = _workloads(torch, dk, wl, args.smoke)
     problems = _check(torch, rows)
     if problems:

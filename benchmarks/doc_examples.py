@@ -95,6 +95,10 @@ def main() -> None:
     args = build_parser().parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no GPU here: run with --device cpu for the simulator's column")
+    if args.device == "cuda":
+        from bench_common import launcher_ready
+
+        print(f"C++ launcher: {launcher_ready()}")  # else a fresh cache times the Python launcher
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     rows = []
     for name in [n for n in ports() if not args.only or n in args.only]:

@@ -136,27 +136,33 @@ def _cu12_environment(folders: str, root: Path, env: dict[str, str]) -> dict[str
 
 # ----------------------------------------------------------------------------- the rows
 
-def notebook_row(fresh: Fresh, device: str, salt: float) -> dict:
+def notebook_row(fresh: Fresh, device: str, salt: float, profile: bool = False) -> dict:
+    """The first ``%%pnex`` cell (new kernel, ``--args``) in a fresh Jupyter kernel and a
+    fresh cache; ``profile``: under cProfile, its table returned as ``profile``."""
     sys.path.insert(0, str(HERE))
     from first_use import _notebook_seconds
 
     size = "(1<<20)" if device == "cuda" else "64"
     cell = (
-        f"%%pnex --n-threads a.numel() --args (torch.randn({size},device={device!r}),) --eager torch.clone\n"
+        f"%%pnex --n-threads a.numel() --args (torch.randn({size},device={device!r}),) --eager lambda a: a * {salt!r}\n"
         "def fresh_cell(a: In(\"f32\", (None,)), result: Out(\"f32\", \"a\")):\n"
         "    i = cuda.grid(1)\n"
         "    if i < a.shape[0]:\n"
         f"        result[i] = a[i] * {salt!r}\n"
     )
-    sample = _notebook_seconds(salt, fresh.env(), cell=cell)
+    sample = _notebook_seconds(salt, fresh.env(), cell=cell, profile=profile)
     if not sample["report_shown"] or sample["misses"] < 1:  # (on a GPU its checked variant is compiled too)
         raise RuntimeError(f"the notebook cell did not compile a new kernel and show its report: {sample}")
-    return {"first_cell_report_s": sample["seconds"], "first_cell_end_s": sample["cell_s"],
-            "load_ext_s": sample["load_ext_s"], "warmup_s": sample["warmup_s"]}
+    found = {"first_cell_report_s": sample["seconds"], "first_cell_end_s": sample["cell_s"],
+             "load_ext_s": sample["load_ext_s"], "warmup_s": sample["warmup_s"]}
+    if profile:
+        found["profile"] = sample["profile"]
+    return found
 
 
 BASELINE = """
 import time
+w0 = time.time()
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
@@ -172,20 +178,50 @@ if device == "cuda":
     torch.cuda.synchronize()
 t3 = time.perf_counter()
 import json
-print("RESULT " + json.dumps({"torch_import_s": t1 - t0, "cuda_init_s": t2 - t1, "torch_compile_first_s": t3 - t2}))
+print("RESULT " + json.dumps({"torch_import_s": t1 - t0, "cuda_init_s": t2 - t1, "torch_compile_first_s": t3 - t2,
+                             "wall_start": w0, "wall_end": time.time()}))
+"""
+
+# ``python -m pnex_magic`` as the user runs it (runpy, as -m does), with wall-clock stamps:
+# when the interpreter reached it, when the demo returned and when the exit handlers that
+# torch registered after it had run (the stamps go to stderr).
+DEMO = """
+import atexit, runpy, sys, time
+w0 = time.time()
+returned = []
+atexit.register(lambda: print("STAMPS", w0, returned[0] if returned else None, time.time(), file=sys.stderr, flush=True))
+sys.argv = ["pnex_magic"]
+try:
+    runpy.run_module("pnex_magic", run_name="__main__", alter_sys=True)
+finally:
+    returned.append(time.time())
 """
 
 
 def demo_row(fresh: Fresh) -> dict:
+    """The demo in a fresh environment, and a bare process doing what any torch.compile
+    user's does (import torch, CUDA, a first compile), each split into the interpreter's
+    start, the work and the exit (its handlers: torch's compile workers, CUDA)."""
+    spawned = time.time()
     base, base_wall = _child(BASELINE, fresh.env())
+    base_split = {"baseline_start_s": base.pop("wall_start") - spawned,
+                  "baseline_exit_s": spawned + base_wall - base.pop("wall_end")}
     env = fresh.env()
+    spawned = time.time()
     begin = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pnex_magic"], capture_output=True, text=True, timeout=1200, env=env)
+    done = subprocess.run([sys.executable, "-c", DEMO], capture_output=True, text=True, timeout=1200, env=env)
     wall = time.perf_counter() - begin
     if done.returncode != 0 or "OK" not in done.stdout:
         raise RuntimeError(f"the demo failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    stamps = [line.split()[1:] for line in done.stderr.splitlines() if line.startswith("STAMPS ")]
+    split = {}
+    if stamps and stamps[-1][1] != "None":
+        w0, returned, handlers = (float(x) for x in stamps[-1])
+        split = {"demo_start_s": w0 - spawned, "demo_work_s": returned - w0, "demo_exit_s": spawned + wall - returned,
+                 "demo_exit_handlers_s": handlers - returned}
     over = wall - base["torch_import_s"] - base["torch_compile_first_s"]
-    return {"demo_s": wall, **base, "baseline_process_s": base_wall, "demo_over_baseline_s": over,
+    return {"demo_s": wall, **base, "baseline_process_s": base_wall, **base_split, **split,
+            "demo_over_baseline_s": over, "demo_over_baseline_process_s": wall - base_wall,
             "demo_said": [line for line in done.stderr.splitlines() if line.startswith("pnex")]}
 
 
@@ -346,6 +382,8 @@ def run_rounds(device: str, rounds: int, skip: set[str], base_env: dict[str, str
 
 
 SCALARS = ("first_cell_report_s", "demo_s", "torch_import_s", "torch_compile_first_s", "demo_over_baseline_s",
+           "demo_over_baseline_process_s", "baseline_start_s", "baseline_exit_s", "demo_start_s", "demo_work_s",
+           "demo_exit_s",
            "launcher_ready_s", "build_s", "jax_first_call_s", "jax_after_handler_s")
 
 
@@ -395,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cu12", metavar="FOLDERS", default=None,
                         help="folders holding the CUDA 12 wheels (benchmarks/cuda12_check.py), put first on "
                              "every child's PYTHONPATH and loaded at its start")
+    parser.add_argument("--profile-first-cell", action="store_true",
+                        help="only the first-cell row, once, under cProfile: its table printed (no figures written)")
     opts = parser.parse_args(argv)
     skip = {s for s in opts.skip.split(",") if s}
     unknown = skip - set(ROWS)
@@ -408,6 +448,16 @@ def main(argv: list[str] | None = None) -> int:
 
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     base = dict(os.environ)
+    if opts.profile_first_cell:
+        with tempfile.TemporaryDirectory(prefix="pnex-fresh-profile-") as tmp:
+            fresh = Fresh(Path(tmp), base)
+            try:
+                found = notebook_row(fresh, device, 1.0 + (time.time_ns() % 1_000_000) / 1e7, profile=True)
+            finally:
+                fresh.stop()
+        print(found.pop("profile"))
+        print("first cell (under the profiler):", json.dumps(found))
+        return 0
     with tempfile.TemporaryDirectory(prefix="pnex-fresh-cu12-") as cu12_root:
         if opts.cu12:
             base = _cu12_environment(opts.cu12, Path(cu12_root), base)

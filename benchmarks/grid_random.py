@@ -216,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from bench_common import result_header, versions, write_result
+    from bench_common import launcher_ready, result_header, versions, write_result
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda":
+        print(f"C++ launcher: {launcher_ready()}")  # else a fresh cache times the Python launcher
     # The kernels that take only scalars (and a Seed) make their outputs on torch's default
     # device, as torch.empty does: the GPU here, unless --device cpu.
     torch.set_default_device(device)

@@ -437,13 +437,24 @@ def compare_outputs(
             flat = int(torch.argmax(torch.nan_to_num(excess, nan=math.inf)))
             if float(excess.flatten()[flat]) > worst_excess:
                 worst_excess = float(excess.flatten()[flat])
-                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a64.shape))
+                index = _unravel(flat, tuple(a64.shape))
                 worst = Mismatch(name, index, a64.flatten()[flat].item(), e64.flatten()[flat].item())
         if a.dtype != e.dtype:
             op_dtype, ref_dtype = (str(d).removeprefix("torch.") for d in (a.dtype, e.dtype))
             notes.append(f"{name}: op dtype {op_dtype}, eager {ref_dtype}")
     return Correctness(max_abs, max_rel, ok, names, rtol_used, atol_used, "; ".join(notes), where, max_ref, elements,
                        mismatched, worst)
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The index of element ``flat`` of a contiguous tensor of ``shape``, in plain Python:
+    ``torch.unravel_index`` imports sympy (through torch's symbolic shapes) on first use,
+    1-2 s of a fresh notebook's first report when its kernel disagrees with eager."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size) if size else (flat, 0)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def tensor_bytes(*values: Any) -> int:

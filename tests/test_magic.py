@@ -778,6 +778,24 @@ def test_a_pass_reads_as_a_pass_and_a_failure_names_the_worst_element():
     assert c.worst.output == "y" and str(c.worst).startswith(f"y[{row}, {col}] = ")
 
 
+def test_a_failure_is_located_without_importing_sympy():
+    """A fresh notebook's first report of a kernel that disagrees with eager paid 1-2 s for
+    sympy (``torch.unravel_index`` imports torch's symbolic shapes): the worst element's
+    index is found in plain Python, in a process that has not imported sympy."""
+    code = (
+        "import sys, torch\n"
+        "from pnex_magic import timing\n"
+        "assert 'sympy' not in sys.modules\n"
+        "ref = torch.zeros(3, 5, 7)\n"
+        "bad = ref.clone(); bad[2, 1, 4] = 1.0; bad[0, 0, 0] = 0.5\n"
+        "c = timing.compare_outputs([bad], [ref], ['r'])\n"
+        "print(c.worst.index, c.mismatched, 'sympy' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-5:] == ["(2,", "1,", "4)", "2", "False"]
+
+
 def test_evaluate_times_with_any_timer_and_checks_correctness(ip):
     run(ip, "--n-threads a.numel() --threads-per-block 32", COPY)
     op = ip.user_ns["copy_k"]
