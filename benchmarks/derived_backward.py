@@ -37,7 +37,61 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default=None, help="target of --compile-only (default: the GPU's, else sm_90)")
     p.add_argument("--smoke", action="store_true", help="small sizes (a quick run that checks the script)")
     p.add_argument("--no-write", action="store_true", help="do not write the JSON result")
+    p.add_argument("--ncu", action="store_true",
+                   help="each kernel once under Nsight Compute (on a GPU, ncu on PATH): duration, instructions "
+                        "issued, issue slots busy, DRAM throughput, warps active; nothing written")
+    p.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+NCU_METRICS = ("gpu__time_duration.sum", "smsp__inst_executed.sum", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+               "dram__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
+               "launch__registers_per_thread", "smsp__thread_inst_executed_per_inst_executed.ratio")
+
+
+def _ncu_child(torch, rows) -> None:
+    """Every variant once more (after the checks' calls), between cudaProfilerStart and Stop."""
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for name, _size, _goal, variants, _ratio in rows:
+        for label, op, call_args in variants:
+            torch.cuda.nvtx.range_push(f"{name} | {label}")
+            op(*call_args)
+            torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def _ncu(argv: list[str]) -> int:
+    """This script's child under ncu; prints one line per profiled kernel."""
+    import csv
+    import io
+    import os
+    import subprocess
+
+    command = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--nvtx", "--print-units", "base",
+               "--metrics", ",".join(NCU_METRICS), "--csv", sys.executable, __file__, "--ncu-child",
+               *[a for a in argv if a != "--ncu"]]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "derived_ncu.csv").write_text(done.stdout + "\n" + done.stderr)
+    rows: dict = {}
+    for rec in csv.DictReader(io.StringIO("\n".join(ln for ln in done.stdout.splitlines() if ln.startswith('"')))):
+        key = (int(rec.get("ID", 0)), rec.get("Kernel Name", "")[:40])
+        rows.setdefault(key, {})[rec.get("Metric Name", "")] = rec.get("Metric Value", "")
+    if not rows:
+        print(f"ncu gave no rows (rc {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        return 1
+    short = {"gpu__time_duration.sum": "ns", "smsp__inst_executed.sum": "warp-instr",
+             "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue%",
+             "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram%",
+             "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy%", "launch__registers_per_thread": "regs",
+             "smsp__thread_inst_executed_per_inst_executed.ratio": "threads/instr"}
+    print(f"{'kernel':<40} " + " ".join(f"{v:>12}" for v in short.values()))
+    for (_, kernel), metrics in sorted(rows.items()):
+        print(f"{kernel:<40} " + " ".join(f"{metrics.get(k, '-'):>12}" for k in short))
+    return 0
 
 
 def _static(op, arch: str) -> dict:
@@ -155,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             print("wrote", bench_common.write_result(result, "derived-backward-compile-only"))
         return 0
 
+    if args.ncu:
+        return _ncu(sys.argv[1:] if argv is None else argv)
     launcher = bench_common.launcher_ready()  # else a fresh cache times the Python launcher
     print(f"C++ launcher: {launcher}")
     rows = _workloads(torch, dk, wl, args.smoke)
@@ -162,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("the derived backward differs from the hand-written one:\n  " + "\n  ".join(problems))
         return 1
+    if args.ncu_child:
+        _ncu_child(torch, rows)
+        return 0
     times: dict = {}
     for _ in range(args.rounds):  # interleaved: load on a shared GPU hits every variant alike
         for name, _size, _goal, variants, _ratio in rows:

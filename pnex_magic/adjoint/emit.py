@@ -151,7 +151,11 @@ class _Writer:
         return self.adjoints[name]
 
     def zero(self, ty: str) -> str:
-        return typed_constant(0.0, ty, self.helpers)
+        """An adjoint's start: -0.0, the exact identity of IEEE addition (x + -0.0 is x for
+        every x; x + 0.0 is not, for x = -0.0), so NVVM drops the first ``+=`` of every
+        adjoint without fast-math.  Stores add 0.0 (:meth:`flush`), so that a gradient
+        nothing flowed into is 0.0, as PyTorch's."""
+        return typed_constant(-0.0, ty, self.helpers)
 
     def user(self, name: str) -> str:
         return self.origin.get(name, name)
@@ -259,10 +263,11 @@ class _Writer:
                 name = read[key] = self.names.fresh(f"{grad}_in")
                 ty = "f32" if store.tensor in self.half_outputs else store.value.ty
                 self.out(f"{name} = {typed_constant(0.0, ty, self.helpers)}", 1)
-                # Each index clamped into the tensor (unsigned: no wrap-around code); the value
-                # is used only where the copy's tests pass, where the index was in bounds.
-                index = [f"{self.helpers['u64']}(min(max({e}, 0), {grad}.shape[{axis}] - 1))"
-                         for axis, e in enumerate(store.index)]
+                # Each index clamped into the tensor by one unsigned minimum (a negative index
+                # wraps around to a large one, clamped to the last element); the value is used
+                # only where the copy's tests pass, where the index was in bounds.
+                u64 = self.helpers["u64"]
+                index = [f"min({u64}({e}), {u64}({grad}.shape[{axis}] - 1))" for axis, e in enumerate(store.index)]
                 line = f"{name} = {self._grad_value(store, index)}"
                 self.deferred.setdefault(grad, []).append(line if self.renamed is None else _rename(line, self.copy_name))
             self.prefetched[(self.copy, id(store))] = read[key]
@@ -504,10 +509,11 @@ class _Writer:
             where = index if len(acc.index) == 1 else f"({index})"
             self.out(f"{self.helpers['cuda']}.atomic.add({grad}, {where}, {acc.name})", indent)
             return
+        zero = typed_constant(0.0, acc.ty, self.helpers)  # -0.0 (no contribution) stored as 0.0
         if acc.mode == "gather":
-            self.out(f"{grad}[{index}] = {acc.name} + {acc.gathered}", indent)
+            self.out(f"{grad}[{index}] = {acc.name} + {acc.gathered} + {zero}", indent)
             return
-        self.out(f"{grad}[{index}] = {acc.name}", indent)
+        self.out(f"{grad}[{index}] = {acc.name} + {zero}", indent)
         for f in acc.fills:
             size = f"{acc.tensor}.shape[{f.axis}]"
             if f.step is None:
