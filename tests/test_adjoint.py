@@ -150,6 +150,28 @@ def test_a_read_at_an_offset_is_never_a_plain_store(poisoned):
     assert torch.autograd.gradcheck(op, (rand(9),))
 
 
+@pnex.jit(n_threads="u.numel()", backward="auto")
+def periodic_neighbour(u: pnex.In("f64", (None,)), out: pnex.Out("f64", "u")):
+    i = cuda.grid(1)
+    if i < u.shape[0]:
+        out[i] = u[i - 1] * 2.0 + u[i] * u[i]  # at i = 0, u[-1] is the last element (Numba wraps it)
+
+
+def test_a_read_that_wraps_around_gets_its_gradient(poisoned):
+    """``u[i - 1]`` with no guard that keeps ``i - 1`` non-negative reads the last element
+    in thread 0, as Numba wraps negative indices: the gather would miss that element's
+    share (no thread at i = n gathers it), so the source must prove a gather's every read
+    in bounds, and this one is written with atomics (which wrap as the forward does)."""
+    plans, _ = _plans(periodic_neighbour)
+    assert plans == {"u": "atomic"}
+    u = rand(9)
+    g = rand(9).detach()
+    periodic_neighbour(u).backward(g)
+    u2 = u.detach().clone().requires_grad_()
+    (torch.roll(u2, 1) * 2 + u2 * u2).backward(g)
+    torch.testing.assert_close(u.grad, u2.grad)
+
+
 def test_atomics_where_the_gather_does_not_apply(poisoned):
     """The stencil's gradient with atomics (the proofs switched off) is the gathered one."""
     derived = derive_kernel(K.stencil.definition.fn, K.stencil.spec, atomic_only=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import itertools
 import random
+import re
 import textwrap
 import types
 
@@ -475,6 +476,23 @@ def loops(c: F2, a: F1, out: pnex.Out("f32", "a")):
         out[i] = a[i]  # proven
 
 
+def offsets(a: F1, out: pnex.Out("f32", "a")):
+    i = cuda.grid(1)
+    n = a.shape[0]
+    if 0 < i < n - 1:
+        v = a[i - 1]  # proven
+        v = a[i + 1]  # proven
+        v = a[i + 2]  # checked: i + 2 may be n
+        v = a[i - 2]  # checked: i - 2 may be -1
+        out[i] = v  # proven
+    if i + 2 <= n:
+        v = a[1 + i]  # proven
+    if 2 <= i and i < n:
+        v = a[i - 2]  # proven
+    if i < n + 1:
+        v = a[i - 1]  # checked: i - 1 may be -1 (and i < n + 1 is not i < n)
+
+
 def expressions(a: F1, out: pnex.Out("f32", "a")):
     i = cuda.grid(1)
     out[0] = a[i] if i < a.shape[0] else a[i]  # checked (out[0], the second a[i]), proven (the first)
@@ -505,7 +523,7 @@ def _marked(fn):
     (guarded, "a.numel()"), (early_exit, "a.numel()"), (early_exit_with_else, "a.numel()"),
     (lower_bounds, "a.numel()"), (shapes, ("m.size(0)", "m.size(1)")), (loops, "a.numel()"),
     (expressions, "a.numel()"), (rebound, "a.numel()"), (walrus, "a.numel()"), (no_exit, "a.numel()"),
-    (flags, "a.numel()"),
+    (flags, "a.numel()"), (offsets, "a.numel()"),
 ])
 def test_tensor_accesses_proven_under_guards(fn, n_threads):
     ck = _verdicts(fn, n_threads)
@@ -536,13 +554,20 @@ _INITS = ("cuda.grid(1)", "cuda.grid(1) - 1", "cuda.threadIdx.x + 2", "cuda.grid
 _STEPS = ("", "i = i + 1", "j = i", "i = cuda.grid(1)")
 _CONDS = ("i < a.shape[0]", "i <= a.shape[0]", "0 <= i < a.shape[0]", "i < a.shape[0] and i >= 0",
           "i < a.shape[0] or i < 2", "i < free.shape[0]", "i < len(a)", "i < n", "a.shape[0] > i",
-          "a.shape[0] >= i", "0 < i < a.shape[0]", "not (i >= a.shape[0])", "not (a.shape[0] < i)")
+          "a.shape[0] >= i", "0 < i < a.shape[0]", "not (i >= a.shape[0])", "not (a.shape[0] < i)",
+          # offsets: i + k < size and i >= c
+          "0 < i < a.shape[0] - 1", "i < a.shape[0] - 2", "1 <= i < n", "i + 1 < a.shape[0]", "i - 1 < a.shape[0]",
+          "2 < i + 1 and i < a.shape[0]", "i <= a.shape[0] - 1", "i + 2 <= a.shape[0]", "-1 < i - 1 < n + 1")
 _EXITS = ("i >= a.shape[0]", "i > a.shape[0]", "i >= a.shape[0] or i < 0", "not (i < a.shape[0])",
           "i >= free.shape[0]", "a.shape[0] <= i", "a.shape[0] < i", "i + 1 > a.shape[0]", "0 > i or i >= n",
-          "a.shape[0] <= i or 0 > i", "not (0 <= i < a.shape[0])", "i > a.shape[0] or i >= a.shape[0]")
+          "a.shape[0] <= i or 0 > i", "not (0 <= i < a.shape[0])", "i > a.shape[0] or i >= a.shape[0]",
+          "i >= a.shape[0] - 1 or i < 1", "i + 2 > a.shape[0]", "i < 2 or i >= n")
+#: the index of the guarded read of ``a`` (an offset from ``i`` as a stencil reads)
+_READS = ("i", "i", "i", "i + 1", "i - 1", "i + 2", "i - 2", "1 + i")
 
 
 def _random_kernel(rng, name):
+    read = f"out[i] = a[{rng.choice(_READS)}]"
     lines = [f"def {name}(a: pnex.In('f32', (None,)), free: pnex.In('f32', (None,)), n: pnex.Scalar('i64'),",
              "        out: pnex.Out('f32', ('n',))):",
              f"    i = {rng.choice(_INITS)}"]
@@ -555,30 +580,30 @@ def _random_kernel(rng, name):
         lines += [f"    if {rng.choice(_CONDS)}:"]
         if rng.random() < 0.25:  # the access in the else branch: the test is false there
             lines += ["        pass", "    else:"]
-        lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+        lines += [f"        {inner}"] * bool(inner) + [f"        {read}"]
     elif form == 1:
         if rng.random() < 0.3:  # leave a loop's trip instead of the kernel
             lines += ["    for t in range(2):", f"        if {rng.choice(_EXITS)}:",
                       f"            {rng.choice(('continue', 'break', 'pass'))}"]
-            lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+            lines += [f"        {inner}"] * bool(inner) + [f"        {read}"]
         else:
             lines += [f"    if {rng.choice(_EXITS)}:", f"        {rng.choice(('return', 'return', 'pass'))}"]
-            lines += [f"    {inner}"] * bool(inner) + ["    out[i] = a[i]"]
+            lines += [f"    {inner}"] * bool(inner) + [f"    {read}"]
     elif form == 2:
-        lines += [f"    out[0] = a[i] if {rng.choice(_CONDS)} else 0.0"]
+        lines += [f"    out[0] = a[{rng.choice(_READS)}] if {rng.choice(_CONDS)} else 0.0"]
     elif form == 3:
         # a flag: assigned once, then tested (maybe after i changes, maybe inside a loop)
         lines += [f"    ok = {rng.choice(_CONDS)}"]
         later = rng.choice(("", "i = i + 1", "i = 0", "j = i"))
         lines += [f"    {later}"] * bool(later)
         if rng.random() < 0.3:
-            lines += ["    for t in range(2):", "        if ok:", "            out[i] = a[i]"]
+            lines += ["    for t in range(2):", "        if ok:", f"            {read}"]
         else:
-            lines += ["    if ok and n > 0:", "        out[i] = a[i]"]
+            lines += ["    if ok and n > 0:", f"        {read}"]
     else:
         start = rng.choice(("", "", "cuda.threadIdx.x - 1, ", "cuda.grid(1), "))
         lines += [f"    for i in range({start}{rng.choice(('a.shape[0]', 'n', 'a.shape[0] + 1', 'free.shape[0]'))}):"]
-        lines += [f"        {inner}"] * bool(inner) + ["        out[i] = a[i]"]
+        lines += [f"        {inner}"] * bool(inner) + [f"        {read}"]
     return "\n".join(lines) + "\n"
 
 
@@ -618,12 +643,15 @@ def test_whatever_a_guard_proves_is_in_bounds_for_every_thread(tmp_path, monkeyp
     module_spec = importlib.util.spec_from_file_location("random_guards", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
-    proven_total = 0
+    proven_total = proven_offsets = 0
+    lines = path.read_text().splitlines()
     for name in names:
         fn = getattr(module, name)
         ck = C.checked_kernel(fn, build_spec(fn, n_threads="a.numel()", threads_per_block=4))
         proven = {(s.line, s.variable) for s in ck.proven}
         proven_total += len(proven)
+        proven_offsets += sum(v == "a" and re.search(r"a\[(i [+-] \d|\d \+ i)\]", lines[line - 1]) is not None
+                              for line, v in proven)
         for a_len, free_len, n in itertools.product((0, 1, 5), (0, 3, 9), (0, 2, 7)):
             bad: set = set()
             # out has n entries, as the op makes it (Out("f32", ("n",)))
@@ -638,7 +666,8 @@ def test_whatever_a_guard_proves_is_in_bounds_for_every_thread(tmp_path, monkeyp
                 monkeypatch.setattr(module, "cuda", cuda)
             wrong = bad & proven
             assert not wrong, (name, (a_len, free_len, n), wrong, "\n" + _source_of(path, fn))
-    assert proven_total >= 90, proven_total  # a fair share of the 1,000 accesses is proven (135 when written)
+    # a fair share of the 1,000 accesses is proven (135 when written, 86 with the offset reads), offset reads too
+    assert proven_total >= 80 and proven_offsets >= 10, (proven_total, proven_offsets)
 
 
 def _source_of(path, fn):

@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import annotations as annotations_module
 from ..checking.index_ranges import IndexRanges
+from ..checking.rewrite import proven_subscripts
 from ..checking.sizes import tensor_dims
 from ..checking.source import kernel_source, namespace_of, rebuild
 from ..define import definition
@@ -176,7 +177,9 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
             return None
         return op.text, op.reads
 
-    accumulators, plans = plan_gradients(spec, program.root, program.loads, ranges, names, render, atomic_only)
+    proven = proven_subscripts(fdef, ranges)
+    accumulators, plans = plan_gradients(spec, program.root, program.loads, ranges, names, render, atomic_only,
+                                         proven)
     body = write_body(program, accumulators, plans, names, helpers, refuse, names.origin)
     backward = f"{name}{SUFFIX}"
     where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"

@@ -509,6 +509,9 @@ class _Writer:
             where = index if len(acc.index) == 1 else f"({index})"
             self.out(f"{self.helpers['cuda']}.atomic.add({grad}, {where}, {acc.name})", indent)
             return
+        # A store or gather element's index is proven in the tensor (ownership.py): unsigned,
+        # it needs none of Numba's code for negative indices (a dozen instructions a store).
+        index = ", ".join(f"{self.helpers['u64']}({e})" for e in acc.index)
         zero = typed_constant(0.0, acc.ty, self.helpers)  # -0.0 (no contribution) stored as 0.0
         if acc.mode == "gather":
             self.out(f"{grad}[{index}] = {acc.name} + {acc.gathered} + {zero}", indent)

@@ -327,6 +327,11 @@ class _Analysis:
         module's docstring), else ``None``."""
         homes, offsets = set(), {}
         sizes = self.dims[tensor.name]
+        # Each read proven in bounds where it is: one at a negative index (u[i - 1] at i = 0,
+        # a periodic stencil) reads the last element, as Numba wraps it around, and the
+        # thread whose copy would gather its gradient (at i = n) does not exist.
+        if any((ld.node.lineno, ld.node.col_offset) not in self.proven for ld in loads):
+            return None
         coords: list[str] = []
         home = None
         for load in loads:
@@ -412,11 +417,15 @@ def _multiple(node: ast.expr) -> tuple[int, ast.expr | None]:
 
 
 def plan_gradients(spec: KernelSpec, root: Block, loads: Sequence[Load], ranges: IndexRanges, names, render,
-                   atomic_only: bool = False) -> tuple[dict[int, Accumulator], list[GradPlan]]:
+                   atomic_only: bool = False, proven: set[tuple[int, int]] | None = None,
+                   ) -> tuple[dict[int, Accumulator], list[GradPlan]]:
     """Each load's accumulator (by ``id``) and each floating-point ``In`` tensor's gradient
     plan.  ``render`` writes a size expression of the forward as the backward's code.
-    ``atomic_only``: no store-mode proof (for tests that compare the two)."""
+    ``atomic_only``: no store-mode proof (for tests that compare the two).  ``proven``:
+    ``(line, column)`` of the subscripts the source proves in bounds
+    (:func:`~pnex_magic.checking.rewrite.proven_subscripts`; a gather needs every read so)."""
     analysis = _Analysis(spec, ranges, render, root)
+    analysis.proven = proven or set()
     accumulators: dict[int, Accumulator] = {}
     plans: list[GradPlan] = []
     for tensor in spec.arguments:

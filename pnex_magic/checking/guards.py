@@ -27,12 +27,36 @@ _NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
 
 @dataclasses.dataclass(frozen=True)
 class Fact:
-    """What a guard establishes for a local name: ``name < size`` (``kind`` "lt",
-    ``dim`` the size's key) or ``name >= 0`` (``kind`` "ge0")."""
+    """What a guard establishes for a local name: ``name + offset < size`` (``kind`` "lt",
+    ``dim`` the size's key) or ``name >= offset`` (``kind`` "ge0").  ``i < n - 1`` is
+    ``i + 1 < n`` and ``0 < i`` is ``i >= 1``: a stencil's ``u[i + 1]`` and ``u[i - 1]``
+    under ``if 0 < i < n - 1`` are proven."""
 
     name: str
     kind: str
     dim: DimKey | None = None
+    offset: int = 0
+
+
+def _constant(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant(node.operand)
+        return None if inner is None else -inner
+    return None
+
+
+def _plus_constant(node: ast.expr) -> tuple[ast.expr, int]:
+    """``(x, k)`` for ``x + k``, ``k + x`` or ``x - k`` (``k`` an int constant), else ``(node, 0)``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        k = _constant(node.right)
+        if k is not None:
+            return node.left, k if isinstance(node.op, ast.Add) else -k
+        k = _constant(node.left)
+        if k is not None and isinstance(node.op, ast.Add):
+            return node.right, k
+    return node, 0
 
 
 class Guards:
@@ -60,13 +84,19 @@ class Guards:
                 left, right, op = right, left, ast.Lt() if isinstance(op, ast.Gt) else ast.LtE()
             if not isinstance(op, (ast.Lt, ast.LtE)):
                 continue
-            if isinstance(op, ast.Lt) and isinstance(left, ast.Name):
-                dim = self.sizes.dim_of(right)
+            strict = isinstance(op, ast.Lt)
+            name, a = _plus_constant(left)
+            size, b = _plus_constant(right)
+            if isinstance(name, ast.Name):  # i + a < S + b: i + (a - b) < S (<=: one less)
+                dim = self.sizes.dim_of(size)
                 if dim is not None:
-                    found.append(Fact(left.id, "lt", dim))
-            if isinstance(right, ast.Name) and isinstance(left, ast.Constant) and type(left.value) is int:
-                if left.value >= 0:  # 0 <= i, 0 < i
-                    found.append(Fact(right.id, "ge0"))
+                    found.append(Fact(name.id, "lt", dim, a - b - (0 if strict else 1)))
+            low = _constant(left)
+            name, a = _plus_constant(right)
+            if low is not None and isinstance(name, ast.Name):  # c < i + a: i >= c - a + 1 (<=: c - a)
+                bound = low - a + (1 if strict else 0)
+                if bound >= 0:
+                    found.append(Fact(name.id, "ge0", offset=bound))
         return found
 
     def _flag_facts(self, flag: str) -> list[Fact]:
@@ -120,11 +150,16 @@ class Guards:
         return all(self._axis_in_bounds(part, dim, facts) for part, dim in zip(parts, dims))
 
     def _axis_in_bounds(self, part: ast.expr, dim: DimKey, facts: Sequence[Fact]) -> bool:
-        subject = part.id if isinstance(part, ast.Name) else None
-        if self.intervals.magnitude(part) is None and not any(f.name == subject and f.kind == "ge0" for f in facts):
+        """``part`` (``i``, ``i + d`` or ``i - d``) is in ``[0, size)``: ``i >= -d`` and
+        ``i + k < size`` with ``k >= d`` (the magnitudes of cuda.grid and sizes, below
+        2**48, leave no int64 overflow on the way)."""
+        name, d = _plus_constant(part)
+        subject = name.id if isinstance(name, ast.Name) else None
+        nonnegative = (d >= 0 and self.intervals.magnitude(name) is not None) or self.intervals.magnitude(part) is not None
+        if not nonnegative and not any(f.name == subject and f.kind == "ge0" and f.offset + d >= 0 for f in facts):
             return False  # maybe negative
         if dim[0] == "const":
             known = self.intervals.interval(part)
             if known is not None and known.hi < dim[1]:
                 return True
-        return any(f.name == subject and f.kind == "lt" and f.dim == dim for f in facts)
+        return any(f.name == subject and f.kind == "lt" and f.dim == dim and f.offset >= d for f in facts)

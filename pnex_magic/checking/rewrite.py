@@ -382,3 +382,30 @@ class Rewriter(ast.NodeTransformer):
         atomic = ast.Call(func=node.func, args=args, keywords=[])
         zero = self._call(ZERO, array)
         return ast.copy_location(ast.IfExp(test=check, body=atomic, orelse=zero), node)
+
+
+class _ProofWalk(Rewriter):
+    """The rewriter's walk (the same guard facts where each access is), recording which
+    subscripts the source proves in bounds and rewriting nothing."""
+
+    def __init__(self, ranges: IndexRanges):
+        super().__init__({}, set(), {}, ranges)
+        self.found: set[tuple[int, int]] = set()
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
+        if self.ranges.in_bounds(node, self.facts):
+            self.found.add((node.lineno, node.col_offset))
+        self.generic_visit(node)
+        return node
+
+
+def proven_subscripts(fdef: ast.FunctionDef, ranges: IndexRanges) -> set[tuple[int, int]]:
+    """``(line, column)`` of every subscript in ``fdef`` that the source proves in bounds
+    where it is (each index in ``[0, n)``: never one Numba would wrap around), by the
+    same proof as the checked variant's; ``fdef`` is not changed."""
+    import copy
+
+    walk = _ProofWalk(ranges)
+    walk.visit_block(copy.deepcopy(fdef).body)
+    return walk.found
+
