@@ -606,3 +606,25 @@ def test_a_stencils_backward_reads_every_incoming_gradient_it_needs_together_fir
     assert len(reads) == 5 and all(r.count("min(uint64(") == 2 for r in reads)  # one unsigned clamp per axis
     assert "if grad_out.size > 0:" in head
     assert "grad_out[" not in rest
+
+
+def test_region_tests_are_replayed_without_branches_where_nothing_can_differ():
+    """A test of comparisons over names, sizes and integer arithmetic is emitted with ``&``
+    (no short circuit, no branch); one that reads memory or calls stays as written (its
+    ``and`` may guard the read).  The eager form has the same value for random integers."""
+    import random
+
+    from pnex_magic.adjoint.program import eager_test
+
+    text = "0 < i < n - 1 and 0 < j < u.shape[1] - 1"
+    eager = eager_test(text)
+    assert eager == "(0 < i) & (i < n - 1) & (0 < j) & (j < u.shape[1] - 1)"
+    for kept in ("i < n and x[i] > 0", "i < n or j < n", "i < n", "i < n and math.isfinite(v)", "i < n and j // k < n"):
+        assert eager_test(kept) == kept
+    rng = random.Random(28)
+    shape = type("U", (), {})
+    for _ in range(2000):
+        u = shape()
+        u.shape = (rng.randint(-2, 9), rng.randint(-2, 9))
+        env = {"i": rng.randint(-3, 10), "j": rng.randint(-3, 10), "n": rng.randint(-3, 10), "u": u}
+        assert bool(eval(text, {}, env)) == bool(eval(eager, {}, env))

@@ -68,6 +68,42 @@ class Names:
         return name
 
 
+def eager_test(text: str) -> str:
+    """A test of comparisons joined by ``and`` (chained or not) over names, constants,
+    sizes and ``+ - *`` of them, as ``(a < b) & (b < c) & ...``: all evaluated, no
+    branch.  Nothing in it can fail or read memory, so the value is the same; Numba
+    compiles Python's short circuit to a branch per operand, which NVVM keeps (a
+    stencil's region tests, replayed at each neighbour: 5 branches each).  Any other
+    test is returned as it is."""
+    node = ast.parse(text, mode="eval").body
+
+    def pure(e: ast.expr) -> bool:
+        if isinstance(e, (ast.Name, ast.Constant)):
+            return True
+        if isinstance(e, ast.Attribute):
+            return e.attr in ("shape", "size") and isinstance(e.value, ast.Name)
+        if isinstance(e, ast.Subscript):  # x.shape[k] only: any other subscript may be guarded by the test
+            return isinstance(e.value, ast.Attribute) and e.value.attr == "shape" and pure(e.value) \
+                and isinstance(e.slice, ast.Constant)
+        if isinstance(e, ast.BinOp):
+            return isinstance(e.op, (ast.Add, ast.Sub, ast.Mult)) and pure(e.left) and pure(e.right)
+        if isinstance(e, ast.UnaryOp):
+            return isinstance(e.op, ast.USub) and pure(e.operand)
+        return False
+
+    def comparisons(e: ast.expr) -> list[str] | None:
+        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And):
+            parts = [comparisons(v) for v in e.values]
+            return None if any(p is None for p in parts) else [c for p in parts for c in p]
+        if isinstance(e, ast.Compare) and all(pure(x) for x in (e.left, *e.comparators)):
+            operands = [e.left, *e.comparators]
+            return [f"({ast.unparse(ast.Compare(a, [o], [b]))})" for a, o, b in zip(operands, e.ops, operands[1:])]
+        return None
+
+    found = comparisons(node)
+    return " & ".join(found) if found is not None and len(found) > 1 else text
+
+
 def typed_constant(value: float, ty: str, helpers: Mapping[str, str]) -> str:
     """A float constant in type ``ty``: ``1.0`` in float64, ``float32(1.0)`` in float32."""
     text = repr(float(value))
@@ -270,7 +306,7 @@ class _Builder:
         if op.text.isidentifier() and op.text in op.reads:
             return op.text
         name = self.names.fresh("c")
-        self.emit(Assign((name,), op.text, "b", self.line, expr_reads=op.reads))
+        self.emit(Assign((name,), eager_test(op.text), "b", self.line, expr_reads=op.reads))
         return name
 
     def if_statement(self, node: ast.If) -> None:
