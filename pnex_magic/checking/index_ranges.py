@@ -51,6 +51,10 @@ constant shape):
   step)`` gives ``i < s`` in its body when the step is positive;
 * a fact about ``i`` holds only where nothing rebinds ``i``: none of its region (the
   body, the rest of the block, the test itself) binds the name;
+* with constant offsets: ``i + d`` is below the size where a guard says ``i + k < s``
+  with ``k >= d`` (``i < n - 1`` is ``i + 1 < n``; ``i + 2 <= n`` is ``i + 1 < n``), and
+  non-negative where a guard says ``i >= c`` with ``c + d >= 0`` (``0 < i`` is ``i >= 1``,
+  so a stencil's ``u[i - 1]`` and ``u[i + 1]`` under ``if 0 < i < n - 1`` are proven);
 * ``i`` is non-negative when a guard says so (``0 <= i``) or when its magnitude is
   known: built from intervals, sizes (below 2**48: no memory holds more), ``cuda.grid``
   (below 2**41) and ``range`` loops over those, by ``+ * // % & >>``, never over 2**62,
