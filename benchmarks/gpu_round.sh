@@ -2,7 +2,7 @@
 # One batched round on the GPU machine (the `device` tool), from the repo root, with .whl carried:
 #   bash benchmarks/gpu_round.sh PHASE...
 # Phases: tests (benchmarks/gpu_tests.sh, independent files $JOBS at a time, timing-sensitive ones alone),
-# autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cellprofile (the first %%pnex cell of a fresh environment under cProfile), cuda12, workloads,
+# autotune, checked, jax, export, overhead, firstuse, profile (first use under cProfile), cellprofile (the first %%pnex cell of a fresh environment under cProfile), driver (the Python launcher per call, by part), cuda12, workloads,
 # derived (derived backward kernels), gridrandom (grid sync and random numbers), docexamples (the ported
 # numba-cuda documentation examples), notebooks, probe (benchmarks/probes.py $PROBES, default muladd-ncu), fresh (benchmarks/fresh_env.py:
 # the first run in a fresh environment, FRESH_ROUNDS, FRESH_ARGS), build (benchmarks/launcher_build.py
@@ -44,6 +44,7 @@ for arg in "$@"; do
     firstuse) cmd=(python3 benchmarks/first_use.py --rounds ${FIRSTUSE_ROUNDS:-3}); limit=300 ;;
     profile) cmd=(python3 benchmarks/first_use.py --profile-only); limit=200 ;;
     cellprofile) cmd=(python3 benchmarks/fresh_env.py --profile-first-cell); limit=120 ;;
+    driver) cmd=(python3 benchmarks/driver_overhead.py); limit=120 ;;
     cuda12) cmd=(python3 benchmarks/cuda12_check.py); limit=240 ;;
     workloads) cmd=(python3 benchmarks/workloads.py); limit=300 ;;
     probe) cmd=(env OUT=$PWD/logs/probes python3 benchmarks/probes.py ${PROBES:-muladd-ncu}); limit=${PROBE_LIMIT:-300} ;;

@@ -153,6 +153,7 @@ class KernelDefinition:
         self.snapshot = freeze(fn)
         self.source_key = function_fingerprint(self.snapshot.function, spec.describe())
         self._compiled: dict[str, CompiledKernel] = {}
+        self._cooperative: bool | None = None
         self._lock = threading.Lock()
         self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
         self._forms: dict[tuple[str, bool], types.FunctionType] = {}  # (for what, checked) -> function
@@ -289,7 +290,9 @@ class KernelDefinition:
         (read from its compiled code; ``False`` for a kernel that does not compile here)."""
         if self.toolchain_error is not None:
             return False
-        return self.compiled().cooperative
+        if self._cooperative is None:  # the same for every architecture: asked at every launch
+            self._cooperative = self.compiled().cooperative
+        return self._cooperative
 
     def compiled_if_available(self) -> CompiledKernel | None:
         return next(iter(self._compiled.values()), None)
