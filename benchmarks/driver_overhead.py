@@ -10,7 +10,6 @@ dispatcher, the driver launcher's launch, the output's allocation, and ``torch.c
 
     python benchmarks/driver_overhead.py          # on a GPU
 """
-from __future__ import annotations
 
 import argparse
 import os
