@@ -161,10 +161,10 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
     namespace = namespace_of(fn)
     helpers, inject, used = _helpers(fn, fdef, namespace)
     refuse = Refusal(name, source.lines)
-    scope = Scope(fdef, spec, namespace, refuse, helpers)
-    names = Names(used | {grad_name(p.name) for p in spec.params} | set(dir(__builtins__)))
-    program = build_program(fdef, scope, names, helpers, spec)
     ranges = IndexRanges(fdef, namespace, spec.block_candidates, tensor_dims(spec))
+    scope = Scope(fdef, spec, namespace, refuse, helpers, ranges.bindings)
+    names = Names(used | {grad_name(p.name) for p in spec.params} | set(dir(__builtins__)))
+    program = build_program(fdef, scope, names, helpers)
 
     def render(node: ast.expr) -> tuple[str, frozenset[str]] | None:
         # a size the ownership proof compares with: its code, if no local in it is bound twice
@@ -180,7 +180,7 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
     proven = proven_subscripts(fdef, ranges)
     accumulators, plans = plan_gradients(spec, program.root, program.loads, ranges, names, render, atomic_only,
                                          proven)
-    body = write_body(program, accumulators, plans, names, helpers, refuse, names.origin)
+    body = write_body(program, accumulators, names, helpers, refuse, names.origin)
     backward = f"{name}{SUFFIX}"
     where = f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}"
     params = _signature(spec, plans, helpers["pnex"])

@@ -36,7 +36,7 @@ import tokenize
 from collections.abc import Mapping
 
 from .ir import Assign, Block, For, If, Load, Store
-from .ownership import Accumulator, GradPlan
+from .ownership import Accumulator
 from .program import Names, Program, typed_constant
 from .rules import CONSTANTS, RULES, fill, reads
 from .values import Refusal, grad_name
@@ -91,8 +91,8 @@ def _loop_unavailable(loop: For, unavailable: set[str]) -> set[str]:
 
 
 class _Writer:
-    def __init__(self, program: Program, accumulators: Mapping[int, Accumulator], plans: list[GradPlan],
-                 names: Names, helpers: Mapping[str, str], refuse: Refusal, origin: Mapping[str, str]):
+    def __init__(self, program: Program, accumulators: Mapping[int, Accumulator], names: Names,
+                 helpers: Mapping[str, str], refuse: Refusal, origin: Mapping[str, str]):
         self.program = program
         self.accumulators = accumulators
         self.names = names
@@ -101,12 +101,11 @@ class _Writer:
         self.origin = origin
         self.lines: list[str] = []
         self.adjoints: dict[str, str] = {}
-        self.active: set[str] = set()
         self.homed: dict[int, list[Accumulator]] = {}
         for acc in {id(a): a for a in accumulators.values()}.values():
             self.homed.setdefault(id(acc.home), []).append(acc)
-        self._collect(program.root)
         self.types = dict(_all_floats(program.root))
+        self.active = set(self.types)  #: the float values, whose adjoints the reverse pass keeps
         self.loops: list[For] = []  # the loops whose reverse trips are being written
         #: writing a neighbour's copy (gather mode): the offsets ``((coordinate, d), ...)`` of
         #: the reads whose adjoints it gathers; its coordinates are this thread's minus them
@@ -120,15 +119,6 @@ class _Writer:
         self.deferred: dict[str, list[str]] = {}  #: the neighbours' reads, by gradient tensor
         self.in_loop = 0  #: writing a loop's body (its trips' gradients are loaded where they are used)
         self.half_outputs = {p.name for p in program.scope.spec.outputs if p.dtype.name in ("float16", "bfloat16")}
-
-    def _collect(self, block: Block) -> None:
-        self.active.update(name for name, _ in block.floats)
-        for stmt in block.stmts:
-            if isinstance(stmt, If):
-                self._collect(stmt.body)
-                self._collect(stmt.orelse)
-            elif isinstance(stmt, For):
-                self._collect(stmt.body)
 
     # ------------------------------------------------------------------ helpers
     def out(self, text: str, indent: int) -> None:
@@ -397,8 +387,7 @@ class _Writer:
                 self.reverse_for(stmt, indent, unavailable)
         for acc in self.homed.get(id(block), ()) if self.shift is None else ():
             self.flush(acc, indent, unavailable)
-        if len(self.lines) == start:
-            self.out("pass", indent)
+        self.pass_if_empty(start, indent)
 
     def reverse_load(self, stmt: Load, indent: int) -> None:
         acc = self.accumulators[id(stmt)]
@@ -548,10 +537,10 @@ def _rename(text: str, rename) -> str:
     return "".join(out) + text[last:]
 
 
-def write_body(program: Program, accumulators: Mapping[int, Accumulator], plans: list[GradPlan], names: Names,
+def write_body(program: Program, accumulators: Mapping[int, Accumulator], names: Names,
                helpers: Mapping[str, str], refuse: Refusal, origin: Mapping[str, str]) -> list[str]:
     """The backward kernel's body: the forward replay, then the reverse pass."""
-    writer = _Writer(program, accumulators, plans, names, helpers, refuse, origin)
+    writer = _Writer(program, accumulators, names, helpers, refuse, origin)
     gathers = list({id(a): a for a in accumulators.values() if a.mode == "gather"}.values())
     for acc in gathers:
         writer.out(f"{acc.gathered} = {writer.zero(acc.ty)}  # what other threads' reads add to grad_{acc.tensor}", 1)

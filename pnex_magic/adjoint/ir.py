@@ -124,10 +124,6 @@ class Load(Stmt):
     def defines(self) -> tuple[str, ...]:
         return (self.target,)
 
-    @property
-    def key(self) -> tuple[str, ...]:
-        return (self.tensor, *self.index)
-
 
 @dataclasses.dataclass
 class Store(Stmt):

@@ -49,6 +49,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from ..checking.bindings import Element
+from ..checking.guards import NEGATED, plus_constant
 from ..checking.index_ranges import IndexRanges
 from ..checking.sizes import DimKey, tensor_dims
 from ..expressions import Const, Numel, ScalarRef, Size
@@ -124,12 +125,15 @@ def _expr_key(expr, dims: Mapping[str, tuple]) -> DimKey:
 
 
 class _Analysis:
-    def __init__(self, spec: KernelSpec, ranges: IndexRanges, render, root: Block):
+    def __init__(self, spec: KernelSpec, ranges: IndexRanges, render, root: Block, proven: set[tuple[int, int]]):
         self.spec = spec
         self.ranges = ranges
         self.dims = tensor_dims(spec)
         self.render = render  # an AST expression -> (its code in the backward, SSA values it reads), or None
+        self.proven = proven  # (line, column) of the subscripts the source proves in bounds
         self.launched = [_expr_key(e, self.dims) for e in spec.n_threads]
+        #: the grid axes launched with more than one thread: a register's index must use each
+        self.varying = {a for a, e in enumerate(spec.n_threads) if not (isinstance(e, Const) and e.value == 1)}
         self.coords = self._coordinates()
         self.defined = _definitions(root)
         self._exact: dict[int, dict | None] = {}
@@ -210,9 +214,10 @@ class _Analysis:
             if negated:
                 if len(test.ops) != 1:
                     return None
-                op = {ast.GtE: ast.Lt(), ast.LtE: ast.Gt(), ast.Lt: ast.GtE(), ast.Gt: ast.LtE()}.get(type(op))
-                if op is None:
+                negation = NEGATED.get(type(op))
+                if negation is None:
                     return None
+                op = negation()
             if isinstance(op, ast.Gt):
                 left, right, op = right, left, ast.Lt()
             elif isinstance(op, ast.GtE):
@@ -248,8 +253,7 @@ class _Analysis:
             if len(used) != len(comps) or not set(loops) <= used:
                 return None
             axes = [c.axis for c in comps if c.kind == "coord"]
-            varying = {a for a, e in enumerate(self.spec.n_threads) if not (isinstance(e, Const) and e.value == 1)}
-            if len(set(axes)) != len(axes) or not varying <= set(axes):
+            if len(set(axes)) != len(axes) or not self.varying <= set(axes):
                 return None
             needed = set(load.index_reads).union(*(c.reads for c in comps))
             if not self.available(needed, home):
@@ -351,8 +355,7 @@ class _Analysis:
                     return None
                 found.append((g, d))
             axes = [self.coords[g] for g, _ in found]
-            varying = {a for a, e in enumerate(self.spec.n_threads) if not (isinstance(e, Const) and e.value == 1)}
-            if len(set(axes)) != len(axes) or not varying <= set(axes):
+            if len(set(axes)) != len(axes) or not self.varying <= set(axes):
                 return None
             if not self.available({g for g, _ in found}, home):
                 return None
@@ -394,16 +397,8 @@ def _definitions(root: Block) -> dict[str, Block]:
 
 def _offset(node: ast.expr) -> tuple[str | None, int]:
     """``(g, d)`` for ``g``, ``g + d``, ``d + g`` or ``g - d`` (``d`` an int constant)."""
-    if isinstance(node, ast.Name):
-        return node.id, 0
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        left, right = node.left, node.right
-        sign = 1 if isinstance(node.op, ast.Add) else -1
-        if isinstance(left, ast.Name) and isinstance(right, ast.Constant) and type(right.value) is int:
-            return left.id, sign * right.value
-        if sign == 1 and isinstance(right, ast.Name) and isinstance(left, ast.Constant) and type(left.value) is int:
-            return right.id, left.value
-    return None, 0
+    base, d = plus_constant(node)
+    return (base.id, d) if isinstance(base, ast.Name) else (None, 0)
 
 
 def _multiple(node: ast.expr) -> tuple[int, ast.expr | None]:
@@ -424,8 +419,7 @@ def plan_gradients(spec: KernelSpec, root: Block, loads: Sequence[Load], ranges:
     ``atomic_only``: no store-mode proof (for tests that compare the two).  ``proven``:
     ``(line, column)`` of the subscripts the source proves in bounds
     (:func:`~pnex_magic.checking.rewrite.proven_subscripts`; a gather needs every read so)."""
-    analysis = _Analysis(spec, ranges, render, root)
-    analysis.proven = proven or set()
+    analysis = _Analysis(spec, ranges, render, root, proven or set())
     accumulators: dict[int, Accumulator] = {}
     plans: list[GradPlan] = []
     for tensor in spec.arguments:

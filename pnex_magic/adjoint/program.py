@@ -21,9 +21,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ..checking.guards import int_constant
 from ..checking.source import bound_names, range_call
-from ..spec import KernelSpec, TensorParam
-from .ir import Assign, Block, Carried, For, If, Join, Load, Operand, Store, is_float, promote
+from ..spec import TensorParam
+from .ir import Assign, Block, Carried, For, If, Join, Load, Operand, Store, is_float, is_int, promote
 from .rules import BINARY, BUILTINS, MATH, RULES, UNARY, fill
 from .values import Refusal, Scope
 
@@ -146,11 +147,10 @@ def _fold_returns(stmts: list[ast.stmt], refuse: Refusal, in_loop: bool = False)
 
 
 class _Builder:
-    def __init__(self, scope: Scope, names: Names, helpers: Mapping[str, str], spec: KernelSpec):
+    def __init__(self, scope: Scope, names: Names, helpers: Mapping[str, str]):
         self.scope = scope
         self.names = names
         self.helpers = helpers
-        self.spec = spec
         self.refuse = scope.refuse
         self.block: Block = Block("function")
         self.loads: list[Load] = []
@@ -288,7 +288,7 @@ class _Builder:
             raise self.refuse(node, f"{param.name!r} has {param.ndim} dimension(s); index it with one integer each")
         index = [self.scope.verbatim(p) for p in parts]
         for p, i in zip(parts, index):
-            if not (i.ty[:1] in ("i", "u") or i.ty == "b"):
+            if not is_int(i.ty):
                 raise self.refuse(p, f"the index {ast.unparse(p)} is not an integer")
         operand = self.expr(value)
         differentiable = param.dtype.is_floating_point
@@ -356,7 +356,7 @@ class _Builder:
             raise self.refuse(node, "only `for name in range(...)` loops are supported")
         step = 1
         if len(args) == 3:
-            step = _int_constant(args[2])
+            step = int_constant(args[2])
             if not step:
                 raise self.refuse(node, "a loop's step must be a nonzero integer constant")
         start = self.bound(args[0]) if len(args) > 1 else Operand("0", "i64")
@@ -474,7 +474,7 @@ class _Builder:
         if rule == "div" and a.const == 1.0:
             rule = "reciprocal"
         if rule == "pow" and not b.active:
-            n = _int_constant(node.right)
+            n = int_constant(node.right)
             if n is not None:
                 rule, extra = "pow_int", {"k": typed_constant(n, ty, self.helpers), "km1": str(n - 1)}
             else:
@@ -535,15 +535,6 @@ class _Builder:
         return Operand(name, ty, True, name, frozenset({name}))
 
 
-def _int_constant(node: ast.expr) -> int | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and type(node.operand.value) is int:
-        return -node.operand.value
-    return None
-
-
 def _exclusive(a: Block, b: Block) -> bool:
     """Whether no run of a thread goes through both blocks: they lie in the two branches
     of one ``if``."""
@@ -573,10 +564,9 @@ def _check_overwrites(stores: list[Store], refuse: Refusal) -> None:
                              f"overwrites the other (write each output element once, or accumulate with +=)")
 
 
-def build_program(fdef: ast.FunctionDef, scope: Scope, names: Names, helpers: Mapping[str, str],
-                  spec: KernelSpec) -> Program:
+def build_program(fdef: ast.FunctionDef, scope: Scope, names: Names, helpers: Mapping[str, str]) -> Program:
     """The statements of kernel ``fdef`` (:mod:`.ir`)."""
-    builder = _Builder(scope, names, helpers, spec)
+    builder = _Builder(scope, names, helpers)
     builder.statements(_fold_returns(list(fdef.body), scope.refuse))
     _check_overwrites(builder.stores, scope.refuse)
     return Program(builder.block, builder.loads, builder.stores, scope)

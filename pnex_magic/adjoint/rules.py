@@ -44,10 +44,6 @@ class Rule:
     value: str
     partials: tuple[str | None, ...]
 
-    @property
-    def arity(self) -> int:
-        return len(self.partials)
-
 
 RULES: dict[str, Rule] = {
     # arithmetic

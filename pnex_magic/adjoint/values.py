@@ -24,7 +24,7 @@ from ..checking.bindings import Bindings
 from ..dtypes import resolve_dtype
 from ..errors import KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
-from .ir import Operand, is_float, promote
+from .ir import Operand, is_float, is_int, promote
 from .rules import MATH
 
 __all__ = ["Scope", "Refusal", "grad_name"]
@@ -107,11 +107,11 @@ class Scope:
     ``namespace`` of globals and closure values)."""
 
     def __init__(self, fdef: ast.FunctionDef, spec: KernelSpec, namespace: Mapping[str, Any], refuse: Refusal,
-                 helpers: Mapping[str, str]):
+                 helpers: Mapping[str, str], bindings: Bindings | None = None):
         self.spec = spec
         self.params = {p.name: p for p in spec.params}
         self.namespace = namespace
-        self.bindings = Bindings(fdef, namespace)
+        self.bindings = bindings or Bindings(fdef, namespace)  # the index proofs' (IndexRanges.bindings), shared
         self.refuse = refuse
         self.helpers = helpers  #: helper role ("math", "f32", ...) -> the name the generated code uses
         self.env: dict[str, Operand] = {}  #: local name -> its current SSA value
@@ -226,7 +226,7 @@ class Scope:
             if isinstance(part, ast.Slice):
                 raise self.refuse(node, "slices are not supported")
             ty, _ = self.info(part)
-            if not (ty[:1] in ("i", "u") or ty == "b"):
+            if not is_int(ty):
                 raise self.refuse(part, f"the index {ast.unparse(part)} is not an integer")
         if isinstance(base, ast.Attribute) and base.attr == "shape":
             self.info(base)

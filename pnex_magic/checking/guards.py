@@ -20,9 +20,10 @@ from .intervals import Intervals
 from .sizes import DimKey, TensorSizes
 from .source import range_call
 
-__all__ = ["Fact", "Guards"]
+__all__ = ["Fact", "Guards", "NEGATED", "int_constant", "plus_constant"]
 
-_NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
+#: each comparison's negation: ``not (a < b)`` is ``a >= b``
+NEGATED = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,22 +39,23 @@ class Fact:
     offset: int = 0
 
 
-def _constant(node: ast.expr) -> int | None:
+def int_constant(node: ast.expr) -> int | None:
+    """The value of an int constant written as ``3`` or ``-3``; ``None`` for anything else."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _constant(node.operand)
+        inner = int_constant(node.operand)
         return None if inner is None else -inner
     return None
 
 
-def _plus_constant(node: ast.expr) -> tuple[ast.expr, int]:
+def plus_constant(node: ast.expr) -> tuple[ast.expr, int]:
     """``(x, k)`` for ``x + k``, ``k + x`` or ``x - k`` (``k`` an int constant), else ``(node, 0)``."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        k = _constant(node.right)
+        k = int_constant(node.right)
         if k is not None:
             return node.left, k if isinstance(node.op, ast.Add) else -k
-        k = _constant(node.left)
+        k = int_constant(node.left)
         if k is not None and isinstance(node.op, ast.Add):
             return node.right, k
     return node, 0
@@ -85,14 +87,14 @@ class Guards:
             if not isinstance(op, (ast.Lt, ast.LtE)):
                 continue
             strict = isinstance(op, ast.Lt)
-            name, a = _plus_constant(left)
-            size, b = _plus_constant(right)
+            name, a = plus_constant(left)
+            size, b = plus_constant(right)
             if isinstance(name, ast.Name):  # i + a < S + b: i + (a - b) < S (<=: one less)
                 dim = self.sizes.dim_of(size)
                 if dim is not None:
                     found.append(Fact(name.id, "lt", dim, a - b - (0 if strict else 1)))
-            low = _constant(left)
-            name, a = _plus_constant(right)
+            low = int_constant(left)
+            name, a = plus_constant(right)
             if low is not None and isinstance(name, ast.Name):  # c < i + a: i >= c - a + 1 (<=: c - a)
                 bound = low - a + (1 if strict else 0)
                 if bound >= 0:
@@ -120,7 +122,7 @@ class Guards:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.facts(test.operand)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
-            negated = _NEGATED.get(type(test.ops[0]))
+            negated = NEGATED.get(type(test.ops[0]))
             if negated is not None:  # not (i >= n) is i < n; not (n <= i) is n > i
                 return self.facts(ast.Compare(left=test.left, ops=[negated()], comparators=test.comparators))
         return []
@@ -153,7 +155,7 @@ class Guards:
         """``part`` (``i``, ``i + d`` or ``i - d``) is in ``[0, size)``: ``i >= -d`` and
         ``i + k < size`` with ``k >= d`` (the magnitudes of cuda.grid and sizes, below
         2**48, leave no int64 overflow on the way)."""
-        name, d = _plus_constant(part)
+        name, d = plus_constant(part)
         subject = name.id if isinstance(name, ast.Name) else None
         nonnegative = (d >= 0 and self.intervals.magnitude(name) is not None) or self.intervals.magnitude(part) is not None
         if not nonnegative and not any(f.name == subject and f.kind == "ge0" and f.offset + d >= 0 for f in facts):

@@ -385,24 +385,23 @@ class Rewriter(ast.NodeTransformer):
 
 
 class _ProofWalk(Rewriter):
-    """The rewriter's walk (the same guard facts where each access is), recording which
-    subscripts the source proves in bounds and rewriting nothing."""
+    """The rewriter's walk, recording where each access it asks about is proven in bounds."""
 
     def __init__(self, ranges: IndexRanges):
         super().__init__({}, set(), {}, ranges)
         self.found: set[tuple[int, int]] = set()
 
-    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
-        if self.ranges.in_bounds(node, self.facts):
+    def _proven(self, node: ast.Subscript, call: ast.Call | None = None) -> bool:
+        found = super()._proven(node, call)
+        if found and call is None:
             self.found.add((node.lineno, node.col_offset))
-        self.generic_visit(node)
-        return node
+        return found
 
 
 def proven_subscripts(fdef: ast.FunctionDef, ranges: IndexRanges) -> set[tuple[int, int]]:
-    """``(line, column)`` of every subscript in ``fdef`` that the source proves in bounds
+    """``(line, column)`` of every array access (load or store) in ``fdef`` that the source proves in bounds
     where it is (each index in ``[0, n)``: never one Numba would wrap around), by the
-    same proof as the checked variant's; ``fdef`` is not changed."""
+    same proof as the checked variant's (the walk rewrites a copy: ``fdef`` is not changed)."""
     import copy
 
     walk = _ProofWalk(ranges)
