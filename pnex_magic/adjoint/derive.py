@@ -20,6 +20,7 @@ differentiable.
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import linecache
 import math
@@ -163,7 +164,7 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
     refuse = Refusal(name, source.lines)
     ranges = IndexRanges(fdef, namespace, spec.block_candidates, tensor_dims(spec))
     scope = Scope(fdef, spec, namespace, refuse, helpers, ranges.bindings)
-    names = Names(used | {grad_name(p.name) for p in spec.params} | set(dir(__builtins__)))
+    names = Names(used | {grad_name(p.name) for p in spec.params} | set(dir(builtins)))
     program = build_program(fdef, scope, names, helpers)
 
     def render(node: ast.expr) -> tuple[str, frozenset[str]] | None:
