@@ -42,6 +42,7 @@ import torch
 
 from .errors import ArgumentShapeError, KernelDefinitionError
 from .op import ATTACHED as _ATTACHED
+from .op import attached_backward
 from .op import PnexOp
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -90,14 +91,6 @@ class Attached:
     backward: PnexOp
     plan: _Plan
     custom_context: bool  #: a custom ``setup_context`` (a PyTorch ctx) feeds the backward
-
-
-
-
-def attached_backward(op: PnexOp) -> Attached | None:
-    """The backward op attached to ``op`` with :func:`attach_backward` (``None`` if there
-    is none, or if the op's autograd formula was registered some other way)."""
-    return getattr(getattr(op, "_backward_fn", None), _ATTACHED, None)
 
 
 def _check_op(op: Any, role: str) -> KernelSpec:

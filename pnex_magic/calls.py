@@ -110,9 +110,8 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
 
 def record_layout_ok(p: TensorParam, t: torch.Tensor) -> bool:
     """Whether ``t`` holds ``p``'s records (:attr:`~pnex_magic.dtypes.DType.lanes`
-    words each on its last, dense axis)."""
-    lanes = p.dtype.lanes
-    return t.dim() == p.storage_ndim and t.shape[-1] == lanes and (t.stride(-1) == 1 or lanes == 1)
+    words each, two or more, on its last, dense axis)."""
+    return t.dim() == p.storage_ndim and t.shape[-1] == p.dtype.lanes and t.stride(-1) == 1
 
 
 def record_message(spec: KernelSpec, p: TensorParam) -> str:

@@ -465,7 +465,7 @@ def compile_kernel(
                     max_registers=max_registers,
                     layout=layout,
                     variant=variant,
-                    cooperative=bool(entry.meta.get("cooperative", uses_grid_sync(ptx))),
+                    cooperative=bool(entry.meta["cooperative"] if "cooperative" in entry.meta else uses_grid_sync(ptx)),
                 )
     start = time.perf_counter()
     if fn is None:

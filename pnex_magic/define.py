@@ -39,7 +39,7 @@ from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
 from .spec import build_spec
 
-__all__ = ["define", "definition", "registered"]
+__all__ = ["definition", "registered"]
 
 
 def definition(
@@ -163,24 +163,6 @@ def registered(definition: Kernel) -> Iterator[PnexOp]:
         _restore(snapshot, name, op)
         raise
 
-
-def define(
-    fn: Callable,
-    *,
-    n_threads: Any,
-    threads_per_block: Any = None,
-    autotune_key: Any = None,
-    options: JitOptions | None = None,
-    name: str | None = None,
-) -> PnexOp:
-    """Spec → compile → op, in one step (what ``jit()`` does)."""
-    d = definition(
-        fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
-        name=name,
-    )
-    with registered(d) as op:
-        pass
-    return op
 
 
 def _print_summary(d: KernelDefinition, start: float) -> None:

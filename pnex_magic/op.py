@@ -37,12 +37,19 @@ from .launch.kernel import Kernel
 from .random import draw_seed
 from .spec import KernelSpec, ScalarParam, TensorParam
 
-__all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded", "ATTACHED"]
+__all__ = ["PnexOp", "make_op", "NAMESPACE", "Superseded", "ATTACHED", "attached_backward"]
 
 NAMESPACE = "pnex"
 #: Where :func:`pnex_magic.autograd.attach_backward` records the attached backward op: an
 #: attribute of the backward function torch keeps (``op._backward_fn``).
 ATTACHED = "pnex_attached"
+
+
+def attached_backward(op: Any) -> Any:
+    """The :class:`~pnex_magic.autograd.Attached` record of the backward op attached to
+    ``op`` with ``attach_backward`` (``None`` if there is none, or if the op's autograd
+    formula was registered some other way)."""
+    return getattr(getattr(op, "_backward_fn", None), ATTACHED, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,7 +319,7 @@ class PnexOp(CustomOpDef):
         import inspect
         import textwrap
 
-        attached = getattr(getattr(self, "_backward_fn", None), ATTACHED, None)
+        attached = attached_backward(self)
         fn = getattr(getattr(getattr(attached, "backward", None), "_pnex", None), "fn", None)
         if fn is None:
             return None

@@ -1,6 +1,6 @@
 """The ``jit()`` decorator: the Python front end.  It only turns its keyword
 options into :class:`~pnex_magic.definition.JitOptions` and calls the core
-(:func:`pnex_magic.define.define`)."""
+(:func:`pnex_magic.define.definition`, then :func:`pnex_magic.define.registered`)."""
 
 from __future__ import annotations
 

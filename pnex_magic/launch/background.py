@@ -73,11 +73,16 @@ def hold(build: Build):
     (``fcntl.flock(f, fcntl.LOCK_UN)`` or closing it lets go): while it is held no build
     of that key runs, which is how the tests and benchmarks time a first run before
     the build.  Makes the cache's folder where it is not there yet (a fresh cache)."""
-    path = _lock_path(build)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock_file = open(path, "a")  # noqa: SIM115 -- the caller keeps it
+    lock_file = _open_lock(build)
     fcntl.flock(lock_file, fcntl.LOCK_EX)
     return lock_file
+
+
+def _open_lock(build: Build):
+    """``build``'s lock file, opened (not locked), its folder made where it is not there."""
+    path = _lock_path(build)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")  # noqa: SIM115 -- the caller keeps it
 
 
 def _failure_path(build: Build) -> Path:
@@ -313,8 +318,7 @@ def run(build: Build) -> int:
         os.nice(int(os.environ.get("PNEX_BUILD_NICE", "0")))
     root = build.folder.parent
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock_file = open(_lock_path(build), "a")  # noqa: SIM115 -- closed by the with block below
+        lock_file = _open_lock(build)  # closed by the with block below
     except OSError:
         return 1  # nothing can be recorded either; the starting process said why
     with lock_file:

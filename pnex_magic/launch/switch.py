@@ -253,7 +253,7 @@ def timing_note(op_name: str) -> str:
     through ("" for the C++ launcher)."""
     if native.registered(op_name) or not native.native_wanted():
         return ""
-    if op_name in _pending:
+    if waiting(op_name):
         return "through the Python launcher (the C++ launcher is being built: the cell's next run times it)"
     return "through the Python launcher (no C++ launcher here: see %pnex_doctor)"
 

@@ -22,7 +22,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..op import ATTACHED
+from ..op import attached_backward
 from ..report import KernelReport, occupancy, sass_summary
 from ..sass import Disassembly
 from ..spec import ScalarParam
@@ -470,10 +470,10 @@ def correctness_html(c) -> str:
 
 
 def _backward_text(op: Any) -> str:
-    attached = getattr(getattr(op, "_backward_fn", None), ATTACHED, None)
-    name = attached.backward.definition.op_name if attached is not None else "?"
-    derived = getattr(getattr(attached.backward.definition, "fn", None), "pnex_derived_from", None) \
-        if attached is not None else None
+    """(Only for an op with a backward's source: one is attached.)"""
+    backward = attached_backward(op).backward.definition
+    derived = getattr(backward.fn, "pnex_derived_from", None)
+    name = backward.op_name
     return f"{'derived from the kernel (--backward auto)' if derived else 'attached'}: {name}"
 
 

@@ -189,9 +189,10 @@ class KernelSpec:
     def outputs(self) -> tuple[TensorParam, ...]:
         return tuple(p for p in self.params if p.role == "out")
 
-    @property
+    @functools.cached_property
     def seeds(self) -> tuple[SeedParam, ...]:
-        """The ``Seed`` parameters: each call draws one seed for each."""
+        """The ``Seed`` parameters: each call draws one seed for each (read on every call
+        of the op's Python path)."""
         return tuple(p for p in self.params if isinstance(p, SeedParam))
 
     def param(self, name: str) -> TensorParam | ScalarParam | UnusedParam:
