@@ -27,7 +27,8 @@ import torch
 
 from .lazycuda import MODULE_NAME as LAZY_MODULE_NAME
 from .lazycuda import is_lazy_cuda
-from .snapshot import DeviceFunction, device_options, HiddenArray, is_foreign_function, is_user_module, referenced_names
+from .snapshot import (DeviceFunction, HiddenArray, device_options, is_dispatcher, is_foreign_function, is_user_module,
+                       referenced_names)
 
 __all__ = ["function_fingerprint"]
 
@@ -39,11 +40,6 @@ def _source(fn: types.FunctionType) -> str:
         # No source (exec'd code): the bytecode and its constants identify it.
         code = fn.__code__
         return repr((code.co_code, code.co_consts, code.co_names, code.co_varnames))
-
-
-def _is_dispatcher(value: Any) -> bool:
-    # The type's module first: ``hasattr`` on pnex's lazy ``cuda`` would import Numba.
-    return type(value).__module__.startswith("numba") and hasattr(value, "py_func")
 
 
 def _value_token(value: Any, depth: int, seen: set[int]) -> str:
@@ -72,7 +68,7 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
         return f"module:{value.__name__}"
     if is_lazy_cuda(value):  # %%pnex's ``cuda``: the same kernel as with ``from numba import cuda``
         return f"module:{LAZY_MODULE_NAME}"
-    if _is_dispatcher(value):
+    if is_dispatcher(value):
         options = _options_token(device_options(value))
         return f"cuda-function{options}:" + _function_token(value.py_func, depth + 1, seen)
     if isinstance(value, types.FunctionType):

@@ -96,7 +96,7 @@ def _seed_word(seed: Any) -> np.uint64:
     """The seed as a uint64 word: an integer, or element 0 of a ``Seed`` array."""
     if not isinstance(seed, (int, np.integer)):  # a Seed array (in the simulator: numba's fake array)
         seed = seed[0]
-    return np.uint64(int(seed) & _MASK64)
+    return _word(seed)
 
 
 def philox(seed, c0, c1, c2, c3):

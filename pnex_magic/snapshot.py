@@ -52,6 +52,7 @@ __all__ = [
     "FrozenModule",
     "HiddenArray",
     "freeze",
+    "is_dispatcher",
     "derive",
     "compilable",
     "simulable",
@@ -110,7 +111,7 @@ def is_device_array(value: Any) -> bool:
     return getattr(type(value), "__cuda_array_interface__", None) is not None
 
 
-def _is_dispatcher(value: Any) -> bool:
+def is_dispatcher(value: Any) -> bool:
     # The type's module first: reading an attribute of pnex's lazy ``cuda`` imports Numba.
     return type(value).__module__.startswith("numba") and getattr(value, "py_func", None) is not None
 
@@ -264,11 +265,8 @@ class _Freezer:
         found = self.functions.get(id(fn))
         if found is not None:
             return found
-        new_globals = dict(fn.__globals__)
-        cells = tuple(types.CellType() for _ in fn.__closure__ or ())
-        clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, cells or None)
-        clone.__qualname__ = fn.__qualname__
-        clone.__kwdefaults__ = fn.__kwdefaults__
+        clone = _clone(fn)
+        new_globals, cells = clone.__globals__, clone.__closure__ or ()
         self.functions[id(fn)] = clone
         names = referenced_names(fn)
         reads = global_names(fn)
@@ -311,7 +309,7 @@ class _Freezer:
                     f"pass it as a parameter"
                 )
             return tuple(self.value(v, name, names, None, kernel) for v in value)
-        if _is_dispatcher(value) and value.targetoptions.get("device", True):
+        if is_dispatcher(value) and value.targetoptions.get("device", True):
             return self.device_function(value)
         if is_foreign_function(value):
             self.foreign.add(getattr(value, "name", name))
@@ -360,6 +358,16 @@ def derive(fn: types.FunctionType, convert: Callable[[Any, bool], Any]) -> types
     return _Deriver(convert).function(fn)
 
 
+def _clone(fn: types.FunctionType) -> types.FunctionType:
+    """``fn`` with the same code over a copy of its globals and empty cells of its own (the
+    caller fills them)."""
+    cells = tuple(types.CellType() for _ in fn.__closure__ or ())
+    clone = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, cells or None)
+    clone.__qualname__ = fn.__qualname__
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
 class _Deriver:
     def __init__(self, convert: Callable[[Any, bool], Any]):
         self.convert = convert
@@ -369,10 +377,7 @@ class _Deriver:
         found = self.memo.get(id(fn))
         if found is not None:
             return found, False
-        cells = tuple(types.CellType() for _ in fn.__closure__ or ())
-        new = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, cells or None)
-        new.__qualname__ = fn.__qualname__
-        new.__kwdefaults__ = fn.__kwdefaults__
+        new = _clone(fn)
         self.memo[id(fn)] = new
         return new, True
 

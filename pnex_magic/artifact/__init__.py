@@ -35,6 +35,7 @@ from ..definition import KernelDefinition
 from ..errors import ArtifactError, KernelCompileError
 from ..multiarch import DEFAULT_ARCHS, LAYOUTS, build_images, target_archs
 from ..launch import autotune
+from ..launch.hidden import hidden_arrays
 from ..op import PnexOp
 from ..spec import KernelSpec, TuneParam
 from .archive import FORMAT_VERSION, read_archive, write_archive
@@ -166,7 +167,7 @@ def save(
     entries, files = [], {}
     for current, backward in _ops_to_save(op):
         definition = current._pnex
-        hidden = [h.name for h in getattr(definition, "hidden_arrays", ())]
+        hidden = [h.name for h in hidden_arrays(definition)]
         if hidden:
             raise ArtifactError(
                 f"cannot save {definition.spec.name!r}: it reads the device array(s) {', '.join(map(repr, hidden))} as "

@@ -15,6 +15,7 @@ runs such a kernel with all its blocks at once (:mod:`.grid_simulator`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..hardware import resident_blocks
@@ -47,11 +48,10 @@ def candidate_problem(
     cooperative kernel cannot be launched: its grid cannot be resident, by ptxas's
     figures and the per-SM limits of ``arch`` (``None``: it can, or the figures are
     unknown and the launch will tell)."""
-    threads = 1
-    for size in block:
-        threads *= size
-    per_sm = resident_blocks(arch, registers or 0, shared_bytes or 0, threads)
-    if per_sm is None or registers is None:
+    if registers is None:
+        return None
+    per_sm = resident_blocks(arch, registers, shared_bytes or 0, math.prod(block))
+    if per_sm is None:
         return None
     grid = [-(-int(n) // b) for n, b in zip(n_threads, block)]
     grid += [1] * (3 - len(grid))
