@@ -15,8 +15,8 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-__all__ = ["RESULTS", "versions", "gpu_info", "result_header", "write_result", "device_seconds", "queued_seconds",
-           "launcher_ready"]
+__all__ = ["RESULTS", "versions", "gpu_info", "result_header", "cpu_header", "write_result", "device_seconds",
+           "queued_seconds", "launcher_ready"]
 
 
 def launcher_ready(timeout: float = 900) -> str:
@@ -91,6 +91,16 @@ def result_header(benchmark: str, *extra_versions: str) -> dict:
         "gpu": gpu_info(),
         "versions": versions(*extra_versions),
         **_launcher(),
+    }
+
+
+def cpu_header(benchmark: str, *extra_versions: str) -> dict:
+    """The fields a results file of a run without a GPU starts with (``gpu`` is ``None``)."""
+    return {
+        "benchmark": benchmark,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": None,
+        "versions": versions(*extra_versions),
     }
 
 

@@ -285,12 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     if torch.cuda.is_available():
         result = result_header("checked-overhead")
     else:  # compile figures only
-        import datetime
+        from bench_common import cpu_header
 
-        from bench_common import versions
-
-        result = {"benchmark": "checked-overhead", "gpu": None, "versions": versions(),
-                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        result = cpu_header("checked-overhead")
     result.update({"arch": arch, "goal_ratio": GOAL, "rows": result_rows, "checked_records": records,
                    "output_mismatches": mismatches})
     ratios = {n: timings[(n, "checked")] / timings[(n, "fast")] for n in names if (n, "fast") in timings}

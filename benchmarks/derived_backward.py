@@ -94,6 +94,13 @@ def _ncu(argv: list[str]) -> int:
     return 0
 
 
+def _derived_backward(op):
+    """The backward op ``backward="auto"`` attached to ``op``."""
+    from pnex_magic.autograd import attached_backward
+
+    return attached_backward(op).backward
+
+
 def _static(op, arch: str) -> dict:
     """Registers, SASS instructions of the kernel's own function, atomics and zero-filled outputs."""
     import re
@@ -118,7 +125,6 @@ def _workloads(torch, dk, wl, smoke: bool):
     f32 = torch.float32
     derived = dk.kernels(f32, threads=256)
     hand = dk.hand_written(f32, threads=256)
-    bwd = lambda op: __import__("pnex_magic").autograd.attached_backward(op).backward  # noqa: E731
     n = (1 << 16) if smoke else (1 << 24)
     a, b, g = (torch.randn(n, device=dev) for _ in range(3))
     x, w, gy, gz = (torch.randn(n, device=dev) for _ in range(4))
@@ -126,12 +132,12 @@ def _workloads(torch, dk, wl, smoke: bool):
     rows.append(("a*b+c", f"{n:,} float32", 1.1,
                  [("forward", derived.muladd, (a, b, 0.5)),
                   ("hand-written backward", hand.muladd, (g, a, b)),
-                  ("derived backward", bwd(derived.muladd), (a, b, 0.5, g))],
+                  ("derived backward", _derived_backward(derived.muladd), (a, b, 0.5, g))],
                  ("derived backward", "hand-written backward")))
     rows.append(("elementwise (branch, math, 2 outputs)", f"{n:,} float32", 1.1,
                  [("forward", derived.elementwise, (x, w, 0.375)),
                   ("hand-written backward", hand.elementwise, (x, w, 0.375, gy, gz)),
-                  ("derived backward", bwd(derived.elementwise), (x, w, 0.375, gy, gz))],
+                  ("derived backward", _derived_backward(derived.elementwise), (x, w, 0.375, gy, gz))],
                  ("derived backward", "hand-written backward")))
     for batch, state in ((16, 128), (64, 256)) if smoke else ((16, 128), (4096, 1024)):
         gates = torch.randn(batch, 3 * state, device=dev)
@@ -141,18 +147,19 @@ def _workloads(torch, dk, wl, smoke: bool):
         rows.append((f"LLTM {batch}/{state}", f"gates {batch}x{3 * state} float32", 1.3,
                      [("forward", derived.lltm, (gates, cell)),
                       ("hand-written backward", hand.lltm, (gh, gc, gates, new_cell)),
-                      ("derived backward", bwd(derived.lltm), (gates, cell, gh, gc))],
+                      ("derived backward", _derived_backward(derived.lltm), (gates, cell, gh, gc))],
                      ("derived backward", "hand-written backward")))
     side = 512 if smoke else 4096
     u = torch.randn(side, side, device=dev)
     rows.append(("5-point stencil", f"{side}x{side} float32", 2.0,
                  [("forward", derived.stencil, (u, 0.25)),
-                  ("derived backward", bwd(derived.stencil), (u, 0.25, torch.randn_like(u)))],
+                  ("derived backward", _derived_backward(derived.stencil), (u, 0.25, torch.randn_like(u)))],
                  ("derived backward", "forward")))
     xr, wr = torch.randn(8192 if not smoke else 512, 256, device=dev), torch.randn(256, device=dev)
     rows.append(("row-wise weighted sum of squares", f"{xr.shape[0]}x{xr.shape[1]} float32", None,
                  [("forward", derived.rowsq, (xr, wr)),
-                  ("derived backward", bwd(derived.rowsq), (xr, wr, torch.randn(xr.shape[0], device=dev)))],
+                  ("derived backward", _derived_backward(derived.rowsq),
+                   (xr, wr, torch.randn(xr.shape[0], device=dev)))],
                  ("derived backward", "forward")))
     return rows
 
@@ -189,15 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         arch = args.arch or "sm_90"
         f32 = torch.float32
         derived, hand = dk.kernels(f32, threads=256), dk.hand_written(f32, threads=256)
-        bwd = lambda op: __import__("pnex_magic").autograd.attached_backward(op).backward  # noqa: E731
         ops = [("a*b+c forward", derived.muladd), ("a*b+c hand-written backward", hand.muladd),
-               ("a*b+c derived backward", bwd(derived.muladd)),
+               ("a*b+c derived backward", _derived_backward(derived.muladd)),
                ("elementwise forward", derived.elementwise), ("elementwise hand-written backward", hand.elementwise),
-               ("elementwise derived backward", bwd(derived.elementwise)),
+               ("elementwise derived backward", _derived_backward(derived.elementwise)),
                ("LLTM forward", derived.lltm), ("LLTM hand-written backward", hand.lltm),
-               ("LLTM derived backward", bwd(derived.lltm)),
-               ("stencil forward", derived.stencil), ("stencil derived backward", bwd(derived.stencil)),
-               ("rowsq forward", derived.rowsq), ("rowsq derived backward", bwd(derived.rowsq))]
+               ("LLTM derived backward", _derived_backward(derived.lltm)),
+               ("stencil forward", derived.stencil), ("stencil derived backward", _derived_backward(derived.stencil)),
+               ("rowsq forward", derived.rowsq), ("rowsq derived backward", _derived_backward(derived.rowsq))]
         figures = {label: _static(op, arch) for label, op in ops}
         print(f"{'kernel':<36} {'registers':>9} {'SASS':>6} {'atomics':>8}  zero-filled outputs ({arch})")
         for label, f in figures.items():

@@ -46,7 +46,7 @@ if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
 
 import torch  # noqa: E402
 
-from bench_common import device_seconds, result_header, versions, write_result  # noqa: E402
+from bench_common import cpu_header, device_seconds, launcher_ready, result_header, write_result  # noqa: E402
 
 sys.path.insert(0, str(EXAMPLES))
 from _harness import compare, load, missing_requirements, poisoned_outputs, ports  # noqa: E402
@@ -85,8 +85,8 @@ def timings(module, repeats: int) -> dict:
     if timed is None:
         return {}
     pnex_call, torch_call = timed("cuda")
-    pnex_s = device_seconds(lambda: pnex_call(), (), repeats=repeats)
-    torch_s = device_seconds(lambda: torch_call(), (), repeats=repeats) if torch_call is not None else None
+    pnex_s = device_seconds(pnex_call, (), repeats=repeats)
+    torch_s = device_seconds(torch_call, (), repeats=repeats) if torch_call is not None else None
     return {"pnex_us": pnex_s * 1e6, "torch_us": None if torch_s is None else torch_s * 1e6,
             "ratio": None if torch_s is None else pnex_s / torch_s}
 
@@ -96,8 +96,6 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no GPU here: run with --device cpu for the simulator's column")
     if args.device == "cuda":
-        from bench_common import launcher_ready
-
         print(f"C++ launcher: {launcher_ready()}")  # else a fresh cache times the Python launcher
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     rows = []
@@ -130,10 +128,7 @@ def main() -> None:
         header = result_header("doc_examples")
         stem = "doc-examples"
     else:
-        import datetime
-
-        header = {"benchmark": "doc_examples", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-            timespec="seconds"), "gpu": None, "versions": versions()}
+        header = cpu_header("doc_examples")
         stem = "doc-examples-cpu"
     path = write_result({**header, "device": args.device, "seed": seed, "ports": rows}, stem)
     print(f"wrote {path}")

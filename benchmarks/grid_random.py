@@ -211,12 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the per-call tables")
     args = parser.parse_args(argv)
 
-    import datetime
     import json
 
     import torch
 
-    from bench_common import launcher_ready, result_header, versions, write_result
+    from bench_common import cpu_header, launcher_ready, result_header, write_result
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
@@ -226,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_default_device(device)
     kernels = _kernels()
     if device == "cpu":
-        result = {"benchmark": "grid-random-cpu", "gpu": None, "versions": versions(),
-                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "seed": seed_table(kernels, "cpu", args.rounds)}
+        result = {**cpu_header("grid-random-cpu"), "seed": seed_table(kernels, "cpu", args.rounds)}
         path = write_result(result, "grid-random-cpu")
     else:
         result = result_header("grid-random")

@@ -2,7 +2,7 @@
 simulator runs them, and every kernel is compiled for the GPU too (its generated source
 must type in Numba).
 
-The four kernels of the issue (tests/adjoint_kernels.py) pass ``gradcheck`` in float64
+The four kernels of the issue (benchmarks/derived_kernels.py) pass ``gradcheck`` in float64
 and match PyTorch's autograd on fresh inputs with poisoned outputs (every gradient
 element the backward does not write would be NaN); plain stores are used where the
 source proves each element the thread's own, atomics elsewhere; ``opcheck`` and
