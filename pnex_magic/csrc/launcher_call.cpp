@@ -249,6 +249,25 @@ void raise_violation(const Spec& spec, const at::Tensor& record) {
   TORCH_CHECK_INDEX(false, "pnex: ", describe_violation(spec, values));
 }
 
+namespace {
+
+// Numba's ABI for an array: (meminfo, parent, nitems, itemsize, data, shape..., strides... in bytes).
+// lanes > 1: a record dtype, whose tensor's last axis holds the words of each record (itemsize
+// `lanes` words, and that axis not an axis of the array).
+void pack_array(const at::Tensor& t, int64_t lanes, c10::SmallVector<uint64_t, 64>& slots) {
+  const int64_t item = t.element_size();
+  const int64_t axes = t.dim() - (lanes > 1 ? 1 : 0);
+  slots.push_back(0);
+  slots.push_back(0);
+  slots.push_back(static_cast<uint64_t>(t.numel() / lanes));
+  slots.push_back(static_cast<uint64_t>(item * lanes));
+  slots.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
+  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.size(axis)));
+  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.stride(axis) * item));
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- hidden arguments
 
 void append_hidden(const Spec& spec, c10::Device device, c10::SmallVector<uint64_t, 64>& slots) {
@@ -266,12 +285,7 @@ void append_hidden(const Spec& spec, c10::Device device, c10::SmallVector<uint64
                 h.describe, " array when the kernel was defined and is now ", dtype_name(t.scalar_type()), ", ",
                 std::to_string(t.dim()), "-D, ", t.is_contiguous() ? "contiguous" : "strided",
                 "; its code was compiled for the former. Define the kernel again (re-run its definition)");
-    const int64_t item = t.element_size();
-    for (uint64_t slot : {uint64_t(0), uint64_t(0), static_cast<uint64_t>(t.numel()), static_cast<uint64_t>(item),
-                          reinterpret_cast<uint64_t>(t.data_ptr())})
-      slots.push_back(slot);
-    for (int64_t s : t.sizes()) slots.push_back(static_cast<uint64_t>(s));
-    for (int64_t s : t.strides()) slots.push_back(static_cast<uint64_t>(s * item));
+    pack_array(t, 1, slots);
   }
 }
 
@@ -329,21 +343,6 @@ CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bo
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));
   slot.store(fn, std::memory_order_release);
   return fn;
-}
-
-// Numba's ABI for an array: (meminfo, parent, nitems, itemsize, data, shape..., strides... in bytes).
-// lanes > 1: a record dtype, whose tensor's last axis holds the words of each record (itemsize
-// `lanes` words, and that axis not an axis of the array).
-void pack_array(const at::Tensor& t, int64_t lanes, c10::SmallVector<uint64_t, 64>& slots) {
-  const int64_t item = t.element_size();
-  const int64_t axes = t.dim() - (lanes > 1 ? 1 : 0);
-  slots.push_back(0);
-  slots.push_back(0);
-  slots.push_back(static_cast<uint64_t>(t.numel() / lanes));
-  slots.push_back(static_cast<uint64_t>(item * lanes));
-  slots.push_back(reinterpret_cast<uint64_t>(t.data_ptr()));
-  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.size(axis)));
-  for (int64_t axis = 0; axis < axes; ++axis) slots.push_back(static_cast<uint64_t>(t.stride(axis) * item));
 }
 
 // Blocks per axis for `block`; returns the first axis over CUDA's grid limits, or -1.
