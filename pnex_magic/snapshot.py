@@ -57,6 +57,7 @@ __all__ = [
     "compilable",
     "simulable",
     "referenced_names",
+    "code_names",
     "global_names",
     "is_user_module",
     "is_device_array",
@@ -77,12 +78,20 @@ def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _code_objects(const)
 
 
+def code_names(code: types.CodeType, free: bool = False) -> set[str]:
+    """The global and attribute names ``code`` and the code nested in it mention (``free``:
+    their free variables' names too)."""
+    names: set[str] = set()
+    for c in _code_objects(code):
+        names.update(c.co_names)
+        if free:
+            names.update(c.co_freevars)
+    return names
+
+
 def referenced_names(fn: types.FunctionType) -> set[str]:
     """Global names (and attribute names) the function's code mentions."""
-    names: set[str] = set()
-    for code in _code_objects(fn.__code__):
-        names.update(code.co_names)
-    return names
+    return code_names(fn.__code__)
 
 
 def global_names(fn: types.FunctionType) -> set[str]:

@@ -66,6 +66,7 @@ from ..op import PnexOp
 from ..render.progress import LogDisplay, Progress
 from ..render.report import PnexReport
 from ..report import build_report
+from ..snapshot import code_names
 from ..spec import In, InMut, Out, Scalar, Seed, Tune, Unused
 from .capture import capture_output
 from .jit import attach_derived_backward
@@ -120,14 +121,6 @@ def _all_params_annotated(fn: types.FunctionType) -> bool:
     names = code.co_varnames[: code.co_argcount]
     ann = getattr(fn, "__annotations__", {})
     return bool(names) and all(n in ann for n in names)
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
 
 
 class CellFailure(Exception):
@@ -419,7 +412,7 @@ class CellRun:
             err = KernelDefinitionError(detail)
             err.__cause__ = exc
             raise CellFailure(err, exc.lineno) from None
-        self.code_names = _code_names(code)
+        self.code_names = code_names(code)
         ns = dict(self.shell.user_ns)
         injected = injected_names()
         ns.update(injected)

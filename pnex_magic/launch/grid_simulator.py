@@ -25,13 +25,13 @@ whatever their block count.
 from __future__ import annotations
 
 import threading
-import types
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import KernelLaunchError
+from ..snapshot import code_names
 
 __all__ = ["MAX_THREADS", "uses_grid_sync", "run"]
 
@@ -40,14 +40,6 @@ __all__ = ["MAX_THREADS", "uses_grid_sync", "run"]
 MAX_THREADS = 4096
 
 _POLL_SECONDS = 0.05  # the manager's wait between looks, when no thread says anything
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names) | set(code.co_freevars)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
 
 
 def uses_grid_sync(fn: Any, _seen: set[int] | None = None) -> bool:
@@ -59,7 +51,7 @@ def uses_grid_sync(fn: Any, _seen: set[int] | None = None) -> bool:
     if code is None or id(fn) in seen:
         return False
     seen.add(id(fn))
-    names = _code_names(code)
+    names = code_names(code, free=True)
     if "this_grid" in names:
         return True
     values = [fn.__globals__.get(name) for name in names]

@@ -101,7 +101,7 @@ class SimulatorLauncher:
         # Device arrays the kernel reads as globals (CPU tensors here), after the record:
         # a NumPy view of each, so the kernel reads (and may write) the tensor itself.
         args += [array(tensor, True) for _, tensor in hidden_tensors(definition, device)]
-        whole_grid = grid[0] * grid[1] * grid[2] > 1 and grid_simulator.uses_grid_sync(simulated)
+        whole_grid = grid[0] * grid[1] * grid[2] > 1 and _grid_sync(simulated)
         with _LOCK, warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
             # inf without a word: NumPy's scalar warnings about it say nothing about the kernel.
@@ -124,6 +124,16 @@ class SimulatorLauncher:
                 raise error
         for tensor, shadow in write_back:
             tensor.copy_(shadow)
+
+
+def _grid_sync(simulated: Any) -> bool:
+    """Whether the simulated kernel synchronises its grid (:func:`grid_simulator.uses_grid_sync`,
+    a walk of its code and its device functions' code), kept on the function: its globals
+    are frozen at definition, so the answer does not change between launches."""
+    found = getattr(simulated, "pnex_grid_sync", None)
+    if found is None:
+        found = simulated.pnex_grid_sync = grid_simulator.uses_grid_sync(simulated)
+    return found
 
 
 def _where(exc: BaseException, simulated: Any) -> str:
