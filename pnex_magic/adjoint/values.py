@@ -12,7 +12,6 @@ a condition, a constant) as code over the SSA values.
 from __future__ import annotations
 
 import ast
-import builtins
 import math
 import types
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checking.bindings import Bindings
+from ..checking.bindings import UNKNOWN, Bindings
 from ..dtypes import resolve_dtype
 from ..errors import KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
@@ -110,7 +109,6 @@ class Scope:
                  helpers: Mapping[str, str], bindings: Bindings | None = None):
         self.spec = spec
         self.params = {p.name: p for p in spec.params}
-        self.namespace = namespace
         self.bindings = bindings or Bindings(fdef, namespace)  # the index proofs' (IndexRanges.bindings), shared
         self.refuse = refuse
         self.helpers = helpers  #: helper role ("math", "f32", ...) -> the name the generated code uses
@@ -120,9 +118,10 @@ class Scope:
 
     # ------------------------------------------------------------------ outside values
     def value_of(self, name: str) -> Any:
-        if name in self.namespace:
-            return self.namespace[name]
-        return getattr(builtins, name, None)
+        """A name's value outside the kernel (its globals and closure, then builtins), ``None``
+        for neither."""
+        value = self.bindings.value_of(name)
+        return None if value is UNKNOWN else value
 
     def callee(self, node: ast.expr) -> tuple[str, Any] | None:
         """``("math", "exp")``, ``("builtin", abs)``, ``("dtype", DType)``, ``("cuda", path)``,
