@@ -16,7 +16,7 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results"
 
 __all__ = ["RESULTS", "versions", "gpu_info", "result_header", "cpu_header", "write_result", "device_seconds",
-           "queued_seconds", "launcher_ready"]
+           "queued_seconds", "graph_seconds", "launcher_ready"]
 
 
 def launcher_ready(timeout: float = 900) -> str:
@@ -57,6 +57,20 @@ def queued_seconds(fn, args, loops: int = 20, repeats: int = 7) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / loops)
+    return statistics.median(times)
+
+
+def graph_seconds(graph, calls_per_graph: int, repeats: int) -> float:
+    """Device time of one call in a captured CUDA graph of ``calls_per_graph`` calls: the
+    median over ``repeats`` of (CUDA-event time of one replay) / ``calls_per_graph``."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls_per_graph)
     return statistics.median(times)
 
 

@@ -33,7 +33,6 @@ after the timing).  The script prints a table last and writes JSON
 import argparse
 import dataclasses
 import re
-import statistics
 import sys
 import time
 import warnings
@@ -198,15 +197,9 @@ def time_variant(spec: Any, built: Build, values: list[Any], loops: int, repeat:
             launcher.launch(kernel, values, grid, block, device)
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / loops)
-    return statistics.median(times), (record.tolist() if record is not None else None)
+    from bench_common import graph_seconds
+
+    return graph_seconds(graph, loops, repeat), (record.tolist() if record is not None else None)
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -123,15 +123,9 @@ def _graph_us(call, replays: int = 20, calls_per_graph: int = 100) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls_per_graph):
             call()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls_per_graph)
-    return statistics.median(times)
+    from bench_common import graph_seconds
+
+    return graph_seconds(graph, calls_per_graph, replays) * 1e6
 
 
 def seed_table(k: dict, device: str, rounds: int) -> dict:
