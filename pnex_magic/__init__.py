@@ -18,7 +18,10 @@ JAX is imported only then.
 again in a process with torch alone (no Numba, no CUDA compiler).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: it binds the name ``annotations`` in this
+# package, and after ``importlib.reload(pnex_magic)`` (``%reload_ext pnex_magic``) that
+# name would stay the __future__ feature instead of the ``pnex_magic.annotations``
+# submodule, for every ``from pnex_magic import annotations`` made afterwards.
 
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +126,7 @@ __all__ = [
 ]
 
 
-def jax_op(op: PnexOp):
+def jax_op(op: "PnexOp"):
     """The JAX function of a pnex op: same arguments, scalars and outputs (then the new
     values of ``InMut`` arguments), eager and under ``jax.jit``, ``grad`` and ``vmap``;
     launched by XLA on a GPU, through the CUDA simulator elsewhere.  Imports JAX (the

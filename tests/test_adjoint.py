@@ -628,3 +628,31 @@ def test_region_tests_are_replayed_without_branches_where_nothing_can_differ():
         u.shape = (rng.randint(-2, 9), rng.randint(-2, 9))
         env = {"i": rng.randint(-3, 10), "j": rng.randint(-3, 10), "n": rng.randint(-3, 10), "u": u}
         assert bool(eval(text, {}, env)) == bool(eval(eager, {}, env))
+
+
+def test_a_backward_is_derived_after_the_package_is_reloaded(tmp_path):
+    """``%reload_ext pnex_magic`` reloads the package: its ``annotations`` submodule must
+    stay reachable as ``pnex_magic.annotations`` (a ``from __future__ import annotations``
+    in the package rebound that name to the __future__ feature, and the derived backward's
+    annotations failed with "'_Feature' object has no attribute 'In'")."""
+    import subprocess
+
+    code = (
+        "import importlib, math, torch, pnex_magic\n"
+        "from numba import cuda\n"
+        "importlib.reload(pnex_magic)\n"
+        "assert type(pnex_magic.annotations).__name__ == 'module'\n"
+        "@pnex_magic.jit(n_threads='x.numel()', backward='auto')\n"
+        "def reloaded_softplus(x: pnex_magic.In('f64', (None,)), y: pnex_magic.Out('f64', 'x')):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < x.shape[0]:\n"
+        "        y[i] = math.log1p(math.exp(x[i]))\n"
+        "x = torch.randn(6, dtype=torch.float64, requires_grad=True)\n"
+        "reloaded_softplus(x).sum().backward()\n"
+        "torch.testing.assert_close(x.grad, torch.sigmoid(x.detach()))\n"
+        "print('OK')\n"
+    )
+    script = tmp_path / "reloaded.py"  # a file: the derived backward reads the kernel's source
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-3000:]
