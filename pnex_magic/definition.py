@@ -28,7 +28,7 @@ from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
-from .fingerprint import function_fingerprint
+from .fingerprint import closure_token, function_fingerprint
 from .snapshot import HiddenArray, compilable, freeze, simulable
 from .spec import KernelSpec
 
@@ -166,12 +166,17 @@ class KernelDefinition:
         launcher passes (:mod:`pnex_magic.snapshot`)."""
         return self.snapshot.hidden
 
-    @property
+    @functools.cached_property
     def op_name(self) -> str:
         """Deterministic operator name: the kernel's name plus a short hash of where
-        it was defined, so a re-run definition replaces its op."""
-        site = hashlib.sha256(f"{self.spec.module}.{self.spec.qualname}".encode()).hexdigest()[:8]
-        return f"{self.spec.name}_{site}"
+        it was defined, so a re-run definition replaces its op.  A kernel made by a
+        factory (``def make(dtype): @pnex.jit ... def k(...)``) is defined at one place
+        for every call: the values of its closure variables are part of its site, so
+        that ``make("f16")`` and ``make("bf16")`` are two ops, not one replacing the other."""
+        site = f"{self.spec.module}.{self.spec.qualname}"
+        if self.fn.__closure__:
+            site += "\n" + closure_token(self.fn)
+        return f"{self.spec.name}_{hashlib.sha256(site.encode()).hexdigest()[:8]}"
 
     def target_arch(self, arch: str | None = None) -> str:
         return arch_name(parse_arch(arch or self.options.arch or default_arch()))

@@ -707,3 +707,26 @@ def cube_plus_one(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
     i = cuda.grid(1)
     if i < a.shape[0]:
         out[i] = _cube(a[i]) + 1
+
+
+def test_a_kernel_factory_makes_one_op_per_closure_value_and_a_rerun_replaces():
+    """``make(2.0)`` and ``make(3.0)`` define the same function at the same place: with
+    op names from the site alone, the second silently replaced the first (both ops then
+    ran the last kernel).  The closure's values are part of the site."""
+    def make(factor):
+        @pnex.jit(n_threads="a.numel()")
+        def scale(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                r[i] = a[i] * factor
+
+        return scale
+
+    a = torch.randn(40)
+    two, three = make(2.0), make(3.0)
+    assert two._pnex.op_name != three._pnex.op_name
+    torch.testing.assert_close(two(a), a * 2)
+    torch.testing.assert_close(three(a), a * 3)
+    again = make(2.0)  # a re-run with the same values replaces its op
+    assert again._pnex.op_name == two._pnex.op_name
+    torch.testing.assert_close(again(a), a * 2)
