@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .adjoint import derive_backward
     from .autograd import attach_backward, backward_of
     from .frontends.jit import jit
-    from . import random
+    from . import random, tc
     from .op import PnexOp
     from .random import xoroshiro128p_states
     from .report import KernelReport, build_report, inspect
@@ -68,7 +68,7 @@ _LAZY = {
     "xoroshiro128p_states": ".random",
     "derive_backward": ".adjoint",
 }
-_SUBMODULES = frozenset({"autograd", "random"})
+_SUBMODULES = frozenset({"autograd", "random", "tc"})
 
 
 def __getattr__(name: str) -> Any:
@@ -98,6 +98,7 @@ __all__ = [
     "Tune",
     "Seed",
     "random",
+    "tc",
     "xoroshiro128p_states",
     "vload",
     "vstore",

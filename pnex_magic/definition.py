@@ -25,7 +25,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__, installed_versions
-from .arch import arch_name, default_arch, parse_arch
+from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
 from .fingerprint import closure_token, function_fingerprint
@@ -179,7 +179,31 @@ class KernelDefinition:
         return f"{self.spec.name}_{hashlib.sha256(site.encode()).hexdigest()[:8]}"
 
     def target_arch(self, arch: str | None = None) -> str:
-        return arch_name(parse_arch(arch or self.options.arch or default_arch()))
+        """The architecture to compile for: ``arch``, else the definition's, else the default
+        (:func:`~pnex_magic.arch.default_arch`).  A kernel that calls tensor-core primitives
+        (:mod:`pnex_magic.tc`) needs sm_80 or newer: where the default is a stand-in (no
+        GPU) it becomes that; a named or present older GPU is refused, naming the primitive."""
+        explicit = arch or self.options.arch
+        cc = parse_arch(explicit or default_arch())
+        needed = self.required_cc
+        if needed is not None and cc < needed[0]:
+            if explicit is None and default_is_stand_in():
+                cc = needed[0]
+            else:
+                raise KernelDefinitionError(
+                    f"kernel {self.spec.name!r} calls pnex.tc.{needed[1]}, which needs {arch_name(needed[0])} or newer "
+                    f"(the tensor cores' mma.sync m16n8k16 and cp.async came with Ampere); it cannot be compiled "
+                    f"for {arch_name(cc)}" + ("" if explicit else " (this GPU)")
+                )
+        return arch_name(cc)
+
+    @functools.cached_property
+    def required_cc(self) -> tuple[tuple[int, int], str] | None:
+        """The oldest architecture that has every tensor-core primitive the kernel calls,
+        and one that needs it (:func:`pnex_magic.tc.usage.required_cc`)."""
+        from .tc.usage import required_cc
+
+        return required_cc(self.snapshot.function)
 
     def cache_key(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> str:
         parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions(),

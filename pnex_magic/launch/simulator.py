@@ -67,18 +67,26 @@ class SimulatorLauncher:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         from numba.cuda.simulator.kernel import FakeCUDAKernel
 
+        from ..tc.simulate import Bf16Shadow, install_warp_functions
+
+        install_warp_functions()  # shuffles, votes and syncwarp, which numba's simulator lacks
+
         args: list[Any] = []
         write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def array(value: torch.Tensor, written: bool) -> Any:
             tensor = value.detach()
-            if tensor.dtype == torch.bfloat16:
+            shadow_of_bf16 = tensor.dtype == torch.bfloat16
+            if shadow_of_bf16:
                 # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
                 shadow = tensor.float()
                 if written:
                     write_back.append((tensor, shadow))
                 tensor = shadow
-            return FakeCUDAArray(tensor.numpy())
+            data = tensor.numpy()
+            if shadow_of_bf16:
+                data = data.view(Bf16Shadow)  # pnex.tc's byte-level primitives see 2-byte elements
+            return FakeCUDAArray(data)
 
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TensorParam):

@@ -1,0 +1,381 @@
+"""The tensor-core primitives and warp collectives on CPU: NumPy references that
+numba-cuda's CUDA simulator runs, one Python thread per CUDA thread.
+
+A warp-level instruction (``mma``, ``ldmatrix``, a shuffle) needs every lane's
+operands at once.  Each lane hands its operands to its warp's rendezvous
+(:func:`collective`); the last lane to arrive computes every lane's result from the
+whole warp's operands, with the fragment layouts of :mod:`.layouts`, and each lane
+takes its own.  Lanes of a warp that call different collectives, or a collective
+inside a branch that some lanes skip, are reported, as the GPU would hang or compute
+garbage (``.aligned`` instructions need the whole warp).
+
+Asynchronous copies (``cp.async``) complete at once here: a program that is correct
+on the GPU (it waits for its copies before it reads them) computes the same result.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import layouts
+
+__all__ = [
+    "collective",
+    "unwrap",
+    "Bf16Shadow",
+    "mma",
+    "ldmatrix",
+    "cp_async",
+    "shfl",
+]
+
+_WAIT_S = 0.05  # how often a waiting lane looks whether the launch was aborted
+
+
+class Bf16Shadow(np.ndarray):
+    """A float32 array that stands for bfloat16 data (NumPy has no bfloat16): the
+    simulator's copy of a bfloat16 tensor or shared tile.  Byte-level primitives
+    (``ldmatrix``, ``cp_async``) see 2-byte elements."""
+
+
+def unwrap(array: Any) -> np.ndarray:
+    """The NumPy array behind the simulator's wrappers of a kernel's array."""
+    inner = getattr(array, "_item", None)  # FakeWithinKernelCUDAArray
+    if inner is not None:
+        array = inner
+    inner = getattr(array, "_ary", None)  # FakeCUDAArray
+    if inner is not None:
+        array = inner
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected an array, got {type(array).__name__}")
+    return array
+
+
+class _Warp:
+    """The rendezvous of one warp's lanes."""
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        self.slots: list[Any] = [None] * lanes
+        self.names: list[str | None] = [None] * lanes
+        self.arrived = 0
+        self.generation = 0
+        self.results: Sequence[Any] = ()
+        self.condition = threading.Condition()
+
+
+_WARPS: "weakref.WeakKeyDictionary[Any, dict[tuple, _Warp]]" = weakref.WeakKeyDictionary()
+_WARPS_LOCK = threading.Lock()
+
+
+def _thread_position() -> tuple[Any, tuple, int, int, int]:
+    """(the block's manager, the block index, the warp, the lane, the warp's lanes) of
+    the calling simulated thread."""
+    thread = threading.current_thread()
+    manager = getattr(thread, "_manager", None)
+    if manager is None or not hasattr(thread, "thread_id"):
+        raise RuntimeError("a warp-level primitive was called outside a simulated CUDA kernel")
+    block_dim = manager._block_dim
+    threads = int(np.prod(block_dim))
+    warp, lane = divmod(thread.thread_id, 32)
+    lanes = min(32, threads - 32 * warp)
+    return manager, tuple(thread.blockIdx), warp, lane, lanes
+
+
+def _warp(manager: Any, block: tuple, warp: int, lanes: int) -> _Warp:
+    with _WARPS_LOCK:
+        per_manager = _WARPS.get(manager)
+        if per_manager is None:
+            per_manager = _WARPS[manager] = {}
+        found = per_manager.get((block, warp))
+        if found is None:
+            found = per_manager[(block, warp)] = _Warp(lanes)
+        return found
+
+
+def lane_id() -> int:
+    return _thread_position()[3]
+
+
+def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[Any]]) -> Any:
+    """This lane's share of a warp-wide operation: every lane of the warp calls it with
+    its own ``value``; ``combine`` (run once, by the last lane to arrive) maps the list
+    of all lanes' values, in lane order, to the list of their results."""
+    manager, block, warp_index, lane, lanes = _thread_position()
+    warp = _warp(manager, block, warp_index, lanes)
+    thread = threading.current_thread()
+    with warp.condition:
+        generation = warp.generation
+        warp.slots[lane] = value
+        warp.names[lane] = name
+        warp.arrived += 1
+        if warp.arrived == warp.lanes:
+            names = set(warp.names)
+            slots = warp.slots
+            warp.slots, warp.names, warp.arrived = [None] * lanes, [None] * lanes, 0
+            warp.generation += 1
+            try:
+                if len(names) > 1:
+                    raise RuntimeError(
+                        f"the lanes of warp {warp_index} (block {block}) met at different warp-level operations "
+                        f"({', '.join(sorted(n for n in names if n))}): every lane of a warp must execute the same "
+                        f"one (a warp-level instruction inside a branch that some lanes skip)"
+                    )
+                warp.results = combine(slots)
+            except BaseException as exc:
+                warp.results = _Failed(exc)  # every lane raises it
+            warp.condition.notify_all()
+        else:
+            while warp.generation == generation:
+                warp.condition.wait(_WAIT_S)
+                if getattr(thread, "abort", False) and warp.generation == generation:
+                    raise RuntimeError(f"abort flag set while warp {warp_index} waited at {name}")
+        results = warp.results
+    if isinstance(results, _Failed):
+        raise results.exc
+    return results[lane]
+
+
+class _Failed:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+# --- element bytes ------------------------------------------------------------------------------------
+
+def _itemsize(array: np.ndarray) -> int:
+    return 2 if isinstance(array, Bf16Shadow) else array.itemsize
+
+
+def _flat_offset(array: np.ndarray, index: Any, what: str) -> int:
+    """The element offset of ``array[index]`` in the array's C-contiguous storage."""
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{what}: the array must be contiguous (a shared tile or a contiguous tensor)")
+    idx = tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
+    if len(idx) != array.ndim:
+        raise IndexError(f"{what}: index {idx} has {len(idx)} subscripts for a {array.ndim}-D array")
+    for i, n in zip(idx, array.shape):
+        if not 0 <= i < n:
+            raise IndexError(f"{what}: index {idx} is out of bounds for shape {array.shape}")
+    return int(np.ravel_multi_index(idx, array.shape))
+
+
+def _to_bits16(values: np.ndarray, array: np.ndarray) -> np.ndarray:
+    """16-bit words of ``values`` (elements of ``array``)."""
+    if isinstance(array, Bf16Shadow):
+        bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+        # round to nearest even (the values are bfloat16 already: this only drops zeros)
+        rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+        return (rounded >> 16).astype(np.uint16)
+    return np.ascontiguousarray(values).view(np.uint16)
+
+
+def _read_bytes(array: np.ndarray, offset: int, nbytes: int, what: str) -> np.ndarray:
+    """``nbytes`` bytes of ``array`` from element ``offset`` on, as uint8."""
+    size = _itemsize(array)
+    count = nbytes // size
+    flat = array.reshape(-1)
+    if offset + count > flat.size:
+        raise IndexError(f"{what}: {nbytes} bytes from element {offset} run past the array's end ({flat.size} elements)")
+    values = flat[offset:offset + count]
+    if isinstance(array, Bf16Shadow):
+        return _to_bits16(values, array).view(np.uint8)
+    return np.ascontiguousarray(values).view(np.uint8)
+
+
+def _write_bytes(array: np.ndarray, offset: int, data: np.ndarray, what: str) -> None:
+    size = _itemsize(array)
+    count = data.size // size
+    flat = array.reshape(-1)
+    if offset + count > flat.size:
+        raise IndexError(f"{what}: {data.size} bytes from element {offset} run past the array's end ({flat.size} elements)")
+    if isinstance(array, Bf16Shadow):
+        bits = data.view(np.uint16).astype(np.uint32) << 16
+        flat[offset:offset + count] = bits.view(np.float32)
+    else:
+        flat[offset:offset + count] = data.view(array.dtype)
+
+
+# --- the primitives -----------------------------------------------------------------------------------
+
+def _decode(words: np.ndarray, kind: str) -> np.ndarray:
+    """Fragment words (uint32) as float64 element values, low half first."""
+    words = np.ascontiguousarray(words, dtype=np.uint32)
+    if kind == "f16":
+        return words.view(np.uint16).view(np.float16).astype(np.float64)
+    if kind == "bf16":
+        return (words.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if kind == "tf32":  # the tensor cores read the top 19 bits of each word
+        return (words & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    raise ValueError(f"no mma kind {kind!r}")
+
+
+def mma(acc: Any, a: Any, b: Any, kind: str) -> None:
+    """``acc += A @ B`` for one m16n8k16 (f16, bf16) or m16n8k8 (tf32) tile, every lane
+    giving its fragments in the layouts of :mod:`.layouts`."""
+    acc_, a_, b_ = unwrap(acc), unwrap(a), unwrap(b)
+    m, n, k, a_words, b_words, _ = layouts.MMA_SHAPES[kind]
+    if acc_.shape[-1:] != (4,) or a_.shape[-1:] != (a_words,) or b_.shape[-1:] != (b_words,):
+        raise ValueError(
+            f"pnex.tc.mma ({kind}): fragments must be 1-D views of 4 accumulators, {a_words} A words and "
+            f"{b_words} B words; got shapes {acc_.shape}, {a_.shape}, {b_.shape}"
+        )
+    mine = (acc_.astype(np.float64), a_.astype(np.uint32), b_.astype(np.uint32))
+
+    def combine(lanes: list[Any]) -> list[np.ndarray]:
+        if len(lanes) != 32:
+            raise RuntimeError("pnex.tc.mma needs a whole warp of 32 threads")
+        c = np.stack([x[0] for x in lanes])
+        av = _decode(np.stack([x[1] for x in lanes]), kind)
+        bv = _decode(np.stack([x[2] for x in lanes]), kind)
+        A = np.zeros((m, k))
+        B = np.zeros((k, n))
+        C = np.zeros((m, n))
+        la, lb, lc = layouts.mma_a_layout(kind), layouts.mma_b_layout(kind), layouts.mma_c_layout()
+        A[la[..., 0], la[..., 1]] = av
+        B[lb[..., 0], lb[..., 1]] = bv
+        C[lc[..., 0], lc[..., 1]] = c
+        D = (A @ B + C).astype(np.float32)
+        return [D[lc[lane, :, 0], lc[lane, :, 1]] for lane in range(32)]
+
+    acc_[...] = collective(f"mma.{kind}", mine, combine)
+
+
+def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
+    """``ldmatrix.sync.aligned.m8n8.x{count}{.trans}.b16``: lane ``8 j + r`` points at
+    row ``r`` of matrix ``j`` (16 bytes at ``tile[index]``); each lane gets one word per
+    matrix in ``frag``."""
+    frag_, tile_ = unwrap(frag), unwrap(tile)
+    what = f"pnex.tc.ldmatrix(x{count}{', trans' if trans else ''})"
+    if frag_.shape[-1:] != (count,):
+        raise ValueError(f"{what}: the fragment must be a 1-D view of {count} uint32 words, got shape {frag_.shape}")
+    if _itemsize(tile_) != 2:
+        raise ValueError(f"{what}: the tile must hold 16-bit elements (float16, bfloat16, int16), got {tile_.dtype}")
+    offset = _flat_offset(tile_, index, what)
+    if offset * 2 % 16:
+        raise ValueError(f"{what}: a row address must be 16-byte aligned; element {offset} of the tile is not")
+    row = _to_bits16(tile_.reshape(-1)[offset:offset + 8], tile_) if offset + 8 <= tile_.size else None
+    if row is None:
+        raise IndexError(f"{what}: the 8 elements from index {index} run past the tile's end")
+
+    def combine(lanes: list[np.ndarray]) -> list[np.ndarray]:
+        if len(lanes) != 32:
+            raise RuntimeError(f"{what} needs a whole warp of 32 threads")
+        mats = np.stack(lanes[: 8 * count]).reshape(count, 8, 8)  # matrix, row, column
+        lay = layouts.ldmatrix_layout(trans)
+        halves = mats[:, lay[..., 0], lay[..., 1]]  # (count, lane, 2)
+        words = halves.astype(np.uint32)
+        words = words[..., 0] | (words[..., 1] << 16)  # (count, lane)
+        return [words[:, lane] for lane in range(32)]
+
+    frag_[...] = collective(f"ldmatrix.x{count}{'.trans' if trans else ''}", row, combine)
+
+
+def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, valid: bool) -> None:
+    """``cp.async``: ``nbytes`` bytes from ``src[src_index]`` on to ``dst[dst_index]`` on
+    (zeros where ``valid`` is false).  Completes at once in the simulator."""
+    dst_, src_ = unwrap(dst), unwrap(src)
+    what = "pnex.tc.cp_async"
+    d = _flat_offset(dst_, dst_index, what + " (destination)")
+    if d * _itemsize(dst_) % nbytes:
+        raise ValueError(f"{what}: the destination address must be {nbytes}-byte aligned; element {d} is not")
+    if valid:
+        s = _flat_offset(src_, src_index, what + " (source)")
+        if s * _itemsize(src_) % nbytes:
+            raise ValueError(f"{what}: the source address must be {nbytes}-byte aligned; element {s} is not")
+        data = _read_bytes(src_, s, nbytes, what + " (source)")
+    else:
+        data = np.zeros(nbytes, dtype=np.uint8)
+    _write_bytes(dst_, d, data, what + " (destination)")
+
+
+def shfl(kind: str, mask: int, value: Any, operand: int, width: int = 32) -> Any:
+    """``shfl.sync``: ``kind`` is "idx", "up", "down" or "xor"; every lane of the warp
+    takes part (``mask`` must name them all, as in nearly every kernel)."""
+    manager, block, warp, lane, lanes = _thread_position()
+    full = (1 << lanes) - 1
+    if int(mask) & full != full:
+        raise NotImplementedError(
+            f"cuda.shfl_{kind}_sync with mask {int(mask):#x}: the CPU simulator runs warp shuffles in which every "
+            f"lane of the warp takes part (mask 0xffffffff)"
+        )
+
+    def combine(values: list[Any]) -> list[Any]:
+        out = []
+        for me in range(len(values)):
+            if kind == "idx":
+                src = int(operand_of[me]) % 32
+            elif kind == "up":
+                src = me - int(operand_of[me])
+                src = src if src >= 0 else me
+            elif kind == "down":
+                src = me + int(operand_of[me])
+                src = src if src < len(values) else me
+            else:
+                src = me ^ int(operand_of[me])
+                src = src if src < len(values) else me
+            out.append(values[src])
+        return out
+
+    operand_of: dict[int, int] = {}
+
+    def gather(items: list[Any]) -> list[Any]:
+        for i, (_, op) in enumerate(items):
+            operand_of[i] = op
+        return combine([v for v, _ in items])
+
+    return collective(f"shfl.{kind}", (value, operand), gather)
+
+
+def _vote(kind: str, mask: int, predicate: Any) -> Any:
+    manager, block, warp, lane, lanes = _thread_position()
+    full = (1 << lanes) - 1
+    if int(mask) & full != full:
+        raise NotImplementedError(
+            f"cuda.{kind}_sync with mask {int(mask):#x}: the CPU simulator runs warp votes in which every lane of "
+            f"the warp takes part (mask 0xffffffff)"
+        )
+
+    def combine(values: list[Any]) -> list[Any]:
+        if kind == "ballot":
+            word = sum(1 << i for i, v in enumerate(values) if v)
+            return [np.uint32(word)] * len(values)
+        if kind == "all":
+            return [bool(all(values))] * len(values)
+        if kind == "any":
+            return [bool(any(values))] * len(values)
+        first = values[0]  # eq
+        return [bool(all(v == first for v in values))] * len(values)
+
+    return collective(f"vote.{kind}", predicate, combine)
+
+
+_WARP_FUNCTIONS = {
+    "shfl_sync": lambda self, mask, value, src: shfl("idx", mask, value, src),
+    "shfl_up_sync": lambda self, mask, value, delta: shfl("up", mask, value, delta),
+    "shfl_down_sync": lambda self, mask, value, delta: shfl("down", mask, value, delta),
+    "shfl_xor_sync": lambda self, mask, value, lane_mask: shfl("xor", mask, value, lane_mask),
+    "ballot_sync": lambda self, mask, predicate: _vote("ballot", mask, predicate),
+    "all_sync": lambda self, mask, predicate: _vote("all", mask, predicate),
+    "any_sync": lambda self, mask, predicate: _vote("any", mask, predicate),
+    "eq_sync": lambda self, mask, predicate: _vote("eq", mask, predicate),
+    "syncwarp": lambda self, mask=0xFFFFFFFF: _vote("all", mask, True) and None,
+    "activemask": lambda self: np.uint32((1 << _thread_position()[4]) - 1),
+    "lanemask_lt": lambda self: np.uint32((1 << _thread_position()[3]) - 1),
+}
+
+
+def install_warp_functions() -> None:
+    """Give numba-cuda's simulated ``cuda`` module the warp-level functions it lacks
+    (``shfl_*_sync``, votes, ``syncwarp``), run through :func:`collective`.  Adds only
+    what is missing; once per process."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    for name, function in _WARP_FUNCTIONS.items():
+        if not hasattr(FakeCUDAModule, name):
+            setattr(FakeCUDAModule, name, function)
