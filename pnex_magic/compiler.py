@@ -25,7 +25,8 @@ from . import random as kernel_random
 from .arch import arch_name, parse_arch
 from .errors import KernelCompileError, KernelTypingError
 from .linking import (
-    has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry, uses_grid_sync,
+    arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
+    ptx_entry, uses_grid_sync,
 )
 from .spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
 
@@ -481,10 +482,15 @@ def compile_kernel(
             compiler_log=ptx,
         )
     cubin: bytes | None
+    ptx, link_arch = arch_specific(ptx, arch)  # wgmma: sm_90a
     try:
-        cubin, log = link_cubin(
-            ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)
-        )
+        if link_arch != arch:  # wgmma: linked from LTO-IR, as one program (see link_lto_cubin)
+            cubin, log = link_lto_cubin(ltoir_objects(fn, spec, cc, layout, variant, hidden), link_arch,
+                                        max_registers, spec.name)
+        else:
+            cubin, log = link_cubin(
+                ptx, link_arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)
+            )
     except KernelCompileError:
         raise
     except (ImportError, RuntimeError, OSError) as exc:

@@ -235,3 +235,47 @@ def test_bf16_gemm_example_on_cpu():
     c = make_gemm("bf16", 128, 64, 4)(a, b)
     ref = a.double() @ b.double()
     assert ((c.double() - ref).abs() <= ref.abs() * 2**-8 + 1e-3).all()
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_wgmma_linear_example_on_cpu(dtype):
+    """Hopper's wgmma in the simulator: a warpgroup of 128 threads reads both operands
+    through the 128-byte swizzle; the fused bias + GELU epilogue too."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    import torch.nn.functional as F
+    from gemm_wgmma import make_linear
+
+    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+    gen = torch.Generator().manual_seed(23)
+    a = torch.randn(64, 128, generator=gen).to(tdt)
+    w = torch.randn(128, 128, generator=gen).to(tdt)
+    bias = torch.randn(128, generator=gen).to(tdt)
+    ulp = 2**-11 if dtype == "f16" else 2**-8
+    c = make_linear(dtype, 64, 128, 2, pipelined=False, dynamic=False)(a, w)
+    ref = a.double() @ w.double().t()
+    assert ((c.double() - ref).abs() <= ref.abs() * ulp + 1e-3).all()
+    c = make_linear(dtype, 64, 128, 2, pipelined=False, dynamic=False, gelu=True)(a, w, bias)
+    ref = F.gelu(ref + bias.double())
+    assert ((c.double() - ref).abs() <= ref.abs() * ulp + 2e-3).all()
+
+
+def test_wgmma_kernels_link_from_lto_ir_for_sm90a_without_serialisation():
+    """From PTX, nvJitLink's relocatable compile makes ptxas wait for each wgmma
+    ("C7509 ... serialized due to the presence of Extern calls"); pnex links wgmma
+    kernels from LTO-IR, for sm_90a, and the HGMMAs stay in flight."""
+    from pnex_magic import sass
+    from pnex_magic.report import _definition_of
+
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_wgmma import make_linear
+
+    compiled = _definition_of(make_linear("f16", 64, 128, 2, pipelined=False, dynamic=False), "test").compiled("sm_90")
+    if compiled.cubin is None:
+        pytest.skip("no nvJitLink")
+    assert "C7509" not in compiled.link_log and "sm_90a" in compiled.link_log
+    assert compiled.resources.local_bytes == 0
+    if sass.find_disassembler() is None:
+        pytest.skip("no cuobjdump/nvdisasm (the sass extra)")
+    text = sass.disassemble(compiled.cubin, entry=compiled.entry).text
+    assert text.count("HGMMA.64x128x16.F32") == 4
+    assert text.count("WARPGROUP.DEPBAR") <= 2  # one wait per k-tile (and the final one), not one per HGMMA

@@ -54,6 +54,15 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
 ``store_pair(array, index, lo, hi)``
     Two float32 values rounded to a float16/bfloat16 array's dtype and stored as one
     32-bit word at ``array[index]`` (``index`` even along the last axis).
+``wgmma(acc, a, a_index, b, b_index, n)``, ``wgmma_bf16(...)``
+    Hopper (sm_90a): ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32``, issued by a
+    warpgroup (4 consecutive warps, 128 threads): 64 x n accumulators (``n // 2`` a
+    thread; warp ``w`` holds rows 16 w.. in ``mma``'s accumulator layout, one m16n8 tile
+    per 8 columns) ``+=`` A @ B^T, both operands read from shared memory through
+    descriptors: K-major tiles of 64 16-bit elements a row (128 bytes) stored through
+    ``swizzle(row, col, 64)``, 1024-byte aligned.  ``wgmma_fence()`` before,
+    ``wgmma_commit()`` and ``wgmma_wait(n)`` after; ``fence_async_shared()`` after
+    writing a tile (``cp_async`` included) and before the barrier that publishes it.
 ``warp_sum(x)``, ``warp_max(x)``; ``block_sum(x, scratch)``, ``block_max(x, scratch)``,
 ``block_scan_sum(x, scratch)``
     Reductions over the warp (shuffles) or the block (1-D blocks of whole warps;
@@ -83,6 +92,12 @@ __all__ = [
     "pack_bf16x2",
     "store_pair",
     "to_tf32",
+    "wgmma",
+    "wgmma_bf16",
+    "wgmma_fence",
+    "wgmma_commit",
+    "wgmma_wait",
+    "fence_async_shared",
     "warp_sum",
     "warp_max",
     "block_sum",
@@ -124,6 +139,39 @@ def cp_async_commit() -> None:
 
 def cp_async_wait(pending: int) -> None:
     """Wait until at most ``pending`` committed groups of copies are still in flight."""
+
+
+def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int) -> None:
+    """Hopper's ``wgmma.mma_async`` m64nNk16, float16: the warpgroup's 64 x ``n``
+    float32 accumulators (``acc``: ``n // 2`` per thread) ``+=`` A @ B^T, A 64 x 16 at
+    ``a[a_index]`` and B ``n`` x 16 at ``b[b_index]``, both K-major shared tiles of 64
+    elements per row stored through :func:`swizzle` (the 128-byte swizzle), 1024-byte
+    aligned.  Asynchronous: ``wgmma_fence()`` before, ``wgmma_commit()`` after,
+    ``wgmma_wait(n)`` before the accumulators or the tiles are touched again."""
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "f16")
+
+
+def wgmma_bf16(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int) -> None:
+    """:func:`wgmma` on bfloat16 operands."""
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "bf16")
+
+
+def wgmma_fence() -> None:
+    """``wgmma.fence``: order the warpgroup's earlier register and shared-memory writes
+    before the next ``wgmma``."""
+
+
+def wgmma_commit() -> None:
+    """``wgmma.commit_group``: close the group of ``wgmma`` issued since the last one."""
+
+
+def wgmma_wait(pending: int) -> None:
+    """``wgmma.wait_group``: wait until at most ``pending`` groups are in flight (a constant)."""
+
+
+def fence_async_shared() -> None:
+    """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes
+    (``cp_async``'s included, once waited for) visible to ``wgmma``, before the barrier."""
 
 
 def _swizzle_arithmetic(row, col, row_elems):  # no annotations: Numba compiles it as the overload

@@ -283,6 +283,111 @@ def register_cuda() -> None:
     def _to_tf32_impl(x):
         return lambda x: _to_tf32(x)
 
+    # ---- wgmma (Hopper) -----------------------------------------------------------------------------
+
+    def descriptor(builder: Any, address: Any) -> Any:
+        """The shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle
+        starting at ``address`` (32-bit shared): start >> 4, leading byte offset 16 (unused
+        when swizzled), stride byte offset 1024 (8 rows of 128 bytes), swizzle mode 1."""
+        start = builder.lshr(builder.and_(builder.zext(address, i64), ir.Constant(i64, 0x3FFFF)), ir.Constant(i64, 4))
+        fixed = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+        return builder.or_(start, ir.Constant(i64, fixed))
+
+    @intrinsic
+    def _wgmma(typingctx, acc, a, a_index, b, b_index, n, kind):
+        width, k = _literal(n), _literal(kind)
+        if not isinstance(width, int) or k not in ("f16", "bf16") or not (is_index(a_index) and is_index(b_index)):
+            return None
+        name = "wgmma" if k == "f16" else "wgmma_bf16"
+        if width % 8 or not 8 <= width <= 256:
+            raise TypingError(f"pnex.tc.{name}: n must be a multiple of 8 from 8 to 256, got {width}")
+        problem = fragment_error(name, acc, (types.float32,), "the accumulator")
+        if problem:
+            raise TypingError(problem)
+        for tile, what in ((a, "A"), (b, "B")):
+            if not isinstance(tile, types.Array) or tile.dtype.bitwidth != 16:
+                raise TypingError(f"pnex.tc.{name}: the {what} tile must be a shared array of 16-bit elements, got {tile}")
+        regs = width // 2
+
+        def codegen(context, builder, signature, args):
+            acc_ty, a_ty, a_index_ty, b_ty, b_index_ty, _, _ = signature.args
+            acc_p = fragment_pointers(context, builder, acc_ty, args[0], regs)
+            c_vals = [builder.load(p) for p in acc_p]
+            a_at = element_pointer(context, builder, a_ty, args[1], index_values(context, builder, a_index_ty, args[2]))
+            b_at = element_pointer(context, builder, b_ty, args[3], index_values(context, builder, b_index_ty, args[4]))
+            desc_a = descriptor(builder, shared_address(builder, a_at))
+            desc_b = descriptor(builder, shared_address(builder, b_at))
+            outs = ",".join(f"${i}" for i in range(regs))
+            asm = (
+                "{\n.reg .pred p;\n"
+                f"setp.ne.b32 p, ${regs + 2}, 0;\n"
+                f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.{k}.{k} {{{outs}}}, ${regs}, ${regs + 1}, p, 1, 1, 0, 0;\n"
+                "}"
+            )
+            constraints = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)] + ["~{memory}"])
+            fnty = ir.FunctionType(ir.LiteralStructType([f32] * regs), [i64, i64, i32] + [f32] * regs)
+            out = builder.asm(fnty, asm, constraints, [desc_a, desc_b, ir.Constant(i32, 1)] + c_vals, True)
+            for i, p in enumerate(acc_p):
+                builder.store(builder.extract_value(out, i), p)
+            return context.get_dummy_value()
+
+        return types.none(acc, a, a_index, b, b_index, n, kind), codegen
+
+    @overload(tc.wgmma, target="cuda", prefer_literal=True)
+    def _wgmma_impl(acc, a, a_index, b, b_index, n):
+        if not isinstance(_literal(n), int):
+            raise TypingError("pnex.tc.wgmma: n (the tile's columns) must be a constant")
+        return lambda acc, a, a_index, b, b_index, n: _wgmma(acc, a, a_index, b, b_index, n, "f16")
+
+    @overload(tc.wgmma_bf16, target="cuda", prefer_literal=True)
+    def _wgmma_bf16_impl(acc, a, a_index, b, b_index, n):
+        if not isinstance(_literal(n), int):
+            raise TypingError("pnex.tc.wgmma_bf16: n (the tile's columns) must be a constant")
+        return lambda acc, a, a_index, b, b_index, n: _wgmma(acc, a, a_index, b, b_index, n, "bf16")
+
+    def statement(text: str):
+        @intrinsic
+        def _statement(typingctx):
+            def codegen(context, builder, signature, args):
+                builder.asm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", [], True)
+                return context.get_dummy_value()
+            return types.none(), codegen
+        return _statement
+
+    _wg_fence = statement("wgmma.fence.sync.aligned;")
+    _wg_commit = statement("wgmma.commit_group.sync.aligned;")
+    _proxy_fence = statement("fence.proxy.async.shared::cta;")
+
+    @overload(tc.wgmma_fence, target="cuda")
+    def _wg_fence_impl():
+        return lambda: _wg_fence()
+
+    @overload(tc.wgmma_commit, target="cuda")
+    def _wg_commit_impl():
+        return lambda: _wg_commit()
+
+    @overload(tc.fence_async_shared, target="cuda")
+    def _proxy_fence_impl():
+        return lambda: _proxy_fence()
+
+    @intrinsic
+    def _wg_wait(typingctx, pending):
+        count = _literal(pending)
+        if not isinstance(count, int) or not 0 <= count <= 7:
+            return None
+
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), f"wgmma.wait_group.sync.aligned {count};", "~{memory}", [],
+                        True)
+            return context.get_dummy_value()
+        return types.none(pending), codegen
+
+    @overload(tc.wgmma_wait, target="cuda", prefer_literal=True)
+    def _wg_wait_impl(pending):
+        if not isinstance(_literal(pending), int):
+            raise TypingError("pnex.tc.wgmma_wait: the number of pending groups must be a constant (0 to 7)")
+        return lambda pending: _wg_wait(pending)
+
     # ---- pure helpers: the same Python code, compiled -----------------------------------------------
 
     @overload(tc.swizzle, target="cuda")

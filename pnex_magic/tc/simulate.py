@@ -73,28 +73,29 @@ _WARPS: "weakref.WeakKeyDictionary[Any, dict[tuple, _Warp]]" = weakref.WeakKeyDi
 _WARPS_LOCK = threading.Lock()
 
 
-def _thread_position() -> tuple[Any, tuple, int, int, int]:
+def _thread_position(group: int = 32) -> tuple[Any, tuple, int, int, int]:
     """(the block's manager, the block index, the warp, the lane, the warp's lanes) of
-    the calling simulated thread."""
+    the calling simulated thread; with ``group=128``, its warpgroup, its place in it and
+    the warpgroup's threads."""
     thread = threading.current_thread()
     manager = getattr(thread, "_manager", None)
     if manager is None or not hasattr(thread, "thread_id"):
         raise RuntimeError("a warp-level primitive was called outside a simulated CUDA kernel")
     block_dim = manager._block_dim
     threads = int(np.prod(block_dim))
-    warp, lane = divmod(thread.thread_id, 32)
-    lanes = min(32, threads - 32 * warp)
+    warp, lane = divmod(thread.thread_id, group)
+    lanes = min(group, threads - group * warp)
     return manager, tuple(thread.blockIdx), warp, lane, lanes
 
 
-def _warp(manager: Any, block: tuple, warp: int, lanes: int) -> _Warp:
+def _warp(manager: Any, block: tuple, warp: int, lanes: int, group: int) -> _Warp:
     with _WARPS_LOCK:
         per_manager = _WARPS.get(manager)
         if per_manager is None:
             per_manager = _WARPS[manager] = {}
-        found = per_manager.get((block, warp))
+        found = per_manager.get((block, group, warp))
         if found is None:
-            found = per_manager[(block, warp)] = _Warp(lanes)
+            found = per_manager[(block, group, warp)] = _Warp(lanes)
         return found
 
 
@@ -102,12 +103,13 @@ def lane_id() -> int:
     return _thread_position()[3]
 
 
-def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[Any]]) -> Any:
+def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[Any]], group: int = 32) -> Any:
     """This lane's share of a warp-wide operation: every lane of the warp calls it with
     its own ``value``; ``combine`` (run once, by the last lane to arrive) maps the list
-    of all lanes' values, in lane order, to the list of their results."""
-    manager, block, warp_index, lane, lanes = _thread_position()
-    warp = _warp(manager, block, warp_index, lanes)
+    of all lanes' values, in lane order, to the list of their results.  ``group=128``:
+    a warpgroup-wide operation (Hopper's ``wgmma``), over 4 consecutive warps."""
+    manager, block, warp_index, lane, lanes = _thread_position(group)
+    warp = _warp(manager, block, warp_index, lanes, group)
     thread = threading.current_thread()
     with warp.condition:
         generation = warp.generation
@@ -122,7 +124,8 @@ def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[An
             try:
                 if len(names) > 1:
                     raise RuntimeError(
-                        f"the lanes of warp {warp_index} (block {block}) met at different warp-level operations "
+                        f"the lanes of {'warp' if group == 32 else 'warpgroup'} {warp_index} (block {block}) met at "
+                        f"different {'warp' if group == 32 else 'warpgroup'}-level operations "
                         f"({', '.join(sorted(n for n in names if n))}): every lane of a warp must execute the same "
                         f"one (a warp-level instruction inside a branch that some lanes skip)"
                     )
@@ -134,7 +137,7 @@ def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[An
             while warp.generation == generation:
                 warp.condition.wait(_WAIT_S)
                 if getattr(thread, "abort", False) and warp.generation == generation:
-                    raise RuntimeError(f"abort flag set while warp {warp_index} waited at {name}")
+                    raise RuntimeError(f"abort flag set while {'warp' if group == 32 else 'warpgroup'} {warp_index} waited at {name}")
         results = warp.results
     if isinstance(results, _Failed):
         raise results.exc
@@ -294,6 +297,79 @@ def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, va
     _write_bytes(dst_, d, data, what + " (destination)")
 
 
+def _swizzled_rows(tile: np.ndarray, index: Any, rows: int, cols: int, what: str) -> np.ndarray:
+    """``rows`` x ``cols`` logical elements of a K-major tile of 64 16-bit elements per row,
+    stored through :func:`pnex_magic.tc.swizzle` (128-byte swizzle), from ``tile[index]`` on."""
+    from . import swizzle
+
+    if tile.shape[-1] != 64 or _itemsize(tile) != 2:
+        raise ValueError(
+            f"{what}: a wgmma operand tile must have rows of 64 16-bit elements (128 bytes, the 128-byte swizzle), "
+            f"got shape {tile.shape} of {tile.dtype}"
+        )
+    idx = tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
+    if len(idx) != tile.ndim:
+        raise IndexError(f"{what}: index {idx} has {len(idx)} subscripts for a {tile.ndim}-D tile")
+    *lead, r0, c0 = idx
+    if r0 % 8 or c0 % 16 or c0 + cols > 64 or r0 + rows > tile.shape[-2] or r0 < 0 or c0 < 0:
+        raise IndexError(
+            f"{what}: the operand starts at row {r0}, column {c0}: rows must start at a multiple of 8, columns at a "
+            f"multiple of 16, and {rows} rows x {cols} columns must fit the tile's {tile.shape[-2]} x 64"
+        )
+    plane = tile[tuple(lead)] if lead else tile
+    out = np.empty((rows, cols), dtype=np.uint16)
+    for r in range(rows):
+        row = r0 + r
+        physical = [swizzle(row, c0 + c, 64) for c in range(cols)]
+        out[r] = _to_bits16(plane[row, physical], tile)
+    return out  # the elements' 16-bit patterns
+
+
+def _decode16(bits: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return bits.view(np.float16).astype(np.float64)
+
+
+def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: str) -> None:
+    """``wgmma.mma_async`` m64nNk16 (completes at once here): the warpgroup's 64 x N
+    accumulators ``+=`` A (64 x 16 at ``a[a_index]``) @ B^T (B: N x 16 at ``b[b_index]``),
+    both K-major tiles of 64 16-bit elements per row through :func:`~pnex_magic.tc.swizzle`."""
+    acc_, a_, b_ = unwrap(acc), unwrap(a), unwrap(b)
+    what = f"pnex.tc.wgmma (m64n{n}k16)"
+    if acc_.shape[-1:] != (n // 2,):
+        raise ValueError(f"{what}: the accumulator must be a 1-D view of {n // 2} float32 values, got shape {acc_.shape}")
+    mine = (acc_.astype(np.float64), id(a_), a_index, id(b_), b_index)
+
+    def combine(threads: list[Any]) -> list[np.ndarray]:
+        if len(threads) != 128:
+            raise RuntimeError(f"{what} needs a whole warpgroup of 128 threads (4 warps)")
+        if len({(t[1], repr(t[2]), t[3], repr(t[4])) for t in threads}) != 1:
+            raise RuntimeError(f"{what}: the threads of a warpgroup gave different operand tiles or indices")
+        A = _decode16(_swizzled_rows(a_, a_index, 64, 16, what + " A"), kind)
+        B = _decode16(_swizzled_rows(b_, b_index, n, 16, what + " B"), kind)
+        C = np.zeros((64, n))
+        rows, cols = _wgmma_c_layout(n)
+        for t, x in enumerate(threads):
+            C[rows[t], cols[t]] = x[0]
+        D = (A @ B.T + C).astype(np.float32)
+        return [D[rows[t], cols[t]] for t in range(128)]
+
+    acc_[...] = collective(f"wgmma.m64n{n}k16.{kind}", mine, combine, group=128)
+
+
+def _wgmma_c_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(128, n/2) rows and columns of the 64 x n accumulator each thread of a warpgroup
+    holds: warp w has rows 16 w.., and each n8 block is an m16n8 accumulator tile."""
+    thread = np.arange(128)[:, None]
+    v = np.arange(n // 2)[None, :]
+    warp, lane = thread // 32, thread % 32
+    g, t = lane // 4, lane % 4
+    rows = 16 * warp + g + 8 * ((v // 2) % 2)
+    cols = 8 * (v // 4) + 2 * t + v % 2
+    return np.broadcast_to(rows, (128, n // 2)), np.broadcast_to(cols, (128, n // 2))
+
+
 def shfl(kind: str, mask: int, value: Any, operand: int, width: int = 32) -> Any:
     """``shfl.sync``: ``kind`` is "idx", "up", "down" or "xor"; every lane of the warp
     takes part (``mask`` must name them all, as in nearly every kernel)."""
@@ -370,12 +446,53 @@ _WARP_FUNCTIONS = {
 }
 
 
+def _check_alignment(alignment: Any) -> None:
+    if alignment is not None and (not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1)):
+        raise ValueError(f"alignment must be a power of two, got {alignment!r}")
+
+
+def _shared_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> Any:
+    """numba's ``FakeCUDAShared.array``, taking ``alignment=`` as the GPU does (tensor-core
+    tiles need 128- or 1024-byte alignment) instead of refusing it.  Written out, not
+    wrapped: numba tells allocations apart by the line of its caller, the kernel's."""
+    import sys
+    import traceback
+
+    from numba.cuda import types as nbtypes
+    from numba.cuda.np import numpy_support
+
+    _check_alignment(alignment)
+    if isinstance(dtype, nbtypes.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = traceback.extract_stack(sys._getframe())[-2][0:2]
+    found = self._allocations.get(caller)
+    if found is None:
+        found = self._allocations[caller] = np.empty(shape, dtype)
+    return found
+
+
+def _local_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> Any:
+    from numba.cuda import types as nbtypes
+    from numba.cuda.np import numpy_support
+
+    _check_alignment(alignment)
+    if isinstance(dtype, nbtypes.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    return np.empty(shape, dtype)
+
+
 def install_warp_functions() -> None:
     """Give numba-cuda's simulated ``cuda`` module the warp-level functions it lacks
-    (``shfl_*_sync``, votes, ``syncwarp``), run through :func:`collective`.  Adds only
-    what is missing; once per process."""
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    (``shfl_*_sync``, votes, ``syncwarp``), run through :func:`collective`, and let its
+    shared and local arrays take ``alignment=``.  Adds only what is missing; once per
+    process."""
+    from numba.cuda.simulator.kernelapi import FakeCUDALocal, FakeCUDAModule, FakeCUDAShared
 
     for name, function in _WARP_FUNCTIONS.items():
         if not hasattr(FakeCUDAModule, name):
             setattr(FakeCUDAModule, name, function)
+    FakeCUDAShared.array = _shared_array
+    FakeCUDALocal.array = _local_array
