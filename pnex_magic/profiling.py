@@ -243,12 +243,18 @@ def _launch_of(definition: Any, op: Any, args: Sequence[Any]) -> tuple[tuple[int
 
 
 def _save(op: Any, path: Path, arch: str, tuned: bool) -> None:
+    """The op as an artifact for the child: the tuned ``Tune`` values' code where there
+    are some, else every variant's."""
     try:
-        save(op, path, archs=[arch], tuned_only=tuned)
-    except ArtifactError:
-        if not tuned:
-            raise
-        save(op, path, archs=[arch])  # no tuned choice recorded: every variant
+        try:
+            save(op, path, archs=[arch], tuned_only=tuned)
+        except ArtifactError:
+            if not tuned:
+                raise
+            save(op, path, archs=[arch])  # no tuned choice recorded: every variant
+    except ArtifactError as exc:
+        raise PnexError(f"the profile runs the kernel in a child process from a saved copy of the op, and {exc}") \
+            from None
 
 
 def _run(argv: list[str], timeout: float, what: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -396,3 +396,20 @@ def test_the_profile_tab_with_a_recorded_ncu(ip, monkeypatch, fresh_cache):
         assert piece in tab, piece
     assert "line 6    : 62% of samples, mostly long_scoreboard: r[i] = a[j] * s" in rep.to_text()
     assert "Profile" in rep.to_html()
+
+
+def test_a_kernel_that_cannot_be_saved_says_why_it_cannot_be_profiled(monkeypatch):
+    table = torch.arange(4, dtype=torch.float32)  # a global the kernel reads: passed by reference, not saveable
+
+    @pnex.jit(n_threads="a.numel()")
+    def lookup(a: pnex.In("i64", (None,)), r: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            r[i] = table[a[i]]
+
+    monkeypatch.setattr(profiling, "_device", lambda args: torch.device("cuda", 0))
+    monkeypatch.setattr(profiling.torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(ncu, "find_ncu", lambda: "/opt/ncu")
+    with pytest.raises(PnexError, match="runs the kernel in a child process from a saved copy of the op, and cannot "
+                                        "save 'lookup': it reads the device array"):
+        pnex.profile(lookup, torch.zeros(4, dtype=torch.int64))
