@@ -159,7 +159,7 @@ def parse_raw(text: str) -> list[RawKernel]:
 # Stall reasons: the raw metrics' names, the source page's short names, and what each means
 # (Nsight Compute's Profiling Guide, "Warp Stall Reasons").
 STALLS: dict[str, str] = {
-    "long_scoreboard": "waiting for data from global or local memory (a load's result)",
+    "long_scoreboard": "waiting for a load's data from global or local memory",
     "short_scoreboard": "waiting for shared memory or a special-function result (MIO: shared loads, sqrt, exp, "
                         "shuffles)",
     "wait": "waiting on a fixed-latency dependency (back-to-back dependent arithmetic)",

@@ -127,7 +127,7 @@ class KernelProfile:
             parts.append(f"achieved occupancy {f.achieved_occupancy:.0%}{theory}")
         top = f.stalls[0] if f.stalls else None
         if top is not None:
-            parts.append(f"warps stall most on {top.name} ({top.share:.0%} of samples: {top.meaning})")
+            parts.append(f"warps stall most on {top.name}, {top.share:.0%} of samples: {top.meaning}")
         hot = next((line for line in self.hot_lines if line.text), None)
         if hot is not None:
             parts.append(f"most at line {hot.line}, `{hot.text}` ({hot.share:.0%} of samples)")
@@ -153,7 +153,7 @@ class KernelProfile:
                + (f", tensor pipe {pct(f.tensor_pipe)}" if f.tensor_pipe else ""),
                f"  occupancy : {pct(f.achieved_occupancy)} achieved, {pct(f.theoretical_occupancy)} theoretical"]
         for s in f.stalls[:3]:
-            out.append(f"  stall     : {s.name} {s.share:.0%} of samples ({s.meaning})")
+            out.append(f"  stall     : {s.name}, {s.share:.0%} of samples: {s.meaning}")
         for line in self.hot_lines[:3]:
             why = f", mostly {line.reason}" if line.reason else ""
             out.append(f"  line {line.line:<4} : {line.share:.0%} of samples{why}: {line.text}")

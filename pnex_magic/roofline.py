@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .efficiency import FAR, Reason
-from .errors import ShapeExpressionError
+from .errors import PnexError, ShapeExpressionError
 from .expressions import Expr, NameInfo, parse_expression
 from .hardware import DeviceInfo, PeakFlops, peak_flops
 from .spec import KernelSpec, ScalarParam, TensorParam, TuneParam
@@ -54,7 +54,10 @@ class FlopCount:
     expr: Expr
 
     def evaluate(self, env: Mapping[str, Any]) -> int:
-        return int(self.expr.evaluate(env))
+        try:
+            return int(self.expr.evaluate(env))
+        except PnexError as exc:  # a division by zero, say: name the option
+            raise type(exc)(f"flops={self.text!r}: {exc}") from None
 
 
 def _names(spec: KernelSpec) -> dict[str, NameInfo]:
@@ -133,7 +136,7 @@ def count_flops(
     (``"fp32"``/``"fp64"``), ``""`` for a given count."""
     if flops is not None:
         value = flops.evaluate(env)
-        return value, f"{flops.text} = {value:,} (given with flops=)", False, ""
+        return value, f"{flops.text}, given with flops=", False, ""
     if not ptx:
         return None, "no FLOP count: give one with flops= (--flops), e.g. '2 * a.numel()'", False, ""
     per_thread, kind, why_not = ptx_flops(ptx, entry)
@@ -148,10 +151,14 @@ def count_flops(
                    f"flops= (--flops) sets it"), True, kind
 
 
+def _figure(x: float) -> str:
+    """Three figures, whole numbers from 100 up: ``23.4``, ``1,370``."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def tflops(rate: float) -> str:
     """``27.5 TFLOP/s``, ``1,070 TFLOP/s``: three figures, whole numbers from 100 up."""
-    t = rate / 1e12
-    return f"{t:,.0f} TFLOP/s" if t >= 100 else f"{t:.3g} TFLOP/s"
+    return f"{_figure(rate / 1e12)} TFLOP/s"
 
 
 def format_flops(n: float) -> str:
@@ -278,6 +285,14 @@ class Compute:
             return None
         return "compute" if intensity >= ridge else "memory"
 
+    @property
+    def roofline_text(self) -> str:
+        """``1,370 FLOP per byte against a ridge point of 23.4 (...): compute-bound``."""
+        if self.intensity is None or self.ridge is None:
+            return "unknown"
+        return (f"{_figure(self.intensity)} FLOP per byte against a ridge point of {_figure(self.ridge)} (compute "
+                f"peak / bandwidth ceiling): {self.bound}-bound")
+
     def _rate_text(self) -> str:
         rate = self.rate
         return "n/a" if rate is None else tflops(rate)
@@ -294,7 +309,7 @@ class Compute:
     def lines(self) -> list[str]:
         if self.flops is None:
             return [f"flops     : {self.how}"]
-        out = [f"flops     : {format_flops(self.flops)} per call: {self.how}"]
+        out = [f"flops     : {format_flops(self.flops)} per call = {self.flops:,}: {self.how}"]
         if self.rate is None:
             out.append("compute   : not timed: FLOP/s needs a timed call on the GPU")
             if self.tensor is not None:
@@ -305,8 +320,7 @@ class Compute:
         if self.peak is not None and self.peak.flops:
             out.append(f"peak      : {self.peak.source}")
         if self.intensity is not None and self.ridge is not None:
-            out.append(f"roofline  : {self.intensity:.3g} FLOP/B against a ridge of {self.ridge:.3g} FLOP/B: "
-                       f"{self.bound}-bound")
+            out.append(f"roofline  : {self.roofline_text}")
         if self.tensor is not None:
             out.append(f"tensor    : uses the tensor cores: {self.tensor.count} {self.tensor.instruction} "
                        f"({self.tensor.precision})")
@@ -320,8 +334,8 @@ class Compute:
             return None
         share, peak = self.share, self.peak
         head = (f"compute-bound: {format_flops(self.flops)} in {format_time(self.seconds)} is {self._rate_text()}, "
-                f"{share:.0%} of the {peak.label} peak; its {self.intensity:.3g} FLOP per byte are above the ridge "
-                f"({self.ridge:.3g}), so the compute peak, not memory, is its ceiling")
+                f"{share:.0%} of the {peak.label} peak; its {_figure(self.intensity)} FLOP per byte are above the "
+                f"ridge ({_figure(self.ridge)}), so the compute peak, not memory, is its ceiling")
         tc = self.tensor
         if tc is not None:
             finding = f"{head}; it uses the tensor cores ({tc.count} {tc.instruction}, {tc.precision})"

@@ -71,7 +71,7 @@ def test_the_raw_page_gives_speed_of_light_occupancy_and_stalls():
     assert [s.name for s in f.stalls[:3]] == ["long_scoreboard", "lg_throttle", "wait"]
     assert f.stalls[0].share == pytest.approx(142000 / total) and f.issuing == pytest.approx(11100 / total)
     assert "selected" not in [s.name for s in f.stalls]
-    assert f.stalls[0].meaning.startswith("waiting for data from global or local memory")
+    assert f.stalls[0].meaning == "waiting for a load's data from global or local memory"
 
 
 def test_without_samples_the_warp_state_statistics_rank_the_stalls():
@@ -158,14 +158,14 @@ def test_the_profile_reads_as_text_html_and_a_reason(gather_scale):
     text = str(p)
     assert "speed of light: memory 71%, compute 14%, DRAM 58%" in text
     assert "occupancy : 82% achieved, 100% theoretical" in text
-    assert "stall     : long_scoreboard 74% of samples" in text
+    assert "stall     : long_scoreboard, 74% of samples: waiting for a load's data from global or local memory" in text
     assert "line 6    : 62% of samples, mostly long_scoreboard: r[i] = a[j] * s" in text
     reason = p.reason()
     assert reason.kind == "profile"
     assert reason.finding == (
         "Nsight Compute: memory at 71% and compute at 14% of their speed of light; achieved occupancy 82% of 100% "
-        "possible; warps stall most on long_scoreboard (74% of samples: waiting for data from global or local memory "
-        "(a load's result)); most at line 6, `r[i] = a[j] * s` (62% of samples)")
+        "possible; warps stall most on long_scoreboard, 74% of samples: waiting for a load's data from global or local "
+        "memory; most at line 6, `r[i] = a[j] * s` (62% of samples)")
     assert reason.advice.startswith("memory latency: keep more independent loads in flight")
     html = p._repr_html_()
     assert html == profile_html(p)

@@ -63,7 +63,7 @@ def test_flops_is_an_expression_over_the_parameters_evaluated_per_call():
     report = pnex.inspect(naive_mm, args=(a, b))
     assert report.compute.flops == 2 * 64 * 48 * 32 and not report.compute.inferred
     text = str(report)
-    assert "flops     : 197 kFLOP per call: 2 * a.size(0) * b.size(1) * a.size(1) = 196,608" in text
+    assert "flops     : 197 kFLOP per call = 196,608: 2 * a.size(0) * b.size(1) * a.size(1), given with flops=" in text
     assert "not timed: FLOP/s needs a timed call on the GPU" in text  # no fake rate on CPU
     assert report.compute.rate is None and report.compute.share is None and report.compute.reason is None
     other = pnex.inspect(naive_mm, args=(torch.rand(8, 5), torch.rand(5, 3)))
@@ -182,7 +182,7 @@ def test_tensor_core_instructions_in_sass_and_ptx():
 
 
 def timed(flops: int, seconds: float, moved: int, *, device=H100, sass="", dtypes=("float32",), kind=""):
-    return roofline.assess(flops=flops, how=f"{flops:,} (given with flops=)", inferred=False, kind=kind,
+    return roofline.assess(flops=flops, how="given with flops=", inferred=False, kind=kind,
                            seconds=seconds, bytes_moved=moved, info=device.info, bandwidth=device.copy_bandwidth,
                            sass=sass, dtypes=dtypes, arch=device.arch)
 
@@ -242,7 +242,7 @@ def test_compute_html_gives_the_rate_the_share_and_the_roofline():
     html = compute_html(c)
     assert re.search(r"27\.5 TFLOP/s = 41% of the FP32 CUDA-core peak \(66\.9 TFLOP/s\)", html)
     assert "ridge point" in html and "compute-bound" in html
-    cpu = roofline.assess(flops=100, how="100 (given with flops=)", inferred=False, kind="", seconds=None,
+    cpu = roofline.assess(flops=100, how="given with flops=", inferred=False, kind="", seconds=None,
                           bytes_moved=8, info=None, bandwidth=None)
     assert "not timed" in compute_html(cpu) and cpu.rate is None and cpu.peak is None
 
@@ -253,3 +253,40 @@ def test_no_sm_clock_means_no_peak_and_no_share():
                         bandwidth=H100.copy_bandwidth)
     assert c.rate == pytest.approx(1e15) and c.share is None and c.bound is None
     assert "SM clock" in c.peak.source and c.describe().startswith("1,000 TFLOP/s")
+
+
+# --------------------------------------------------------------------------- %%pnex --flops
+
+IPython = pytest.importorskip("IPython")
+from IPython.testing import globalipapp  # noqa: E402
+
+AXPY = '''
+def axpy(a: In("f32", (None,)), b: In("f32", "a"), alpha: float, r: Out("f32", "a")):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        r[i] = alpha * a[i] + b[i]
+'''
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = globalipapp.get_ipython()
+    shell.run_line_magic("load_ext", "pnex_magic")
+    shell.run_cell("import torch\nx = torch.rand(40)")
+    return shell
+
+
+def test_flops_option_of_the_magic(ip, fresh_cache):
+    ip.run_cell_magic("pnex", '--n-threads a.numel() --flops "2 * a.numel()" --args (x, x, 3.0) -o rep', AXPY)
+    rep = ip.user_ns["rep"]
+    assert rep.kernel.compute.flops == 80 and not rep.kernel.compute.inferred
+    assert "flops     : 80 FLOP per call = 80: 2 * a.numel(), given with flops=" in rep.to_text()
+    assert "given with flops=" in dict(rep.sections())["Timing"]
+    ip.run_cell_magic("pnex", "--n-threads a.numel() --args (x, x, 3.0) -o rep", AXPY)
+    assert ip.user_ns["rep"].kernel.compute.inferred and ip.user_ns["rep"].kernel.compute.flops == 80  # one fma
+
+
+def test_a_bad_flops_option_points_at_the_magic_line(ip, fresh_cache):
+    with pytest.raises(ShapeExpressionError) as info:
+        ip.run_cell_magic("pnex", '--n-threads a.numel() --flops "2 * n" --args (x, x, 3.0)', AXPY)
+    assert str(info.value).startswith("cell line 1 (the %%pnex line): kernel 'axpy', flops: unknown name 'n'")

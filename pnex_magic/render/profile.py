@@ -83,8 +83,7 @@ def compute_html(c: Any) -> str:
         if c.peak is not None:
             rows.append(("compute peak", escape(c.peak.source)))
         if c.intensity is not None and c.ridge is not None:
-            rows.append(("roofline", escape(f"{c.intensity:.3g} FLOP per byte against a ridge point of "
-                                            f"{c.ridge:.3g} (compute peak / bandwidth ceiling): {c.bound}-bound")))
+            rows.append(("roofline", escape(c.roofline_text)))
     if c.tensor is not None:
         rows.append(("tensor cores", escape(f"used: {c.tensor.count} {c.tensor.instruction} ({c.tensor.precision})")))
     parts = ['<div style="margin-top:6px"><b>compute against the device\'s peak</b></div>', table(rows)]
