@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .op import PnexOp
     from .random import xoroshiro128p_states
     from .report import KernelReport, build_report, inspect
+    from .profiling import KernelProfile, profile
 
 # Imported on first use (PEP 562), so that ``import pnex_magic`` stays cheap: the
 # definition path (jit) does not need the report, the artifact format or autograd,
@@ -63,6 +64,8 @@ _LAZY = {
     "KernelReport": ".report",
     "save": ".artifact",
     "load": ".artifact",
+    "profile": ".profiling",
+    "KernelProfile": ".profiling",
     "attach_backward": ".autograd",
     "backward_of": ".autograd",
     "xoroshiro128p_states": ".random",
@@ -104,6 +107,8 @@ __all__ = [
     "vstore",
     "inspect",
     "build_report",
+    "profile",
+    "KernelProfile",
     "save",
     "load",
     "attach_backward",

@@ -37,6 +37,7 @@ from typing import Any
 from .definition import JitOptions, KernelDefinition
 from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
+from .roofline import parse_flops
 from .spec import build_spec
 
 __all__ = ["definition", "registered"]
@@ -51,14 +52,18 @@ def definition(
     options: JitOptions | None = None,
     name: str | None = None,
     tune: dict[str, Any] | None = None,
+    flops: str | int | None = None,
 ) -> KernelDefinition:
     """Check ``fn``'s annotations and the launch options (no compiling yet).  ``tune``
-    replaces the choices of ``Tune`` parameters by name."""
+    replaces the choices of ``Tune`` parameters by name; ``flops`` is the FLOP count of
+    a call, an expression over the parameters (:func:`pnex_magic.roofline.parse_flops`)."""
     spec = build_spec(
         fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
         tune=tune,
     )
-    return KernelDefinition(fn, spec, options or JitOptions())
+    found = KernelDefinition(fn, spec, options or JitOptions())
+    found.flops = parse_flops(spec, flops)
+    return found
 
 
 @dataclasses.dataclass

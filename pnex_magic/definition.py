@@ -158,6 +158,7 @@ class KernelDefinition:
         self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
         self._forms: dict[tuple[str, bool], types.FunctionType] = {}  # (for what, checked) -> function
         self.toolchain_error: str | None = None
+        self.flops: Any = None  # the FLOP count of a call (pnex_magic.roofline.FlopCount), from flops=
 
     @property
     def hidden_arrays(self) -> tuple[HiddenArray, ...]:

@@ -399,7 +399,8 @@ UNEXPLAINED = Reason(
     "unexplained",
     "none of the limits the report checks shows in its figures (launch overhead, blocks, coalescing, block starts, "
     "bytes in flight, waves, occupancy, spills, block width)",
-    "profile the kernel with Nsight Compute (ncu) to see what holds it back; a kernel also stays below the copy when "
+    "run the cell with --profile (in a script: pnex.profile(op, *args)) for Nsight Compute's figures of what holds it "
+    "back; a kernel also stays below the copy when "
     "it computes more per byte than memory delivers, or reads some bytes more than once (the bandwidth counts each "
     "argument and output byte once)",
 )

@@ -44,6 +44,10 @@ __all__ = [
     "device_info",
     "copy_bandwidth",
     "peak_bandwidth",
+    "FLOPS_PER_CLOCK",
+    "PEAK_KINDS",
+    "PeakFlops",
+    "peak_flops",
 ]
 
 # Per-SM limits by compute capability major.minor (CUDA C Programming Guide, table
@@ -259,6 +263,7 @@ class DeviceInfo:
     l2_bytes: int | None
     peak_bandwidth: float | None  #: bytes per second, from the memory clock and bus width
     peak_source: str  #: how the peak was obtained, or why it is unknown
+    sm_clock_hz: float | None = None  #: the SMs' maximum clock (the driver's "clock rate"), for the compute peaks
 
 
 def peak_bandwidth(memory_clock_khz: int | None, bus_width_bits: int | None) -> float | None:
@@ -308,7 +313,24 @@ def _device_info(index: int) -> DeviceInfo:
         l2_bytes=getattr(props, "L2_cache_size", None),
         peak_bandwidth=peak,
         peak_source=source,
+        sm_clock_hz=_sm_clock_hz(props, index),
     )
+
+
+def _sm_clock_hz(props: Any, index: int) -> float | None:
+    """The SMs' maximum clock in Hz: torch's ``clock_rate`` (kHz), else the driver's
+    ``CU_DEVICE_ATTRIBUTE_CLOCK_RATE`` (CUDA 13's runtime no longer reports it)."""
+    khz = getattr(props, "clock_rate", None)
+    if not khz:
+        try:
+            from cuda.bindings import driver
+
+            err, dev = driver.cuDeviceGet(index)
+            err, khz = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev)
+            khz = int(khz) if err == driver.CUresult.CUDA_SUCCESS else None
+        except Exception:
+            khz = None
+    return float(khz) * 1e3 if khz else None
 
 
 def _index(device: Any) -> int:
@@ -353,3 +375,75 @@ def copy_bandwidth(device: Any, nbytes: int = 256 << 20) -> float:
     written, per second), measured once per process and device: the practical ceiling
     of a memory-bound kernel (the size exceeds every L2, so the copy runs from DRAM)."""
     return _copy_bandwidth(_index(device), nbytes)
+
+
+# --------------------------------------------------------------------------- compute peaks
+
+#: What a kernel's arithmetic runs on, for its compute ceiling (:func:`peak_flops`).
+PEAK_KINDS = {
+    "fp32": "FP32 CUDA-core",
+    "fp64": "FP64 CUDA-core",
+    "fp16-tc": "FP16/BF16 tensor-core (dense, FP32 accumulate)",
+    "tf32-tc": "TF32 tensor-core (dense)",
+    "fp64-tc": "FP64 tensor-core",
+}
+
+# Floating-point operations per clock per SM (an FMA counts 2; tensor-core figures are
+# dense), by compute capability, from NVIDIA's architecture whitepapers (Volta GV100,
+# Turing, Ampere GA100 and GA102, Ada, Hopper H100) and checked against the datasheets'
+# peaks with the boost clocks they quote: V100 SXM2 125 TFLOP/s FP16 tensor (80 SMs ×
+# 1530 MHz × 1024); T4 65 (40 × 1590 × 1024); A100 312 FP16 and 156 TF32 tensor, 19.5
+# FP64 and FP64 tensor (108 × 1410 × 2048, 1024, 128 and 128); A40 149.7 FP16 tensor (84
+# × 1740 × 1024); L4 121 FP16 and 60 TF32 tensor (58 × 2040 × 1024 and 512); H100 SXM
+# 989 FP16 tensor (132 × 1830 × 4096), 67 FP32 (132 × 1980 × 256).  A datasheet quotes
+# the tensor-core peak at a lower clock than the FP32 one (H100: 1830 against 1980 MHz):
+# pnex multiplies by the one clock the driver reports, the SMs' maximum, so its
+# tensor-core peak is the ceiling at that clock (H100 SXM: 1070 TFLOP/s).  No figure yet
+# for sm_100 and sm_120's tensor cores and FP64.
+FLOPS_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
+    (7, 0): {"fp32": 128, "fp64": 64, "fp16-tc": 1024},
+    (7, 5): {"fp32": 128, "fp64": 4, "fp16-tc": 1024},
+    (8, 0): {"fp32": 128, "fp64": 64, "fp16-tc": 2048, "tf32-tc": 1024, "fp64-tc": 128},
+    (8, 6): {"fp32": 256, "fp64": 4, "fp16-tc": 1024, "tf32-tc": 512},
+    (8, 9): {"fp32": 256, "fp64": 4, "fp16-tc": 1024, "tf32-tc": 512},
+    (9, 0): {"fp32": 256, "fp64": 128, "fp16-tc": 4096, "tf32-tc": 2048, "fp64-tc": 256},
+    (10, 0): {"fp32": 256},
+    (12, 0): {"fp32": 256},
+}
+
+#: GeForce cards run FP16/BF16 tensor-core products with FP32 accumulation, and TF32, at
+#: half their professional siblings' rate (RTX 3090: 71 TFLOP/s, 82 SMs × 1695 MHz ×
+#: 512; RTX 4090: 165, 128 × 2520 × 512).
+_HALF_RATE_TENSOR = ("GeForce",)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeakFlops:
+    """A compute ceiling: floating-point operations per second, and how it was found."""
+
+    kind: str  #: a key of :data:`PEAK_KINDS`
+    flops: float | None  #: per second (``None``: unknown, :attr:`source` says why)
+    source: str
+
+    @property
+    def label(self) -> str:
+        return PEAK_KINDS.get(self.kind, self.kind)
+
+
+def peak_flops(arch: str, kind: str, sm_count: int | None, clock_hz: float | None, name: str = "") -> PeakFlops:
+    """The peak of ``kind`` (:data:`PEAK_KINDS`) on a GPU of ``arch`` with ``sm_count``
+    SMs at ``clock_hz``: :data:`FLOPS_PER_CLOCK` × SMs × clock (only the architecture's
+    own row: a minor version may differ, sm_87 from sm_80).  ``name`` (the device's)
+    picks the GeForce cards' half-rate tensor cores."""
+    table = FLOPS_PER_CLOCK.get(parse_arch(arch), {})
+    per_clock = table.get(kind)
+    if per_clock is None:
+        return PeakFlops(kind, None, f"no {PEAK_KINDS.get(kind, kind)} figure for {arch} in pnex's table")
+    if kind.endswith("-tc") and kind != "fp64-tc" and any(word in name for word in _HALF_RATE_TENSOR):
+        per_clock //= 2
+    if not sm_count or not clock_hz:
+        return PeakFlops(kind, None, "unknown: the driver reported no SM clock")
+    return PeakFlops(
+        kind, per_clock * sm_count * clock_hz,
+        f"{per_clock:,} FLOP per clock per SM × {sm_count} SMs × {clock_hz / 1e6:.0f} MHz (the SMs' maximum clock)",
+    )

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from . import hardware
+from . import hardware, roofline
 from . import timing as _timing
-from .calls import LaunchInfo, launch_info
+from .calls import LaunchInfo, bind_arguments, launch_info, output_shapes
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
 from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, strided_along_x
@@ -34,6 +34,7 @@ from .hardware import occupancy
 from .launch import autotune, is_fault, switch
 from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
+from .spec import TensorParam
 from .sass import Disassembly, PendingDisassembly, disassemble
 
 __all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary"]
@@ -87,6 +88,10 @@ class KernelReport:
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
     checked_run: str = ""  #: what a checked run on the example arguments found (``check_first``)
+    #: the FLOP count of a call and, when timed, its rate against the compute peak (example arguments)
+    compute: roofline.Compute | None = None
+    #: Nsight Compute's figures of one launch (``%%pnex --profile``: a pnex_magic.profiling.KernelProfile)
+    profile: Any = None
 
     @property
     def spills(self) -> bool:
@@ -145,6 +150,10 @@ class KernelReport:
             out += ["  " + line for line in self.timing.lines(unit)]
         if self.efficiency is not None:
             out += ["  " + line for line in self.efficiency.lines()]
+        if self.compute is not None:
+            out += ["  " + line for line in self.compute.lines()]
+        if self.profile is not None:
+            out += ["  " + line for line in self.profile.lines()]
         return out
 
     def __str__(self) -> str:
@@ -333,12 +342,14 @@ def build_report(
                 timing_result = dataclasses.replace(timing_result, device=f"{timing_result.device}, {through}")
             step("measuring the device's bandwidth ceiling")
             efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
+        compute = _compute(definition, ran, launch, tuned, device_arch or arch, timing_result, efficiency)
+        efficiency = roofline.with_compute(efficiency, compute)
     step("inspecting the build")
     variant = tuned.variant if tuned is not None else 0  # the code that ran: its PTX, SASS and resources
     report = _static_report(definition, arch, variant)
     if launch is not None:
         report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency,
-                                     checked_run=checked_run)
+                                     checked_run=checked_run, compute=compute)
     if sass:
         compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
         if not compiled:
@@ -365,8 +376,44 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
             definition.spec, tuple(args), tuned.block if tuned is not None else None,
             tuned.variant if tuned is not None else 0,
         )
-        report = _with_launch(report, launch, tuned)
+        report = dataclasses.replace(_with_launch(report, launch, tuned),
+                                     compute=_compute(definition, tuple(args), launch, tuned, report.arch))
     return report
+
+
+def _compute(
+    definition: Any, args: Sequence[Any], launch: LaunchInfo, tuned: TuneResult | None, arch: str | None,
+    timing: _timing.TimingResult | None = None, efficiency: Efficiency | None = None,
+) -> roofline.Compute | None:
+    """The FLOP count of the call on ``args`` (the author's, else inferred from the PTX)
+    and, for a call timed on the GPU, its rate against the compute peak; ``None``
+    where there is no count to give."""
+    spec = definition.spec
+    variant = tuned.variant if tuned is not None else 0
+    env = bind_arguments(spec, args)
+    env.update(spec.tune_values(variant))
+    env.update({p.name: torch.empty(shape, device="meta")
+                for p, shape in zip(spec.outputs, output_shapes(spec, env))})
+    compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
+    flops, how, inferred, kind = roofline.count_flops(
+        spec, getattr(definition, "flops", None), env, launch.n_threads,
+        compiled.ptx if compiled else "", compiled.entry if compiled else "",
+    )
+    if not flops:  # no count (a loop, no compiler), or no floating-point work: nothing to show
+        return None
+    timed = timing is not None and timing.timed and efficiency is not None
+    device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"), None)
+    info = hardware.device_info(device) if timed and device is not None else None
+    sass_text = ""
+    if info is not None and compiled is not None and flops:
+        sass_text = disassemble(compiled.cubin, entry=compiled.entry).text or ""
+    return roofline.assess(
+        flops=flops, how=how, inferred=inferred, kind=kind,
+        seconds=timing.op.median if timed else None, bytes_moved=timing.bytes_moved if timing is not None else None,
+        info=info, bandwidth=efficiency.ceiling if efficiency is not None else None, sass=sass_text,
+        ptx=compiled.ptx if compiled else "", arch=arch or "",
+        dtypes=[p.dtype.name for p in spec.params if isinstance(p, TensorParam)],
+    )
 
 
 def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | None) -> KernelReport:

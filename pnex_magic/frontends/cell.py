@@ -63,6 +63,7 @@ from ..define import registered
 from ..errors import KernelDefinitionError, PnexError
 from ..lazycuda import cuda  # numba.cuda, imported on first use: a cache hit needs no Numba
 from ..op import PnexOp
+from ..profiling import profiled
 from ..render.progress import LogDisplay, Progress
 from ..render.report import PnexReport
 from ..report import build_report
@@ -333,6 +334,9 @@ class CellRun:
 
                         step("running --args under compute-sanitizer in a child process")
                         self.sanitizer = run_sanitizer(op, args)
+                    if opts.profile:
+                        step("running --args once under Nsight Compute in a child process")
+                        kernel_report = profiled(kernel_report, op, args)
                 finally:
                     self._add_log(captured.text)
             if opts.backward == "auto":
@@ -502,6 +506,7 @@ class CellRun:
                 definition = make_definition(
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
+                    flops=opts.flops,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -533,7 +538,8 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given|, flops:", text) and \
+                "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -26,6 +26,7 @@ def jit(
     autotune_key: str | tuple[str, ...] | None = None,
     check: bool | None = None,
     backward: str | None = None,
+    flops: str | int | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -83,6 +84,14 @@ def jit(
         to every floating-point ``In`` tensor; ``Scalar`` parameters get none.  What the
         transform does not differentiate exactly is a ``KernelDefinitionError`` naming
         the line (README, "Derived gradients").
+    flops : str or int, optional
+        The floating-point operations of one call, as an expression over the
+        parameters in the language of ``n_threads`` (``"2 * a.size(0) * b.size(1) *
+        a.size(1)"``, ``"2 * M * N * K"`` with integer scalars ``M``, ``N``, ``K``;
+        ``Tune`` values too): the report then gives the op's TFLOP/s and its share of
+        the GPU's compute peak (the tensor cores' where the kernel uses them).  Without
+        it, the count is inferred from the PTX of a kernel without loops, and the
+        report says so.
 
     Returns
     -------
@@ -114,7 +123,8 @@ def jit(
 
     def decorator(fn: Callable[..., None]) -> PnexOp:
         d = definition(
-            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options
+            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
+            flops=flops,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

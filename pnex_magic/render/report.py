@@ -31,6 +31,7 @@ from .html import (
     ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, static_view, table, tabs, themed,
 )
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+from .profile import compute_html, profile_html
 from .summary import summary_text
 from .tuning import autotune_html, efficiency_html, shows_autotune
 
@@ -123,7 +124,7 @@ class PnexReport:
         # The cell's own fields (timing may be replaced) are printed below, in the cell's words.
         static = dataclasses.replace(
             k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled="",
-            efficiency=None,
+            efficiency=None, compute=None, profile=None,
         )
         out = list(static.lines())
         out.insert(1, f"  bound     : {self.binding_text().removeprefix('bound ')}")
@@ -146,6 +147,9 @@ class PnexReport:
             out.append("  timing    : give --args (and --eager) to check correctness and time the op")
         if k.efficiency is not None:
             out += ["  " + line for line in k.efficiency.lines()]
+        for part in (k.compute, k.profile):  # the FLOP count and rate; --profile's figures
+            if part is not None:
+                out += ["  " + line for line in part.lines()]
         return out
 
     def _unit(self) -> tuple[float, str]:
@@ -388,6 +392,8 @@ class PnexReport:
             parts.append(note(escape(f"not timed: {t.reason}")))
         if self.kernel.efficiency is not None:
             parts.append(efficiency_html(self.kernel.efficiency, t.name, t.eager_name))
+        if self.kernel.compute is not None:
+            parts.append(compute_html(self.kernel.compute))
         if t.correctness is not None:
             parts.append(correctness_html(t.correctness))
         elif self.eager_text is None:
@@ -399,7 +405,10 @@ class PnexReport:
             self.signature_html(), self.launch_html(), self.ptx_html(), self.sass_html(), self.resources_html(),
             self.timing_html(),
         )
-        return list(zip(TAB_TITLES, contents, strict=True))
+        sections = list(zip(TAB_TITLES, contents, strict=True))
+        if self.kernel.profile is not None:  # %%pnex --profile
+            sections.append(("Profile", profile_html(self.kernel.profile)))
+        return sections
 
     # ------------------------------------------------------------------ renderings
 
