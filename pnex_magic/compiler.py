@@ -20,9 +20,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import cache, tc, vector, warmup
+from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
+from .tc import lowering as tc_lowering
 from .errors import KernelCompileError, KernelTypingError
 from .linking import (
     arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
@@ -263,7 +264,7 @@ def _numba_ptx(
 
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     kernel_random.register_cuda()  # pnex.random in kernels
-    tc.register_cuda()  # pnex.tc (tensor cores) in kernels
+    tc_lowering.register_cuda()  # pnex.tc (tensor cores) in kernels
     sig = numba_signature(spec, layout, variant, hidden)
     try:
         with warnings.catch_warnings(), _target_device(cc):

@@ -24,6 +24,7 @@ __all__ = [
     "mma_b_layout",
     "mma_c_layout",
     "ldmatrix_layout",
+    "swizzle_arithmetic",
 ]
 
 #: The shapes pnex exposes: kind -> (m, n, k, A words per lane, B words per lane,
@@ -100,3 +101,17 @@ def ldmatrix_layout(trans: bool) -> np.ndarray:
     else:
         row, col = g[:, None] + 0 * half[None, :], 2 * t[:, None] + half[None, :]
     return np.stack([row, col], axis=-1)
+
+
+def swizzle_arithmetic(row, col, row_elems):  # no annotations: Numba compiles it as swizzle's overload
+    """The stored column of element (row, col) of a tile of 16-bit elements, ``row_elems``
+    a row: 16-byte chunks XOR the row's place in its 8-line group of 128 bytes
+    (CUTLASS's ``Swizzle<3,4,3>`` for rows of 128 bytes or more)."""
+    chunk = col >> 3
+    if row_elems >= 64:
+        chunk = chunk ^ (row & 7)
+    elif row_elems == 32:
+        chunk = chunk ^ ((row >> 1) & 3)
+    elif row_elems == 16:
+        chunk = chunk ^ ((row >> 2) & 1)
+    return (chunk << 3) | (col & 7)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from . import api as tc
+from .layouts import swizzle_arithmetic
+
 __all__ = ["register_cuda"]
 
 
@@ -29,8 +32,6 @@ def register_cuda() -> None:
     from numba.cuda import cgutils, types
     from numba.cuda.core.errors import TypingError
     from numba.cuda.extending import intrinsic, overload
-
-    from .. import tc
 
     i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -392,7 +393,7 @@ def register_cuda() -> None:
 
     @overload(tc.swizzle, target="cuda")
     def _swizzle_impl(row, col, row_elems):
-        return tc._swizzle_arithmetic
+        return swizzle_arithmetic
 
     @overload(tc.warp_sum, target="cuda")
     def _warp_sum_impl(x):

@@ -300,7 +300,7 @@ def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, va
 def _swizzled_rows(tile: np.ndarray, index: Any, rows: int, cols: int, what: str) -> np.ndarray:
     """``rows`` x ``cols`` logical elements of a K-major tile of 64 16-bit elements per row,
     stored through :func:`pnex_magic.tc.swizzle` (128-byte swizzle), from ``tile[index]`` on."""
-    from . import swizzle
+    swizzle = layouts.swizzle_arithmetic
 
     if tile.shape[-1] != 64 or _itemsize(tile) != 2:
         raise ValueError(

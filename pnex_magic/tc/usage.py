@@ -8,6 +8,10 @@ import dis
 import types
 from typing import Any
 
+from .api import FUNCTIONS
+
+_PACKAGE = "pnex_magic.tc"
+
 __all__ = ["MIN_ARCH", "used_primitives", "required_cc", "primitive_lines"]
 
 #: The oldest architecture each primitive runs on.
@@ -46,16 +50,14 @@ def _filled(cell: Any) -> bool:
 def _calls(fn: types.FunctionType) -> list[tuple[str, int]]:
     """(primitive, line) for each call of a ``pnex_magic.tc`` function in ``fn``'s code:
     ``tc.mma(...)``, ``pnex.tc.mma(...)`` or ``mma(...)`` imported from it."""
-    from .. import tc
-
     namespace = dict(fn.__globals__)
     namespace.update(zip(fn.__code__.co_freevars, (c.cell_contents if _filled(c) else None for c in fn.__closure__ or ())))
     # the modules themselves, or the snapshot's frozen copies of them (same names)
     modules = {name: value.__name__ for name, value in namespace.items() if isinstance(value, types.ModuleType)}
-    tc_names = {name for name, module in modules.items() if module == tc.__name__}
-    pnex_names = {name for name, module in modules.items() if module == tc.__name__.rpartition(".")[0]}
+    tc_names = {name for name, module in modules.items() if module == _PACKAGE}
+    pnex_names = {name for name, module in modules.items() if module == _PACKAGE.rpartition(".")[0]}
     direct = {name: value.__name__ for name, value in namespace.items()
-              if callable(value) and tc.FUNCTIONS.get(getattr(value, "__name__", "")) is value}
+              if callable(value) and FUNCTIONS.get(getattr(value, "__name__", "")) is value}
     found: list[tuple[str, int]] = []
     stack = [fn.__code__]
     while stack:
@@ -69,7 +71,7 @@ def _calls(fn: types.FunctionType) -> list[tuple[str, int]]:
             name = ins.argval if isinstance(ins.argval, str) else None
             if ins.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME") and name in direct:
                 found.append((direct[name], line))
-            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and name in tc.FUNCTIONS and previous:
+            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and name in FUNCTIONS and previous:
                 before = previous[-1]
                 if before in tc_names or (before == "tc" and len(previous) > 1 and previous[-2] in pnex_names):
                     found.append((name, line))
