@@ -6,8 +6,9 @@ A (M, K) and W (N, K) row-major (K-major both: ``torch.nn.functional.linear``'s
 layout, ``x @ w.T``), float16 or bfloat16; C (M, N) of the same dtype, accumulated in
 float32.  A block of ``BM / 64`` warpgroups computes a BM x BN tile; each warpgroup
 a 64 x BN slice with one ``wgmma`` per 16 columns of K.  Tiles are BK = 64 wide (one
-128-byte row each); ``STAGES`` of them are in flight.  M must be a multiple of BM, N of
-BN and K of 64 (``check_shapes``).  Needs an sm_90 GPU (H100, H200).
+128-byte row each); ``STAGES`` of them are in flight.  ``BN`` and ``STAGES`` are
+``pnex.Tune`` parameters: the autotuner picks them per shape.  M must be a multiple of
+BM, N of the largest BN and K of 64 (``check_shapes``).  Needs an sm_90 GPU (H100, H200).
 """
 
 import math
@@ -29,66 +30,66 @@ def _gelu(x):
 
 
 def check_shapes(m, n, k, bm=128, bn=256):
-    if m % bm or n % bn or k % BK:
+    if m % bm or n % bn or k % BK or k == 0:
         raise ValueError(f"gemm_wgmma: M ({m}) must be a multiple of {bm}, N ({n}) of {bn} and K ({k}) of {BK}")
 
 
-def shared_bytes(bm, bn, stages):
-    return stages * (bm + bn) * BK * 2
-
-
-def make_linear(dtype="f16", bm=128, bn=256, stages=4, group=8, pipelined=True, dynamic=True, gelu=False):
-    """The pnex op ``c = linear(a, w)`` (``a @ w.T``) for one dtype and tile shape;
+def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipelined=True, dynamic=True,
+                gelu=False):
+    """The pnex op ``c = linear(a, w)`` (``a @ w.T``) for one dtype and block height;
     ``gelu=True``: ``c = linear(a, w, bias)``, ``gelu(a @ w.T + bias)`` (the exact, erf
-    GELU, ``torch.nn.functional.gelu``'s default) fused into the epilogue.
-    ``pipelined``: one group of wgmma stays in flight while the next tile is issued
-    (prefetch distance ``stages - 2``); else each k-tile waits for its wgmma."""
+    GELU, ``torch.nn.functional.gelu``'s default) fused into the epilogue.  ``bn`` and
+    ``stages``: the choices of the ``Tune`` parameters BN and STAGES.  ``pipelined``: one
+    group of wgmma stays in flight while the next tile is issued (prefetch distance
+    STAGES - 2, so STAGES >= 3); else each k-tile waits for its wgmma (STAGES >= 2).
+    ``dynamic=False``: static shared memory (48 KiB at most: small tiles, for tests)."""
+    bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
+    stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
+    wide = max(bn_choices)
+    regs = wide // 2  # accumulators per thread for the widest BN
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
     threads = 128 * (bm // 64)
-    regs = bn // 2
-    a_chunks = bm * 8 // threads  # 16-byte chunks of a tile per thread
-    b_chunks = bn * 8 // threads
-    ahead = stages - 2 if pipelined else stages - 1  # tiles loaded ahead of the one computed
-    copies_pending = ahead - 1  # cp_async_wait: the tile about to be computed has landed
+    a_chunks = bm * 8 // threads  # 16-byte chunks of an A tile per thread
+    ahead_less = 2 if pipelined else 1  # tiles loaded ahead of the one computed: STAGES - ahead_less
     in_flight = 1 if pipelined else 0  # wgmma groups left running at the end of an iteration
-    columns = tuple(range(bn // 8))  # the epilogue's n8 tiles
-    a_elems = stages * bm * BK
-    total = stages * (bm + bn) * BK
-    smem = shared_bytes(bm, bn, stages) if dynamic else 0
+    columns = tuple(range(wide // 8))  # the epilogue's n8 tiles (those past BN are pruned)
+    static_stages = max(stage_choices)
+    options = {"shared_bytes": f"STAGES * ({bm} + BN) * {BK * 2}"} if dynamic else {}
 
     @pnex.jit(
-        n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // {bn}) * {threads}",),
+        n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // BN) * {threads}",),
         threads_per_block=threads,
-        **({"shared_bytes": smem} if dynamic else {}),
+        **options,
     )
     def linear(
         a: pnex.In(dtype, (None, None)),
         w: pnex.In(dtype, (None, "a.size(1)")),
         bias: pnex.In(dtype, ("w.size(0)",)) if gelu else pnex.Unused,
         c: pnex.Out(dtype, ("a.size(0)", "w.size(0)")),
+        BN: pnex.Tune(*bn_choices),
+        STAGES: pnex.Tune(*stage_choices),
     ):
         if dynamic:
             raw = cuda.shared.array(0, float16, alignment=1024)
-            sa = raw[0:a_elems].reshape((stages, bm, BK))
-            sb = raw[a_elems:total].reshape((stages, bn, BK))
+            sa = raw[0:STAGES * bm * BK].reshape((STAGES, bm, BK))
+            sb = raw[STAGES * bm * BK:STAGES * (bm + BN) * BK].reshape((STAGES, BN, BK))
         else:
-            sa = cuda.shared.array((stages, bm, BK), float16, alignment=1024)
-            sb = cuda.shared.array((stages, bn, BK), float16, alignment=1024)
+            sa = cuda.shared.array((static_stages, bm, BK), float16, alignment=1024)
+            sb = cuda.shared.array((static_stages, wide, BK), float16, alignment=1024)
+        b_chunks = BN * 8 // threads
+        ahead = STAGES - ahead_less
         m, k = a.shape
         n = w.shape[0]
         pid = cuda.blockIdx.x
-        tiles_n = n // bn
+        tiles_n = n // BN
         in_group = group * tiles_n
         first_m = (pid // in_group) * group
         rows = min(m // bm - first_m, group)
         m0 = (first_m + (pid % in_group) % rows) * bm
-        n0 = ((pid % in_group) // rows) * bn
+        n0 = ((pid % in_group) // rows) * BN
         tid = cuda.threadIdx.x
         wg = tid // 128
-
-        acc = cuda.local.array(regs, float32)
-        for r in range(regs):
-            acc[r] = 0.0
+        acc = cuda.local.array(regs, float32)  # the first wgmma writes it (accumulate=False)
 
         ktiles = k // BK
         for s in range(ahead):
@@ -106,12 +107,12 @@ def make_linear(dtype="f16", bm=128, bn=256, stages=4, group=8, pipelined=True, 
             tc.cp_async_commit()
 
         for kt in range(ktiles):
-            tc.cp_async_wait(copies_pending)
+            tc.cp_async_wait(ahead - 1)  # tile kt has landed (this thread's copies)
             tc.fence_async_shared()
-            cuda.syncthreads()  # tile kt is in shared memory; every wgmma that read the stage refilled next is done
+            cuda.syncthreads()  # ... everyone's; and every wgmma that read the stage refilled next is done
             nk = kt + ahead
             if nk < ktiles:
-                s = nk % stages
+                s = nk % STAGES
                 for q in range(a_chunks):
                     ch = tid + threads * q
                     row = ch // 8
@@ -123,10 +124,10 @@ def make_linear(dtype="f16", bm=128, bn=256, stages=4, group=8, pipelined=True, 
                     col = (ch % 8) * 8
                     tc.cp_async(sb, (s, row, tc.swizzle(row, col, BK)), w, (n0 + row, nk * BK + col))
             tc.cp_async_commit()
-            s = kt % stages
+            s = kt % STAGES
             tc.wgmma_fence()
             for kk in range(BK // 16):
-                wgmma(acc, sa, (s, wg * 64, kk * 16), sb, (s, 0, kk * 16), bn)
+                wgmma(acc, sa, (s, wg * 64, kk * 16), sb, (s, 0, kk * 16), BN, kt > 0 or kk > 0)
             tc.wgmma_commit()
             tc.wgmma_wait(in_flight)
         tc.wgmma_wait(0)
@@ -138,14 +139,15 @@ def make_linear(dtype="f16", bm=128, bn=256, stages=4, group=8, pipelined=True, 
         t = lane % 4
         row = m0 + wg * 64 + warp * 16 + g
         for j in literal_unroll(columns):  # unrolled while typing: acc[...] at constant indices stays in registers
-            col = n0 + j * 8 + 2 * t
-            if gelu:
-                b0 = float32(bias[col])
-                b1 = float32(bias[col + 1])
-                tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
-            else:
-                tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
-                tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
+            if j * 8 < BN:
+                col = n0 + j * 8 + 2 * t
+                if gelu:
+                    b0 = float32(bias[col])
+                    b1 = float32(bias[col + 1])
+                    tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
+                    tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
+                else:
+                    tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
+                    tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
 
     return linear

@@ -67,22 +67,27 @@ def cp_async_commit() -> None:
 
 
 def cp_async_wait(pending: int) -> None:
-    """Wait until at most ``pending`` committed groups of copies are still in flight."""
+    """Wait until at most ``pending`` committed groups of copies are still in flight
+    (an integer known when the kernel is compiled, such as ``STAGES - 2`` of a ``Tune``
+    parameter; PTX counts 0 to 7, and a count outside waits for 0 or 7: more waiting
+    is always safe)."""
 
 
-def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int) -> None:
+def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, accumulate: bool = True) -> None:
     """Hopper's ``wgmma.mma_async`` m64nNk16, float16: the warpgroup's 64 x ``n``
     float32 accumulators (``acc``: ``n // 2`` per thread) ``+=`` A @ B^T, A 64 x 16 at
     ``a[a_index]`` and B ``n`` x 16 at ``b[b_index]``, both K-major shared tiles of 64
     elements per row stored through :func:`swizzle` (the 128-byte swizzle), 1024-byte
     aligned.  Asynchronous: ``wgmma_fence()`` before, ``wgmma_commit()`` after,
-    ``wgmma_wait(n)`` before the accumulators or the tiles are touched again."""
-    simulate.wgmma(acc, a, a_index, b, b_index, n, "f16")
+    ``wgmma_wait(n)`` before the accumulators or the tiles are touched again.
+    ``accumulate=False``: ``acc = A @ B^T``, whatever ``acc`` held (the first product
+    of a tile, instead of zeroing ``n // 2`` registers first)."""
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "f16", bool(accumulate))
 
 
-def wgmma_bf16(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int) -> None:
+def wgmma_bf16(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, accumulate: bool = True) -> None:
     """:func:`wgmma` on bfloat16 operands."""
-    simulate.wgmma(acc, a, a_index, b, b_index, n, "bf16")
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "bf16", bool(accumulate))
 
 
 def wgmma_fence() -> None:
@@ -95,7 +100,8 @@ def wgmma_commit() -> None:
 
 
 def wgmma_wait(pending: int) -> None:
-    """``wgmma.wait_group``: wait until at most ``pending`` groups are in flight (a constant)."""
+    """``wgmma.wait_group``: wait until at most ``pending`` groups are in flight (an
+    integer known when the kernel is compiled, as for :func:`cp_async_wait`)."""
 
 
 def fence_async_shared() -> None:

@@ -21,7 +21,13 @@ __all__ = ["register_cuda"]
 
 
 def _literal(value: Any) -> Any:
-    return getattr(value, "literal_value", None)
+    """The compile-time value of a Numba type: a literal's, or a ``Tune`` parameter's
+    (pnex passes those as omitted arguments with their value as the default)."""
+    if hasattr(value, "literal_value"):
+        return value.literal_value
+    if type(value).__name__ == "Omitted":
+        return value.value
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,16 +199,45 @@ def register_cuda() -> None:
             return context.get_dummy_value()
         return types.none(), codegen
 
-    @intrinsic
-    def _wait(typingctx, pending):
-        n = _literal(pending)
-        if not isinstance(n, int) or not 0 <= n <= 7:
-            return None
+    def wait_intrinsic(instruction: str):
+        """``instruction N`` for the number of pending groups N, which PTX takes as an
+        immediate: a constant emits it once; an integer known only after optimisation
+        (arithmetic on a ``Tune`` parameter, ``STAGES - 2``) emits a switch over 0..7
+        that LLVM folds to the one case (values outside clamp to 0 and 7: waiting
+        for more groups is always safe)."""
+        @intrinsic
+        def _wait(typingctx, pending):
+            n = _literal(pending)
+            if isinstance(n, int):
+                n = min(max(n, 0), 7)
+            elif not isinstance(pending, types.Integer):
+                return None
 
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), f"cp.async.wait_group {n};", "~{memory}", [], True)
-            return context.get_dummy_value()
-        return types.none(pending), codegen
+            def emit(builder: Any, count: int) -> None:
+                builder.asm(ir.FunctionType(ir.VoidType(), []), f"{instruction} {count};", "~{memory}", [], True)
+
+            def codegen(context, builder, signature, args):
+                if isinstance(n, int):
+                    emit(builder, n)
+                    return context.get_dummy_value()
+                value = context.cast(builder, args[0], signature.args[0], types.int64)
+                value = builder.select(builder.icmp_signed("<", value, ir.Constant(i64, 0)), ir.Constant(i64, 0), value)
+                value = builder.select(builder.icmp_signed(">", value, ir.Constant(i64, 7)), ir.Constant(i64, 7), value)
+                done = builder.append_basic_block("wait.done")
+                switch = builder.switch(value, done)
+                for count in range(8):
+                    block = builder.append_basic_block(f"wait.{count}")
+                    switch.add_case(ir.Constant(i64, count), block)
+                    builder.position_at_end(block)
+                    emit(builder, count)
+                    builder.branch(done)
+                builder.position_at_end(done)
+                return context.get_dummy_value()
+
+            return types.none(pending), codegen
+        return _wait
+
+    _wait = wait_intrinsic("cp.async.wait_group")
 
     @overload(tc.cp_async_commit, target="cuda")
     def _commit_impl():
@@ -210,8 +245,8 @@ def register_cuda() -> None:
 
     @overload(tc.cp_async_wait, target="cuda", prefer_literal=True)
     def _wait_impl(pending):
-        if not isinstance(_literal(pending), int):
-            raise TypingError("pnex.tc.cp_async_wait: the number of pending groups must be a constant (0 to 7)")
+        if not isinstance(_literal(pending), int) and not isinstance(pending, types.Integer):
+            raise TypingError(f"pnex.tc.cp_async_wait: the number of pending groups must be an integer, got {pending}")
         return lambda pending: _wait(pending)
 
     # ---- packing -----------------------------------------------------------------------------------
@@ -295,9 +330,11 @@ def register_cuda() -> None:
         return builder.or_(start, ir.Constant(i64, fixed))
 
     @intrinsic
-    def _wgmma(typingctx, acc, a, a_index, b, b_index, n, kind):
+    def _wgmma(typingctx, acc, a, a_index, b, b_index, n, accumulate, kind):
         width, k = _literal(n), _literal(kind)
         if not isinstance(width, int) or k not in ("f16", "bf16") or not (is_index(a_index) and is_index(b_index)):
+            return None
+        if not isinstance(accumulate, (types.Boolean, types.Integer)):
             return None
         name = "wgmma" if k == "f16" else "wgmma_bf16"
         if width % 8 or not 8 <= width <= 256:
@@ -311,7 +348,7 @@ def register_cuda() -> None:
         regs = width // 2
 
         def codegen(context, builder, signature, args):
-            acc_ty, a_ty, a_index_ty, b_ty, b_index_ty, _, _ = signature.args
+            acc_ty, a_ty, a_index_ty, b_ty, b_index_ty, _, accumulate_ty, _ = signature.args
             acc_p = fragment_pointers(context, builder, acc_ty, args[0], regs)
             c_vals = [builder.load(p) for p in acc_p]
             a_at = element_pointer(context, builder, a_ty, args[1], index_values(context, builder, a_index_ty, args[2]))
@@ -327,24 +364,24 @@ def register_cuda() -> None:
             )
             constraints = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)] + ["~{memory}"])
             fnty = ir.FunctionType(ir.LiteralStructType([f32] * regs), [i64, i64, i32] + [f32] * regs)
-            out = builder.asm(fnty, asm, constraints, [desc_a, desc_b, ir.Constant(i32, 1)] + c_vals, True)
+            scale_d = builder.zext(context.cast(builder, args[6], accumulate_ty, types.boolean), i32)
+            out = builder.asm(fnty, asm, constraints, [desc_a, desc_b, scale_d] + c_vals, True)
             for i, p in enumerate(acc_p):
                 builder.store(builder.extract_value(out, i), p)
             return context.get_dummy_value()
 
-        return types.none(acc, a, a_index, b, b_index, n, kind), codegen
+        return types.none(acc, a, a_index, b, b_index, n, accumulate, kind), codegen
 
-    @overload(tc.wgmma, target="cuda", prefer_literal=True)
-    def _wgmma_impl(acc, a, a_index, b, b_index, n):
-        if not isinstance(_literal(n), int):
-            raise TypingError("pnex.tc.wgmma: n (the tile's columns) must be a constant")
-        return lambda acc, a, a_index, b, b_index, n: _wgmma(acc, a, a_index, b, b_index, n, "f16")
+    def wgmma_overload(name: str, kind: str):
+        def impl(acc, a, a_index, b, b_index, n, accumulate=True):
+            if not isinstance(_literal(n), int):
+                raise TypingError(f"pnex.tc.{name}: n (the tile's columns) must be a constant or a Tune parameter")
+            return lambda acc, a, a_index, b, b_index, n, accumulate=True: _wgmma(
+                acc, a, a_index, b, b_index, n, accumulate, kind)
+        return impl
 
-    @overload(tc.wgmma_bf16, target="cuda", prefer_literal=True)
-    def _wgmma_bf16_impl(acc, a, a_index, b, b_index, n):
-        if not isinstance(_literal(n), int):
-            raise TypingError("pnex.tc.wgmma_bf16: n (the tile's columns) must be a constant")
-        return lambda acc, a, a_index, b, b_index, n: _wgmma(acc, a, a_index, b, b_index, n, "bf16")
+    overload(tc.wgmma, target="cuda", prefer_literal=True)(wgmma_overload("wgmma", "f16"))
+    overload(tc.wgmma_bf16, target="cuda", prefer_literal=True)(wgmma_overload("wgmma_bf16", "bf16"))
 
     def statement(text: str):
         @intrinsic
@@ -371,22 +408,12 @@ def register_cuda() -> None:
     def _proxy_fence_impl():
         return lambda: _proxy_fence()
 
-    @intrinsic
-    def _wg_wait(typingctx, pending):
-        count = _literal(pending)
-        if not isinstance(count, int) or not 0 <= count <= 7:
-            return None
-
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), f"wgmma.wait_group.sync.aligned {count};", "~{memory}", [],
-                        True)
-            return context.get_dummy_value()
-        return types.none(pending), codegen
+    _wg_wait = wait_intrinsic("wgmma.wait_group.sync.aligned")
 
     @overload(tc.wgmma_wait, target="cuda", prefer_literal=True)
     def _wg_wait_impl(pending):
-        if not isinstance(_literal(pending), int):
-            raise TypingError("pnex.tc.wgmma_wait: the number of pending groups must be a constant (0 to 7)")
+        if not isinstance(_literal(pending), int) and not isinstance(pending, types.Integer):
+            raise TypingError(f"pnex.tc.wgmma_wait: the number of pending groups must be an integer, got {pending}")
         return lambda pending: _wg_wait(pending)
 
     # ---- pure helpers: the same Python code, compiled -----------------------------------------------

@@ -331,7 +331,7 @@ def _decode16(bits: np.ndarray, kind: str) -> np.ndarray:
     return bits.view(np.float16).astype(np.float64)
 
 
-def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: str) -> None:
+def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: str, accumulate: bool = True) -> None:
     """``wgmma.mma_async`` m64nNk16 (completes at once here): the warpgroup's 64 x N
     accumulators ``+=`` A (64 x 16 at ``a[a_index]``) @ B^T (B: N x 16 at ``b[b_index]``),
     both K-major tiles of 64 16-bit elements per row through :func:`~pnex_magic.tc.swizzle`."""
@@ -339,7 +339,7 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
     what = f"pnex.tc.wgmma (m64n{n}k16)"
     if acc_.shape[-1:] != (n // 2,):
         raise ValueError(f"{what}: the accumulator must be a 1-D view of {n // 2} float32 values, got shape {acc_.shape}")
-    mine = (acc_.astype(np.float64), id(a_), a_index, id(b_), b_index)
+    mine = (acc_.astype(np.float64) if accumulate else np.zeros(acc_.shape[-1]), id(a_), a_index, id(b_), b_index)
 
     def combine(threads: list[Any]) -> list[np.ndarray]:
         if len(threads) != 128:
