@@ -82,7 +82,7 @@ def jit(
         autograd, ``torch.compile`` and ``opcheck`` differentiate the op.  Gradients flow
         to every floating-point ``In`` tensor; ``Scalar`` parameters get none.  What the
         transform does not differentiate exactly is a ``KernelDefinitionError`` naming
-        the line (README, "Derived gradients").
+        the line (docs/gradients.md, "Derived gradients").
 
     Returns
     -------
