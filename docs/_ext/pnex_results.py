@@ -94,10 +94,11 @@ def _overhead_device_time(d: dict) -> Table:
 
 
 def _signatures(d: dict) -> Table:
-    rows = [[s["signature"], s["native"], us(s["pnex_us"]), us(s["native_us"]), ratio(s["ratio"]),
-             f'{s["rounds_within_goal"]} of {len(s["round_ratios"])}'] for s in d["signatures"]]
-    return ["signature", "native op", "pnex", "native", f"pnex / native (goal ≤ {d['goal']}×)",
-            "rounds within the goal"], rows
+    rows = [[s["signature"], s["native"], us(s["pnex_us"]), us(s.get("torch_ops_us")), us(s.get("cpp_entry_us")),
+             us(s["native_us"]), ratio(s["ratio"]), f'{s["rounds_within_goal"]} of {len(s["round_ratios"])}']
+            for s in d["signatures"]]
+    return ["signature", "native op", "pnex op object", "through torch.ops", "its C++ entry", "native",
+            f"pnex / native (goal ≤ {d['goal']}×)", "rounds within the goal"], rows
 
 
 def _signatures_lltm(d: dict) -> Table:
@@ -145,9 +146,10 @@ def _tune(d: dict) -> Table:
             ref, plain, share = f'torch.clone {us(t["clone_us"])}', us(t.get("naive_us")), pct(t.get("tuned_of_clone"))
         else:
             ref, plain, share = f'torch.compile {us(t["compiled_us"])}', us(t.get("fixed_us")), ratio(t.get("tuned_vs_compiled"))
-        rows.append([t["workload"], ref, plain, us(t["tuned_us"]), share, t.get("choice", "–"), sec(t.get("tuning_s"))])
+        rows.append([t["workload"], ref, plain, us(t["tuned_us"]), share, t.get("choice", "–"), sec(t.get("tuning_s")),
+                     us(t.get("floor_us"))])
     return ["workload", "PyTorch", "one element per thread (copy) / fixed 4 points (k-means)", "Tune (chosen)",
-            "of clone's bandwidth / × compile's time", "choice", "tuning time"], rows
+            "of clone's bandwidth / × compile's time", "choice", "tuning time", "memory floor"], rows
 
 
 def _autotune_blocks(d: dict) -> Table:
