@@ -80,12 +80,15 @@ class Block:
     line: int  # 1-based line of the opening fence
     language: str
     code: str
+    classes: tuple[str, ...] = ()  # a ``{code-block}`` directive's ``:class:`` option
 
     @property
     def gpu(self) -> bool:
-        """A block whose first line is ``# gpu`` (``# gpu: why``) needs a GPU."""
+        """A block that needs a GPU: its first line is ``# gpu`` (``# gpu: why``), or, where a
+        comment cannot come first (a ``%%pnex`` cell), it is a ``{code-block}`` with
+        ``:class: gpu``."""
         first = self.code.lstrip("\n").split("\n", 1)[0].strip().lower()
-        return first == "# gpu" or first.startswith("# gpu:")
+        return first == "# gpu" or first.startswith("# gpu:") or "gpu" in self.classes
 
     @property
     def runs(self) -> bool:
@@ -101,9 +104,17 @@ def code_blocks(path: Path) -> list[Block]:
     text = path.read_text()
     blocks = []
     for m in _FENCE.finditer(text):
-        language = m.group("info").strip().split()[0] if m.group("info").strip() else ""
+        info = m.group("info").split()
+        language, body, classes = (info[0] if info else ""), m.group("body"), ()
+        if language in ("{code-block}", "{code}", "{code-cell}") and len(info) > 1:
+            language = info[1]
+            options = re.match(r"((?::[\w-]+:.*\n)*)", body).group(1)
+            body = body[len(options):]
+            found = re.search(r"^:class:(.*)$", options, re.MULTILINE)
+            classes = tuple(found.group(1).split()) if found else ()
         line = text.count("\n", 0, m.start()) + 1
-        blocks.append(Block(str(path.relative_to(REPO)), line, language, m.group("body")))
+        page = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+        blocks.append(Block(page, line, language, body, classes))
     return blocks
 
 

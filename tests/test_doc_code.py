@@ -3,7 +3,8 @@ page of ``docs/`` and of ``README.md``, in page order, in one IPython shell per 
 blocks build on each other; ``%%pnex`` cells and ``%pnex_doctor`` run as in a notebook).
 
 On CPU the kernels run in numba-cuda's CUDA simulator.  A block whose first line is ``# gpu``
-needs a GPU: the CPU test of its page leaves it out, and the page's GPU test (marked ``gpu``,
+(or, for a ``%%pnex`` cell, where nothing may come before the magic, a ``{code-block} ipython``
+directive with ``:class: gpu``) needs a GPU: the CPU test of its page leaves it out, and the page's GPU test (marked ``gpu``,
 skipped with a reason where there is no GPU, run by the GPU test round) runs the whole page,
 every block in order.  Blocks of other languages (``bash``, ``text``) are not run.
 """
@@ -65,3 +66,16 @@ def test_gpu_marker_is_read_from_the_first_line():
     cpu = Block("x.md", 1, "python", "import torch  # gpu later\n")
     assert gpu.gpu and also.gpu and not cpu.gpu
     assert not Block("x.md", 1, "bash", "pip install x\n").runs
+    assert Block("x.md", 1, "ipython", "%%pnex --args (x,)\n", ("gpu",)).gpu
+
+
+def test_code_block_directives_are_read(tmp_path):
+    from docs_support import code_blocks
+
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n```{code-block} ipython\n:class: gpu\n%%pnex --n-threads 1\ndef k(): pass\n```\n\n"
+                    "```python\nx = 1\n```\n\n```{pnex-results} f.json\n:table: t\n```\n")
+    magic, plain, results = code_blocks(page)
+    assert (magic.language, magic.code, magic.gpu, magic.runs) == ("ipython", "%%pnex --n-threads 1\ndef k(): pass\n", True, True)
+    assert (plain.language, plain.gpu, plain.runs, plain.line) == ("python", False, True, 9)
+    assert not results.runs
