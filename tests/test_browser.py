@@ -10,7 +10,12 @@ names the cell line, an untrusted notebook shows each report as a compact text
 summary (no listings, no bars, at most 3,000 characters), and the browser logs no
 errors.  Screenshots of every tab go
 to a folder printed at the end of the run (``$PNEX_BROWSER_ARTIFACTS``, else a new
-temporary folder).
+temporary folder); with ``PNEX_DOCS_SCREENSHOTS=1`` the ones the documentation shows
+(``docs_support.DOC_SCREENSHOTS``) are also written into ``docs/_static/screenshots/``.
+
+The documentation site (built once per run with ``sphinx-build -W``, the ``docs`` extra) is
+opened too: a rendered notebook's ``%%pnex`` reports switch tabs on a click, without
+JavaScript, as in nbconvert, in furo's light and dark themes.
 
 Marked ``browser``; skipped with a reason where Chromium or the Jupyter packages
 are missing, except under CI (``CI`` set), where that is a failure: ``.ci/run``
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +38,7 @@ from browser_support import (
     JupyterServer, browser_context, console_errors, jupyter_env, low_contrast, missing, run_all_cells, visible_text,
     wait_kernel_idle,
 )
+import docs_support
 
 pytestmark = pytest.mark.browser
 
@@ -81,7 +88,12 @@ def artifacts(request) -> Path:
     folder = Path(os.environ.get("PNEX_BROWSER_ARTIFACTS") or tempfile.mkdtemp(prefix="pnex-browser-"))
     folder.mkdir(parents=True, exist_ok=True)
     request.config.pnex_browser_artifacts = folder  # printed by conftest's terminal summary
-    return folder
+    yield folder
+    if os.environ.get("PNEX_DOCS_SCREENSHOTS") == "1":  # the documentation's screenshots, taken afresh
+        absent = [shot for shot in docs_support.DOC_SCREENSHOTS.values() if not (folder / shot).is_file()]
+        assert not absent, f"PNEX_DOCS_SCREENSHOTS=1: run the whole file; not taken: {absent}"
+        for name, shot in docs_support.DOC_SCREENSHOTS.items():
+            shutil.copyfile(folder / shot, docs_support.SCREENSHOTS / name)
 
 
 @pytest.fixture(scope="module")
@@ -443,4 +455,50 @@ def test_timed_report_shows_the_reason_and_the_tune_table(place, browser, artifa
         small_timing = visible_text(small.locator(".pnex-p5"))
         assert "why below 85% of the ceiling: blocks of little work" in small_timing
         assert "also:" in small_timing and "too few bytes in flight" in small_timing
+        page.close()
+
+
+def test_docs_notebook_pages_switch_report_tabs_without_javascript(browser, artifacts):
+    """The documentation's rendered quickstart notebook (MyST-NB, from its saved GPU run): each
+    report's tabs switch on a click with the page's scripts removed, one section at a time, and its text
+    stays readable in furo's light and dark themes."""
+    why = docs_support.missing()
+    if why:
+        pytest.skip(why)
+    site = docs_support.build_docs()
+    # The page without its scripts (furo's and Sphinx's): what switches the tabs is CSS alone.
+    built = (site.html / "notebooks" / "01_quickstart.html").read_text()
+    assert re.search(r"<script\b", built)
+    page_path = site.html / "notebooks" / "01_quickstart-no-scripts.html"
+    page_path.write_text(re.sub(r"<script\b.*?</script>", "", built, flags=re.DOTALL))
+    page = browser.new_page()
+    try:
+        errors = console_errors(page)
+        page.route(re.compile(r"^https?://"), lambda route: route.abort())  # the built site needs no network
+        page.goto(page_path.as_uri())
+        assert page.evaluate("document.scripts.length") == 0
+        reports = page.locator(".pnex-report")
+        assert reports.count() >= 4
+        assert page.locator(".pnex-fallback").first.is_hidden()  # the <style> block applies: tabs, not the summary
+        for r in range(reports.count()):
+            report = reports.nth(r)
+            panels = report.locator(".pnex-panel")
+            for i, title in enumerate(TABS):
+                report.locator(f"label.pnex-tab:has-text('{title}')").click()
+                shown = [j for j in range(panels.count()) if panels.nth(j).is_visible()]
+                assert shown == [i], f"report {r}: clicking {title} shows sections {shown}"
+                assert panels.nth(i).inner_text(timeout=5_000).strip(), (r, title)
+        first = reports.first
+        first.locator("label.pnex-tab:has-text('Timing')").click()
+        assert "NVIDIA H200" in visible_text(first)  # the saved GPU run, not a re-run
+        first.screenshot(path=str(artifacts / "docs-quickstart-timing.png"))
+        for theme in ("light", "dark"):
+            page.evaluate(f"document.body.dataset.theme = '{theme}'")
+            for title in TABS:
+                first.locator(f"label.pnex-tab:has-text('{title}')").click()
+                checked, low = low_contrast(first)
+                assert checked > 5 and not low, (theme, title, low[:8])
+        first.screenshot(path=str(artifacts / "docs-quickstart-timing-dark.png"))
+        assert not errors, errors
+    finally:
         page.close()

@@ -83,7 +83,7 @@ def jit(
         autograd, ``torch.compile`` and ``opcheck`` differentiate the op.  Gradients flow
         to every floating-point ``In`` tensor; ``Scalar`` parameters get none.  What the
         transform does not differentiate exactly is a ``KernelDefinitionError`` naming
-        the line (README, "Derived gradients").
+        the line (docs/gradients.md, "Derived gradients").
     flops : str or int, optional
         The floating-point operations of one call, as an expression over the
         parameters in the language of ``n_threads`` (``"2 * a.size(0) * b.size(1) *
