@@ -23,7 +23,7 @@ from typing import Any
 from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
-from .errors import KernelCompileError, KernelTypingError
+from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelTypingError
 from .linking import (
     has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry, uses_grid_sync,
 )
@@ -300,8 +300,7 @@ def _numba_ptx(
             sig_text = ", ".join(f"{name}: {t}" for name, t in zip(names, sig))
             raise KernelTypingError(
                 f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
-                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n"
-                f"(the full message is in this exception's .compiler_log)",
+                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n{COMPILER_LOG_NOTE}",
                 compiler_log=str(exc),
                 lineno=line,
             ) from None

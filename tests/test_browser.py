@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from browser_support import (
-    JupyterServer, browser_context, console_errors, jupyter_env, low_contrast, missing, run_all_cells, visible_text,
-    wait_kernel_idle,
+    JupyterServer, broken_words, browser_context, console_errors, jupyter_env, lines_of, low_contrast, missing,
+    run_all_cells, visible_text, wait_kernel_idle,
 )
 
 pytestmark = pytest.mark.browser
@@ -178,6 +178,30 @@ def check_untrusted_summary(report) -> None:
     for listing in (".entry", ".version", "MOV ", "ld.global"):  # no PTX or SASS
         assert listing not in text, listing
     assert not [e for e in report.locator("span").all() if e.is_visible()]  # no bars, no badges, no tabs
+    # Long lines wrap between words: none is split ("la/rgest", "H20/0)") by the page's `word-break`.
+    summary = report.locator(".pnex-fallback")
+    assert lines_of(summary) > len(text.splitlines())  # its long lines did wrap
+    broken, too_wide = broken_words(summary)
+    assert broken == [] and too_wide == [], (broken, too_wide)
+
+
+def check_header_and_bars(report, share: str) -> None:
+    """Trusted: each header badge on one line, and in the Timing tab, bars whose labels
+    stay on one line, the DRAM peak's bar filled, and the 85% line drawn across them."""
+    badges = report.locator(".pnex-rich > div").nth(1).locator("span")
+    assert badges.count() >= 3 and share in visible_text(report.locator(".pnex-rich > div").nth(1))
+    assert [lines_of(badges.nth(i)) for i in range(badges.count())] == [1] * badges.count()
+    report.locator("label.pnex-tab:has-text('Timing')").click()
+    timing = report.locator(".pnex-p5")
+    labels = timing.locator("td > span[style*='nowrap']")
+    assert labels.count() == 4 and all(lines_of(labels.nth(i)) == 1 for i in range(4))
+    assert "at the ceiling" in visible_text(timing)
+    peak = timing.locator("tr", has_text="DRAM peak").locator("td").nth(1)
+    fill = peak.evaluate("td => getComputedStyle(td.querySelector('span > span')).backgroundColor")
+    track = peak.evaluate("td => getComputedStyle(td.querySelector('span')).backgroundColor")
+    assert fill != track and not fill.endswith(", 0)") and fill != "transparent", (fill, track)
+    marks = timing.locator("td span[style*='position:absolute']")
+    assert marks.count() == 4 and all(marks.nth(i).is_visible() for i in range(4))
 
 
 def _check_contrast(report, label: str) -> None:
@@ -192,6 +216,10 @@ def test_lab_shows_the_report_and_its_tabs(live, artifacts):
     page, errors = live
     report = page.locator(".pnex-report").first
     assert "copy_k" in visible_text(report) and "matches eager" in visible_text(report)
+    # The first screen (the header, above the tabs) of a run without a GPU says so.
+    first = visible_text(report.locator(".pnex-rich > div").nth(1)) + visible_text(report.locator(".pnex-rich > div").nth(2))
+    assert "sm_75 (stand-in target)" in first and "CUDA simulator" in first, first
+    assert "a stand-in compile target" in first and "No GPU here" in first, first
     assert page.locator("text=Loading widget").count() == 0
     _check_tabs(report, artifacts, "lab-light")
     _check_contrast(report, "JupyterLab light")
@@ -204,6 +232,7 @@ def test_lab_failing_cell_shows_the_short_error(live, artifacts):
     text = visible_text(error)
     assert "KernelTypingError" in text and "cell line 4" in text and "no_such_name" in text
     assert "Traceback" not in text and len(text.strip().splitlines()) <= 8, text
+    assert "(line 4)" not in text and "compiler_log" not in text, text  # the line once; the log is folded above
     error.screenshot(path=str(artifacts / "lab-failing-cell.png"))
     assert not errors, errors
 
@@ -386,6 +415,7 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
             else:
                 assert all(reports.nth(i).locator(".pnex-rich").is_visible() for i in range(3))
                 assert not any(reports.nth(i).locator(".pnex-fallback").is_visible() for i in range(3))
+                check_header_and_bars(reports.nth(0), "105% of the ceiling")
                 naive = reports.nth(1)
                 naive.locator("label.pnex-tab:has-text('Timing')").click()
                 timing = visible_text(naive.locator(".pnex-p5"))
