@@ -70,7 +70,8 @@ def _timed(op, name, device, n, block, op_us, eager_us, copy, *, tuned=None, reg
     facts = LaunchFacts(arch=gpu.arch, registers=registers, shared_bytes=0, spill_store_bytes=0, spill_load_bytes=0,
                         block=(block, 1, 1), grid=grid, sm_count=gpu.sm_count, op_seconds=op_us * 1e-6,
                         bytes_moved=moved, x_extent=threads, input_bytes=4 * n, ceiling_bandwidth=copy,
-                        tune=(("ITEMS", items),) if tuned is not None else (), element_bytes=4)
+                        tune=(("ITEMS", items),) if tuned is not None else (), element_bytes=4,
+                        template=tune_template(op.spec, inspect.getsource(op.definition.fn)))
     # A copy is exact: what torch.randn's 16 Mi samples give (largest |value| about 5.3).
     correct = Correctness(0.0, 0.0, True, ("result",), 1.3e-6, 1e-5, "", f"cuda:0 (NVIDIA {device})", 5.3, n)
     timing = TimingResult(Measurement(100, 7, (op_us * 1e-4,) * 7), Measurement(100, 7, (eager_us * 1e-4,) * 7),

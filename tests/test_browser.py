@@ -342,16 +342,16 @@ def test_notebook7_renders_the_same_report(place, browser, artifacts):
 
 
 def _timed_notebook(path: Path, note: str = "") -> list[str]:
-    """A notebook holding three reports as GPU runs show them (recorded figures, made on CPU),
+    """A notebook holding four reports as GPU runs show them (recorded figures, made on CPU),
     after a markdown cell ``note`` if given; written here and so unsigned (untrusted).
     Returns the reports' kernel names."""
-    from report_samples import naive_copy_report, small_blocks_report, tuned_copy_report
+    from report_samples import gated_report, naive_copy_report, small_blocks_report, tuned_copy_report
 
     nb = nbformat.v4.new_notebook()
     if note:
         nb.cells.append(nbformat.v4.new_markdown_cell(note))
     names = []
-    for make in (tuned_copy_report, naive_copy_report, small_blocks_report):
+    for make in (tuned_copy_report, naive_copy_report, small_blocks_report, gated_report):
         report = make()
         cell = nbformat.v4.new_code_cell(f"%%pnex ... ({make.__name__}: a GPU run's report)")
         cell.outputs = [nbformat.v4.new_output("display_data", data=report._repr_mimebundle_())]
@@ -376,11 +376,12 @@ def _set_lab_theme(page, theme: str) -> None:
 
 
 def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab, browser, place, artifacts):
-    """Three GPU runs' reports in a notebook written by this test (unsigned: untrusted, as a
+    """Four GPU runs' reports in a notebook written by this test (unsigned: untrusted, as a
     cloned notebook opens) and in its signed copy, in JupyterLab's light and dark themes.
     Untrusted: each report is its summary (the kernel, signature, launch, registers and
     occupancy, the speed-up and the share of the ceiling), at most 3,000 characters, no
-    listings or bars.  Trusted: the tabs, with the reason in the Timing tab."""
+    listings or bars, its long lines wrapped between words.  Trusted: the tabs, with the
+    reason in the Timing tab, badges and bar labels on one line each."""
     _timed_notebook(place[0] / "timed-lab-trusted.ipynb")
     subprocess.run([sys.executable, "-m", "jupyter", "trust", str(place[0] / "timed-lab-trusted.ipynb")],
                    env=jupyter_env(place[1]), check=True, capture_output=True)
@@ -399,12 +400,13 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
             reports = page.locator(".pnex-report")
             reports.first.wait_for(timeout=60_000)
             _set_lab_theme(page, theme)
-            assert reports.count() == 3
-            texts = [visible_text(reports.nth(i)) for i in range(3)]
+            assert reports.count() == 4
+            texts = [visible_text(reports.nth(i)) for i in range(4)]
             if not trusted:
-                for i in range(3):
+                for i in range(4):
                     check_untrusted_summary(reports.nth(i))
-                tuned, naive, small = texts
+                tuned, naive, small, gated = texts
+                assert "largest difference 4.77e-07, 6.6e-08 of the largest reference value" in gated
                 assert "autotuned: 128, ITEMS=4" in tuned and "1.00× eager's speed" in tuned
                 assert "105% of the device-to-device copy: at or near the ceiling" in tuned
                 assert "0.65× eager's speed on cuda:0 (NVIDIA H200)" in naive
@@ -413,8 +415,8 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
                 assert "copy_naive(a: Tensor[float32, (None,)]) -> Tensor[float32, (a.size(0),)]" in naive
                 page.locator(".jp-Notebook").screenshot(path=str(artifacts / f"lab-untrusted-timed-{tag}.png"))
             else:
-                assert all(reports.nth(i).locator(".pnex-rich").is_visible() for i in range(3))
-                assert not any(reports.nth(i).locator(".pnex-fallback").is_visible() for i in range(3))
+                assert all(reports.nth(i).locator(".pnex-rich").is_visible() for i in range(4))
+                assert not any(reports.nth(i).locator(".pnex-fallback").is_visible() for i in range(4))
                 check_header_and_bars(reports.nth(0), "105% of the ceiling")
                 naive = reports.nth(1)
                 naive.locator("label.pnex-tab:has-text('Timing')").click()
@@ -426,7 +428,7 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
                 small.locator("label.pnex-tab:has-text('Timing')").click()
                 assert "why below 85% of the ceiling: blocks of little work" in visible_text(small.locator(".pnex-p5"))
                 small.screenshot(path=str(artifacts / f"lab-trusted-timed-{tag}-small-blocks.png"))
-            for i in range(3):
+            for i in range(4):
                 checked, low = low_contrast(reports.nth(i))
                 assert checked >= (5 if trusted else 1) and not low, (name, tag, i, low[:8])
             assert not errors, (name, tag, errors)
