@@ -48,7 +48,7 @@ from .tune_template import TUNE_SHAPE
 
 __all__ = [
     "FAR", "LaunchFacts", "Reason", "InFlight", "in_flight", "Efficiency", "reasons", "strided_along_x",
-    "input_bytes", "element_bytes", "assess", "TUNE_SHAPE", "UNEXPLAINED", "share_text",
+    "input_bytes", "element_bytes", "assess", "TUNE_SHAPE", "UNEXPLAINED", "share_text", "GRAPH_GAIN",
 ]
 
 #: Below this fraction of the ceiling, the report says why the op may be slow.
