@@ -133,6 +133,22 @@ def _device() -> str:
     return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
 
 
+def _xla_handler() -> str:
+    """Build pnex's XLA FFI handler where JAX is installed (06_jax also loads it before its
+    first trace: a function traced before the handler is ready launches through a Python
+    callback for as long as JAX keeps the trace)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return "no JAX here (06_jax needs it)"
+    from pnex_magic.launch import xla
+
+    try:
+        return f"built, {xla.build_library()}"
+    except Exception as exc:  # noqa: BLE001 -- say why, and let 06_jax report it too
+        return f"not built: {type(exc).__name__}: {exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/0[1-6]_*.ipynb")
@@ -155,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench_common import launcher_ready
 
         print(f"C++ launcher: {launcher_ready()}", flush=True)
+        print(f"XLA FFI handler: {_xla_handler()}", flush=True)
     failed = 0
     for path in paths:
         start = time.perf_counter()

@@ -23,13 +23,13 @@ from typing import Any
 from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
-from .tc import lowering as tc_lowering
-from .errors import KernelCompileError, KernelTypingError
+from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelTypingError
 from .linking import (
     arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
     ptx_entry, uses_grid_sync,
 )
 from .spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
+from .tc import lowering as tc_lowering
 
 __all__ = [
     "ResourceUsage",
@@ -303,8 +303,7 @@ def _numba_ptx(
             sig_text = ", ".join(f"{name}: {t}" for name, t in zip(names, sig))
             raise KernelTypingError(
                 f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
-                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n"
-                f"(the full message is in this exception's .compiler_log)",
+                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n{COMPILER_LOG_NOTE}",
                 compiler_log=str(exc),
                 lineno=line,
             ) from None

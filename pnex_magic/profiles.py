@@ -50,12 +50,13 @@ _MIB = 1 << 20
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     # Measured by this project: the H100 on 2026-11-25 (benchmarks/results/logs-2026-11-25/eff.txt:
     # the report's copy 2.86 TB/s; the driver's L2 and peak in inflight-2026-11-25-h100.json), the
-    # H200 on 2026-11-23 (the report's copy 3.71-3.93 TB/s, autotune-2026-11-23-*.json; the same
-    # GH100 chip and L2 as the H100 SXM).
+    # H200 on 2026-11-23 (the report's copy 3.71-3.93 TB/s, autotune-2026-11-23-*.json; its L2 as the
+    # driver gives it, 62,914,560 B = 60 MiB, in the notebooks' reports saved from it: the same GH100
+    # chip as the H100 SXM, with more of its L2 enabled).
     # The SM clocks: the datasheets' maximum boost clocks, which the driver reports as the clock rate
     # (an H200 read 1980 MHz in nvidia-smi after matrix products here, 2026-10-28).
     DeviceProfile("H100 SXM", "sm_90", 132, 50 * _MIB, 3.35e12, 2.86e12, True, 1.98e9),
-    DeviceProfile("H200", "sm_90", 132, 50 * _MIB, 4.8e12, 3.83e12, True, 1.98e9),
+    DeviceProfile("H200", "sm_90", 132, 60 * _MIB, 4.8e12, 3.83e12, True, 1.98e9),
     # NVIDIA's A100 datasheet and whitepaper (108 SMs, 40 MB L2, 1,555 GB/s); the copy: RRZE-HPC
     # gpu-benches, gpu-stream/a100_40.txt, the "scale" kernel at full occupancy.
     DeviceProfile("A100 40GB", "sm_80", 108, 40 * _MIB, 1.555e12, 1.38e12, True, 1.41e9),

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import inspect as _inspect
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ from . import timing as _timing
 from .calls import LaunchInfo, bind_arguments, launch_info, output_shapes
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, strided_along_x
+from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, reasons, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault, switch
@@ -36,8 +37,12 @@ from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
 from .spec import TensorParam
 from .sass import Disassembly, PendingDisassembly, disassemble
+from .tune_template import tune_template
 
-__all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary"]
+__all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary", "STAND_IN"]
+
+#: What the report says of the architecture it shows where no GPU is (``KernelReport.stand_in``).
+STAND_IN = "a stand-in compile target: no GPU here, the op runs in the CUDA simulator"
 
 
 def sass_summary(found: Disassembly) -> str:
@@ -92,6 +97,9 @@ class KernelReport:
     compute: roofline.Compute | None = None
     #: Nsight Compute's figures of one launch (``%%pnex --profile``: a pnex_magic.profiling.KernelProfile)
     profile: Any = None
+    #: no CUDA GPU here and no architecture asked for: ``arch`` is a stand-in compile target (the PTX, SASS,
+    #: registers and occupancy are its), and the op runs in the CUDA simulator
+    stand_in: bool = False
 
     @property
     def spills(self) -> bool:
@@ -122,8 +130,11 @@ class KernelReport:
             out.append(f"  grid      : {self.grid} blocks x {self.block} threads")
         if self.autotune is not None:
             out += ["  " + line for line in self.autotune.lines()]
+        how = "cache hit" if self.cache_hit else f"compiled in {self.compile_seconds:.2f} s"
+        if self.stand_in:
+            how = f"{STAND_IN}; {how}"
         out += [
-            f"  target    : {self.arch} ({'cache hit' if self.cache_hit else f'compiled in {self.compile_seconds:.2f} s'})",
+            f"  target    : {self.arch} ({how})",
             f"  registers : {fmt(self.registers, ' per thread')}"
             + (
                 f"  (max_registers={self.max_registers} is below ptxas's minimum for {self.arch})"
@@ -341,7 +352,7 @@ def build_report(
             if through:
                 timing_result = dataclasses.replace(timing_result, device=f"{timing_result.device}, {through}")
             step("measuring the device's bandwidth ceiling")
-            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
+            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned, op=op)
         compute = _compute(definition, ran, launch, tuned, device_arch or arch, timing_result, efficiency)
         efficiency = roofline.with_compute(efficiency, compute)
     step("inspecting the build")
@@ -429,7 +440,7 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
 
 def _efficiency(
     definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str,
-    tuned: TuneResult | None = None,
+    tuned: TuneResult | None = None, op: PnexOp | None = None,
 ) -> Efficiency:
     """The op's bandwidth against the GPU's ceilings, with the facts for the reasons."""
     device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda")
@@ -456,8 +467,30 @@ def _efficiency(
         ceiling_bandwidth=copy or info.peak_bandwidth,
         tune=tuned.tune if tuned is not None else (),
         element_bytes=element_bytes(definition.spec, args),
+        template=tune_template(definition.spec, _source(definition)),
     )
+    if op is not None and any(r.kind == "launch" for r in reasons(facts)):
+        # CUDA graphs are advised only where a replay of the call measures faster than a call.
+        facts = dataclasses.replace(facts, graph_seconds=_graph_seconds(op, args, device))
     return assess(timing, info, copy, facts)
+
+
+def _graph_seconds(op: PnexOp, args: Sequence[Any], device: Any) -> float | None:
+    """Seconds per call of ``op`` on copies of ``args``, calls captured in a CUDA graph and
+    replayed (median of 5 replays of 20 calls); ``None`` where the op cannot be captured."""
+    copies = _timing.clone_args(args)
+    try:
+        with torch.no_grad():
+            return _timing.measure(lambda: op(*copies), _timing.cuda_graph_timer(device), repeat=5, loops=20).median
+    except _timing.CaptureRefused:
+        return None
+
+
+def _source(definition: Any) -> str:
+    try:
+        return _inspect.getsource(definition.fn)
+    except (OSError, TypeError, AttributeError):
+        return ""
 
 
 def _static_report(definition: Any, arch: str | None, variant: int = 0) -> KernelReport:
@@ -473,6 +506,8 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
     not_compiled = ""
     if compiled is None:
         not_compiled = f"no CUDA compiler ({definition.toolchain_error}); the op runs on CPU tensors through the simulator"
+    stand_in = (arch is None and definition.options.arch is None and not os.environ.get("PNEX_ARCH")
+                and not torch.cuda.is_available())
     return KernelReport(
         name=spec.name,
         op_name=f"{NAMESPACE}::{definition.op_name}",
@@ -500,4 +535,5 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         not_compiled=not_compiled,
         candidates=spec.candidates,
         tune=tuple((p.name, p.choices) for p in spec.tune_params),
+        stand_in=stand_in,
     )

@@ -22,22 +22,29 @@ import dataclasses
 import math
 from typing import Any
 
+from ..efficiency import share_text
 from ..op import attached_backward
 from ..report import KernelReport, occupancy, sass_summary
-from ..sass import Disassembly
+from ..sass import NO_DISASSEMBLER, Disassembly
 from ..spec import ScalarParam
 from ..timing import TimingResult, format_bytes, format_rate, format_time, rate_unit
 from .html import (
-    ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, static_view, table, tabs, themed,
+    ACCENT, BORDER, ERR, FG_MUTED, OK, WARN, badge, code, escape, log_details_html, note, pre, readable, static_view,
+    table, tabs, themed,
 )
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
 from .profile import compute_html, profile_html
 from .summary import summary_text
 from .tuning import autotune_html, efficiency_html, shows_autotune
 
-__all__ = ["PnexReport", "TAB_TITLES"]
+__all__ = ["PnexReport", "TAB_TITLES", "SAME_OP", "REDEFINED"]
 
 TAB_TITLES = ("Signature", "Launch", "PTX", "SASS", "Resources", "Timing")
+#: What a cell says when the name already held the op it binds (the same kernel, run again).
+SAME_OP = "the same op it held before: the same kernel, bound again"
+#: ... and when the name held the op of the same name (an op's name comes from the kernel's name and
+#: module), made from another definition: the op is redefined, its calls now run this kernel.
+REDEFINED = "redefining the op of this name that it held, made from another definition"
 
 
 @dataclasses.dataclass
@@ -99,13 +106,21 @@ class PnexReport:
     def spec(self):
         return self.op._pnex.spec
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the op ran (or, with no GPU here, runs) in the CUDA simulator."""
+        return self.kernel.stand_in or (self.timing is not None and self.timing.device.startswith("cpu"))
+
     # ------------------------------------------------------------------ text
 
     def binding_text(self) -> str:
         what = f"{self.bound_name} = {self._bound_value()}"
+        return f"bound {what} ({self._previous_text()})"
+
+    def _previous_text(self) -> str:
         if not self.previous:
-            return f"bound {what} (a new name)"
-        return f"bound {what} (replacing {self.previous})"
+            return "a new name"
+        return self.previous if self.previous in (SAME_OP, REDEFINED) else f"replacing {self.previous}"
 
     def _bound_value(self) -> str:
         return f"jax_op({self.kernel.op_name})" if self.jax else self.kernel.op_name
@@ -138,7 +153,7 @@ class PnexReport:
             out.append(f"  compiled  : no ({self.not_compiled})")
         if self.n_threads_values is not None:
             out.append(f"  n_threads : {self.n_threads_values} for --args {self.args_text or ''}".rstrip())
-        out.append(f"  sass      : {sass_summary(self.sass)}")
+        out.append(f"  sass      : {sass_summary(self.sass) if self.sass else sass_reason(k, self.sass)}")
         if self.skipped:
             out.append(f"  skipped   : {', '.join(self.skipped)} (annotated too; compile one with --name)")
         if self.timing is not None:
@@ -188,14 +203,25 @@ class PnexReport:
             c = self.timing.correctness
             badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
         if self.timing is not None and self.timing.speedup is not None:
-            badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", OK if self.timing.speedup >= 1 else WARN))
+            badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", speed_colour(self.timing.speedup)))
+        e = k.efficiency
+        if e is not None and (e.at_ceiling or e.far):
+            share = "launch-bound" if e.launch_bound else f"{share_text(e.op_of_ceiling)} of the ceiling"
+            badges.append(badge(share, OK if e.at_ceiling else WARN))
+        if self.simulated:
+            badges.append(badge("CUDA simulator", readable(ACCENT)))
         if k.autotune is not None and k.autotune.timed:
             badges.append(badge(f"autotuned: {k.autotune.candidates[k.autotune.choice].label()}", ACCENT))
-        prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
+        prev = f" ({escape(self._previous_text())})"
+        arch = f"{k.arch} (stand-in target)" if k.stand_in else k.arch
         lines = [
             f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
-            f'&middot; {escape(k.arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
+            f'&middot; {escape(arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
         ]
+        if k.stand_in:
+            lines.append(note(escape(f"No GPU here: the op runs in numba-cuda's CUDA simulator (on CPU tensors), and "
+                                     f"the PTX, SASS, registers and occupancy shown are those of {k.arch}, a stand-in "
+                                     f"compile target (--arch picks another).")))
         extra = []
         if self.also_bound:
             extra.append("also bound: " + ", ".join(code(n) for n in self.also_bound))
@@ -304,7 +330,7 @@ class PnexReport:
         """The SASS listing, the kernel's own function first, then the helpers it calls."""
         found = self.sass
         if not found:
-            return note(escape(f"not shown: {found.reason}"))
+            return note(escape(f"not shown: {sass_reason(self.kernel, found)}"))
         names = found.functions
         helpers = ""
         if len(names) > 1:
@@ -345,6 +371,9 @@ class PnexReport:
             )
             rows.append((f"theoretical occupancy ({tpb} threads/block, {escape(k.arch)})", f"{bar}{k.occupancy:.0%}"))
         parts = [table(rows)]
+        if k.stand_in:
+            parts.insert(0, note(escape(f"for {k.arch}, a stand-in compile target (no GPU here): on a GPU the "
+                                        f"figures are those of its own architecture")))
         if k.spills:
             parts.append(
                 f'<div style="color:{ERR}">The kernel spills registers to local memory, which is slow: '
@@ -380,7 +409,7 @@ class PnexReport:
                 ))
             parts.append(table(rows, ("", "median", "IQR", "min", "runs × loops", "bandwidth")))
             if t.speedup is not None:
-                colour = OK if t.speedup >= 1 else WARN
+                colour = speed_colour(t.speedup)
                 parts.append(
                     f'<div>speed-up: <b style="color:{colour}">{t.speedup:.2f}×</b> (eager median / op median)</div>'
                 )
@@ -446,6 +475,21 @@ class PnexReport:
         # Static forms only: every front end shows text/html without a kernel or widget
         # state (see pnex_magic/render/html.py for what each front end keeps of it).
         return {"text/plain": self.to_text(), "text/html": self.to_html()}
+
+
+def speed_colour(speedup: float) -> str:
+    """A speed-up's colour: green from 1.05×, the warning's at 0.95× or less, the muted
+    text's between (a tie, which rounds to ``1.00×``, is no warning)."""
+    return OK if speedup >= 1.05 else WARN if speedup <= 0.95 else FG_MUTED
+
+
+def sass_reason(k: KernelReport, found: Disassembly) -> str:
+    """Why there is no SASS: where no GPU is and no disassembler either, none is needed
+    (SASS would be the stand-in target's), so nothing is asked to be installed."""
+    if k.stand_in and found.tool is None and found.reason.startswith(NO_DISASSEMBLER):
+        return (f"no disassembler here (cuobjdump or nvdisasm); none is needed to run kernels in the simulator, and "
+                f"SASS here would be that of {k.arch}, the stand-in target")
+    return found.reason
 
 
 def correctness_html(c) -> str:
