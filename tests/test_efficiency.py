@@ -288,7 +288,7 @@ def test_efficiency_fractions_and_the_unexplained_line():
     assert efficiency(0.75).explanation is UNEXPLAINED
     # where the report's own figures explain nothing, one short line offers --profile
     assert efficiency(0.75).reason == ("no cause shows in the figures the report checks; run the cell again with "
-                                       "--profile to measure what holds it back")
+                                       "--profile (in a script: pnex.profile(op, *args)) to measure what holds it back")
     assert "1.92 TB/s = 50% of the device-to-device copy, 40% of peak" in "\n".join(efficiency(0.5).lines())
     assert efficiency(0.75, l2_bytes=2 << 30).in_l2 and not e.in_l2
 
