@@ -63,14 +63,15 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
     ``swizzle(row, col, 64)``, 1024-byte aligned.  ``wgmma_fence()`` before,
     ``wgmma_commit()`` and ``wgmma_wait(n)`` after; ``fence_async_shared()`` after
     writing a tile (``cp_async`` included) and before the barrier that publishes it.
-``warp_sum(x)``, ``warp_max(x)``; ``block_sum(x, scratch)``, ``block_max(x, scratch)``,
-``block_scan_sum(x, scratch)``
+``warp_sum(x)``, ``warp_max(x)``, ``block_sum(x, scratch)``, ``block_max(x, scratch)``, ``block_scan_sum(x, scratch)``
     Reductions over the warp (shuffles) or the block (1-D blocks of whole warps;
     ``scratch``: a shared array of at least one element per warp); the scan is
     inclusive.
 
-Shared tiles must start 16-byte aligned (128-byte aligned for the swizzle to avoid
-conflicts): declare them first, or with sizes that are multiples of 128 bytes.
+Shared tiles must start 16-byte aligned, 128-byte aligned for the swizzle to avoid
+conflicts, 1024-byte aligned for ``wgmma``: Numba aligns a shared array to its element
+size unless told, so declare tiles with ``cuda.shared.array(shape, dtype,
+alignment=1024)`` (the CPU simulator takes the argument too).
 """
 
 from .api import *  # noqa: F401,F403 - the primitives
