@@ -48,14 +48,31 @@ def time_call(fn, args, repeats):
     return queued_seconds(fn, args, loops=5, repeats=repeats)
 
 
+class Linear:
+    """A wgmma kernel (``a @ w.T``) timed as ``a @ b``: ``w = b.T`` made contiguous once,
+    outside the timing (the layout of torch.nn.Linear's weight; cuBLAS takes either)."""
+
+    def __init__(self, op):
+        self.op = op
+        self._w = {}
+
+    def __call__(self, a, b):
+        key = (b.data_ptr(), tuple(b.shape))
+        if key not in self._w:
+            self._w = {key: b.t().contiguous()}
+        return self.op(a, self._w[key])
+
+
 def gemm_variants(selected):
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_mma import make_gemm
+    from gemm_wgmma import make_linear
 
     known = {
+        "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),
+        "wgmma:128x256x4": lambda dt: Linear(make_linear(dt, 128, 256, 4)),
+        "wgmma:128x128x4": lambda dt: Linear(make_linear(dt, 128, 128, 4)),
         "mma:128x128x3": lambda dt: make_gemm(dt, 128, 128, 3),
-        "mma:128x64x4": lambda dt: make_gemm(dt, 128, 64, 4),
-        "mma:64x128x4": lambda dt: make_gemm(dt, 64, 128, 4),
     }
     names = selected.split(",") if selected else list(known)
     return {n: known[n] for n in names}
@@ -114,6 +131,97 @@ def run_gemm(args, torch, result):
     result["gemm"] = rows
 
 
+ATTENTION_ROWS = [(4096, 16, 64, False), (4096, 16, 64, True), (4096, 16, 128, False), (4096, 16, 128, True)]
+
+
+def run_attention(args, torch, result):
+    """FlashAttention-2-style forward (examples/tensor_cores/attention.py) against SDPA's
+    flash backend, batch 2 (FLOPs: 4 b h s^2 d, halved when causal)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from attention import make_attention
+
+    rows = []
+    batch = 2
+    for seq, heads, dim, causal in ATTENTION_ROWS:
+        dtype = "f16"
+        flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+        gen = torch.Generator(device="cuda").manual_seed(seq + dim + causal)
+        q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=gen)
+                   for _ in range(3))
+        scale = dim ** -0.5
+
+        def sdpa(q, k, v):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+        ref = sdpa(q, k, v)
+        row = {"seq": seq, "heads": heads, "batch": batch, "head_dim": dim, "causal": causal, "dtype": dtype,
+               "sdpa_tflops": flops / time_call(sdpa, (q, k, v), args.repeats) / 1e12}
+        variants = {}
+        for warps in (4, 8):
+            name = f"fa2:{warps}w"
+            try:
+                op = make_attention(dtype, dim, causal, warps)
+                out = op(q, k, v, scale)
+                err = rel_error(out, ref.double())
+                if not err < 5e-3:
+                    variants[name] = {"error": err, "tflops": None, "note": "WRONG RESULT: not timed"}
+                    continue
+                variants[name] = {"error": err,
+                                  "tflops": flops / time_call(op, (q, k, v, scale), args.repeats) / 1e12}
+            except Exception as exc:  # noqa: BLE001
+                variants[name] = {"error": None, "tflops": None, "note": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        best = max((v["tflops"] or 0, name) for name, v in variants.items())
+        row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=variants)
+        row["ratio_vs_sdpa"] = row["pnex_tflops"] / row["sdpa_tflops"] if row["pnex_tflops"] else None
+        rows.append(row)
+        print(f"attention seq {seq} heads {heads} d {dim} causal {causal}: SDPA {row['sdpa_tflops']:.0f} TFLOP/s, "
+              f"pnex {row['pnex_tflops'] or 0:.0f} ({row['pnex_kernel']}) = {row['ratio_vs_sdpa'] or 0:.2f}x; "
+              + ", ".join(f"{k2} {v['tflops'] or 0:.0f}" + (f" [{v.get('note')}]" if v.get("note") else "")
+                          for k2, v in variants.items()), flush=True)
+    result["attention"] = rows
+
+
+EPILOGUE_SHAPES = [(8192, 4096, 4096), (8192, 16384, 4096)]
+
+
+def run_epilogue(args, torch, result):
+    """gelu(x @ w.T + b) fused into the wgmma kernel's epilogue, against eager PyTorch
+    (F.linear, then F.gelu) and torch.compile of the same function."""
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_wgmma import make_linear
+
+    def eager(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+
+    compiled = torch.compile(eager, fullgraph=True)
+    rows = []
+    for m, n, k in EPILOGUE_SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen)
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) / k ** 0.5
+        b = torch.randn(n, device="cuda", dtype=torch.float16, generator=gen)
+        ref = F.gelu(x.double() @ w.double().t() + b.double())
+        op = make_linear("f16", 128, (128, 256), (3, 4), gelu=True)
+        out = op(x, w, b)
+        row = {"m": m, "n": n, "k": k, "pnex_error": rel_error(out, ref), "eager_error": rel_error(eager(x, w, b), ref)}
+        row["compile_error"] = rel_error(compiled(x, w, b), ref)
+        for name, fn in (("pnex", op), ("eager", eager), ("compile", compiled)):
+            row[f"{name}_us"] = time_call(fn, (x, w, b), args.repeats) * 1e6
+        row["pnex_vs_eager"] = row["eager_us"] / row["pnex_us"]
+        row["pnex_vs_compile"] = row["compile_us"] / row["pnex_us"]
+        rows.append(row)
+        print(f"epilogue {m}x{n}x{k}: pnex {row['pnex_us']:.1f} us, eager {row['eager_us']:.1f}, torch.compile "
+              f"{row['compile_us']:.1f}: {row['pnex_vs_eager']:.2f}x / {row['pnex_vs_compile']:.2f}x faster "
+              f"(errors {row['pnex_error']:.1e} / {row['eager_error']:.1e})", flush=True)
+    result["epilogue"] = rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -130,14 +238,27 @@ def main(argv=None):
     result["gpu"] = result["gpu_info"]["name"]
     parts = args.only or ["gemm", "attention", "epilogue"]
     start = time.perf_counter()
-    if "gemm" in parts:
-        run_gemm(args, torch, result)
+    for name, run in (("gemm", run_gemm), ("attention", run_attention), ("epilogue", run_epilogue)):
+        if name in parts:
+            try:
+                run(args, torch, result)
+            except Exception as exc:  # noqa: BLE001 - one part failing must not lose the others' rows
+                import traceback
+
+                traceback.print_exc()
+                result[f"{name}_failed"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.perf_counter() - start
     print()
     print(f"{'dtype':6} {'m':>6} {'n':>6} {'k':>6} {'pnex':>7} {'cuBLAS':>7} {'Triton':>7} {'ratio':>6}  kernel")
     for r in result.get("gemm", []):
         print(f"{r['dtype']:6} {r['m']:6} {r['n']:6} {r['k']:6} {r['pnex_tflops'] or 0:7.0f} {r['cublas_tflops']:7.0f} "
               f"{r['triton_tflops'] or 0:7.0f} {r['ratio_vs_cublas'] or 0:6.2f}  {r['pnex_kernel']}")
+    for r in result.get("attention", []):
+        print(f"attention seq {r['seq']} d {r['head_dim']} causal {r['causal']!s:5}: pnex {r['pnex_tflops'] or 0:.0f} "
+              f"SDPA {r['sdpa_tflops']:.0f} TFLOP/s ratio {r['ratio_vs_sdpa'] or 0:.2f} ({r['pnex_kernel']})")
+    for r in result.get("epilogue", []):
+        print(f"epilogue {r['m']}x{r['n']}x{r['k']}: pnex {r['pnex_us']:.1f} us, eager {r['eager_us']:.1f}, "
+              f"compile {r['compile_us']:.1f}")
     if not args.no_write:
         print("wrote", write_result(result, "tensor-cores"))
     return 0

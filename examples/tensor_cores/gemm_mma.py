@@ -36,8 +36,8 @@ def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3,
         b: pnex.In(dtype, ("a.size(1)", None)),
         c: pnex.Out(dtype, ("a.size(0)", "b.size(1)")),
     ):
-        sa = cuda.shared.array((stages, bm, BK), float16)
-        sb = cuda.shared.array((stages, BK, bn), float16)
+        sa = cuda.shared.array((stages, bm, BK), float16, alignment=128)
+        sb = cuda.shared.array((stages, BK, bn), float16, alignment=128)
         m, k = a.shape
         n = b.shape[1]
         # grouped order: `group` block rows share each column of B while it is in L2
