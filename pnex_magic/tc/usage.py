@@ -8,6 +8,7 @@ import dis
 import types
 from typing import Any
 
+from ..lazycuda import is_lazy_cuda
 from .api import FUNCTIONS
 
 _PACKAGE = "pnex_magic.tc"
@@ -33,6 +34,8 @@ def _functions(fn: types.FunctionType, seen: set[int]) -> list[types.FunctionTyp
     values = list(getattr(fn, "__globals__", {}).values())
     values += [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
     for value in values:
+        if isinstance(value, (types.ModuleType, type)) or is_lazy_cuda(value):
+            continue  # (reading an attribute of %%pnex's lazy `cuda` would import Numba)
         inner = getattr(value, "function", None) or getattr(value, "py_func", None)
         if isinstance(inner, types.FunctionType):
             found += _functions(inner, seen)
