@@ -502,6 +502,7 @@ class CellRun:
                 definition = make_definition(
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
+                    shared_bytes=opts.shared_bytes,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -533,7 +534,8 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key|shared_bytes|choices are given", text) and \
+                "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -146,6 +146,7 @@ class _Options:
     backward: str | None = None  # "auto": derive the op's backward from the kernel's source
     sanitize: bool = False  # run --args under compute-sanitizer in a child process
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
+    shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
 
 
 @magics_class
@@ -189,6 +190,12 @@ class PnexMagics(Magics):
         "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
         help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
              "autotuner tries them (the first is the default); one choice makes it a plain constant.",
+    )
+    @magic_arguments.argument(
+        "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
+        help="Bytes of dynamic shared memory per block, for a kernel that declares it with "
+             "cuda.shared.array(0, dtype) (static shared memory stops at 48 KiB): an int, or an expression "
+             "over Tune parameters such as STAGES*64*1024, evaluated per Tune variant. Default 0.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -331,6 +338,7 @@ class PnexMagics(Magics):
             jax=ns.jax,
             tune=_tune(ns.tune),
             sanitize=ns.sanitize,
+            shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
         )
 
     @magic_arguments.magic_arguments()
