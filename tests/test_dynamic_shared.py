@@ -91,6 +91,19 @@ def test_every_block_has_dynamic_shared_memory_of_its_own_in_the_grid_simulator(
     assert torch.equal(own(x), x.view(3, 8).flip(1).reshape(-1))
 
 
+def test_a_checked_launch_bounds_checks_the_dynamic_array_by_the_bytes_given():
+    from pnex_magic.errors import KernelIndexError
+
+    @pnex.jit(n_threads=32, threads_per_block=32, shared_bytes=32 * 4, check=True)
+    def past_the_end(out: pnex.Out("f32", (32,))):
+        smem = cuda.shared.array(0, float32)
+        t = cuda.threadIdx.x
+        smem[t + 1] = 1.0  # thread 31 writes element 32 of 32
+
+    with pytest.raises(KernelIndexError, match=r"index 32 is out of bounds for axis 0 of .*'smem'.* \(32,\)"):
+        past_the_end()
+
+
 # ---------------------------------------------------------------------------- the option
 
 
@@ -311,7 +324,8 @@ def test_the_magic_takes_shared_bytes(tmp_path, monkeypatch):
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path / "cache"))
     ip = globalipapp.get_ipython()
     ip.run_line_magic("load_ext", "pnex_magic")
-    ip.run_cell_magic("pnex", "--n-threads 1 --threads-per-block 32 --shared-bytes 'ROWS * 1024' --tune ROWS=2,3", (
+    line = "--n-threads 1 --threads-per-block 32 --shared-bytes 'ROWS * 1024' --tune ROWS=2,3 -o dyn_rep"
+    ip.run_cell_magic("pnex", line, (
         "from numba import int32\n"
         "def dyn_lengths(out: Out('i32', (1,)), ROWS: Tune(1)):\n"
         "    if cuda.grid(1) == 0:\n"
@@ -320,6 +334,13 @@ def test_the_magic_takes_shared_bytes(tmp_path, monkeypatch):
     op = ip.user_ns["dyn_lengths"]
     assert op.spec.shared_per_variant == (2048, 3072)
     assert op().tolist() == [512]
+    report = ip.user_ns["dyn_rep"]
+    assert "2,048 B of dynamic shared memory per block" in report.launch_html()
+    assert "ROWS * 1024" in report.launch_html()
+    assert "2,048 B dynamic shared memory per block" in report.summary()
+    if report.kernel.registers is not None:  # compiled here: the Resources tab and the text
+        assert "shared memory per block (dynamic, shared_bytes)" in report.resources_html()
+        assert "B dynamic (shared_bytes = ROWS * 1024)" in report.to_text()
     with pytest.raises(KernelDefinitionError, match=r"shared_bytes = 'x.numel\(\)' names 'x', a tensor"):
         ip.run_cell_magic("pnex", "--n-threads x.numel() --shared-bytes x.numel()", (
             "def dyn_bad(x: In('f32', (None,)), out: Out('f32', 'x')):\n"

@@ -172,3 +172,22 @@ def test_jax_launches_with_the_dynamic_shared_memory(gpu_cache, launcher):
     text = jax.jit(f).lower(x).as_text()
     assert (f"@{xla.TARGET}(" in text) == (launcher == "native")
     np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), np.asarray(x)[:, ::-1])
+
+
+def test_a_checked_launch_bounds_checks_the_dynamic_array_by_the_bytes_launched(gpu_cache, launcher):
+    """The array's length comes from %dynamic_smem_size: the checked variant tests accesses
+    against the bytes the launch passed (100 KiB here, above the 48 KiB opt-in)."""
+    from pnex_magic.errors import KernelIndexError
+
+    @pnex.jit(n_threads="x.numel()", threads_per_block=32, shared_bytes=ROW * 4, check=True)
+    def top_of_smem(x: pnex.In("f32", (32,)), out: pnex.Out("f32", "x"), last: int):
+        smem = cuda.shared.array(0, float32)
+        t = cuda.threadIdx.x
+        smem[last - t] = x[t]
+        cuda.syncthreads()
+        out[t] = smem[last - t]
+
+    x = torch.randn(32, device="cuda")
+    assert torch.equal(top_of_smem(x, ROW - 1), x)  # the last 32 elements of the 100 KiB
+    with pytest.raises(KernelIndexError, match=rf"index {ROW} is out of bounds for axis 0 of .*'smem'.*\({ROW},\)"):
+        top_of_smem(x, ROW)
