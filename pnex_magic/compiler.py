@@ -18,6 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import cache, vector, warmup
@@ -358,11 +359,13 @@ def _parse_resources(log: str) -> ResourceUsage | None:
 
 
 def ltoir_objects(
-    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = ()
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = (),
+    ptx: str = "",
 ) -> list[Any]:
     """The kernel and the code it links against (float16/bfloat16 operators,
-    ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
-    kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
+    ``declare_device`` functions with ``link=``, and the Numba-CUDA helpers its ``ptx``
+    calls), as LTO-IR objects for nvJitLink: the kernel through NVVM, CUDA C++ sources
+    through NVRTC (neither needs a driver)."""
     warmup.wait()
     from numba import cuda
 
@@ -382,7 +385,7 @@ def ltoir_objects(
             compiler_log=str(exc),
         ) from None
     kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
-    return [kernel, *(object_code(code, spec.name) for code in codes[1:])]
+    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *_numba_helpers(ptx, cc, spec.name)]
 
 
 @contextlib.contextmanager
@@ -418,7 +421,30 @@ def _link_dependencies(
     a kernel whose PTX declares external functions pays for this second pass."""
     if not has_external_calls(ptx):
         return []
-    return ltoir_objects(fn, spec, cc, layout, variant, hidden)[1:]
+    return ltoir_objects(fn, spec, cc, layout, variant, hidden, ptx)[1:]
+
+
+# Numba-CUDA's own device helpers, which its dispatcher links when a kernel's code calls
+# them (numba/cuda/dispatcher.py, link_to_library_functions) and cuda.compile_all does not
+# list: the copy-free ``reshape`` of an array (a tile carved from a shared array, say).
+_NUMBA_HELPERS = {"reshape_funcs.cu": ("numba_attempt_nocopy_reshape", "nocopy_empty_reshape")}
+
+
+def _numba_helpers(ptx: str, cc: tuple[int, int], kernel: str) -> list[Any]:
+    """LTO-IR (through NVRTC) of the Numba-CUDA helper sources the kernel's PTX calls."""
+    wanted = [source for source, names in _NUMBA_HELPERS.items() if any(name in ptx for name in names)]
+    if not wanted:
+        return []
+    from numba import cuda
+    from numba.cuda.cudadrv import nvrtc
+
+    _, _, ObjectCode = linker_classes()
+    folder = Path(cuda.__file__).resolve().parent
+    objects = []
+    for source in wanted:
+        code, _ = nvrtc.compile((folder / source).read_text(), source, cc, ltoir=True)
+        objects.append(ObjectCode.from_ltoir(code) if isinstance(code, bytes) else object_code(code, kernel))
+    return objects
 
 
 def compile_kernel(

@@ -29,6 +29,7 @@ from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
 from .fingerprint import closure_token, function_fingerprint
+from .hardware import max_shared_per_block
 from .snapshot import HiddenArray, compilable, freeze, simulable
 from .spec import KernelSpec
 
@@ -327,12 +328,38 @@ class KernelDefinition:
     def compiled_if_available(self) -> CompiledKernel | None:
         return next(iter(self._compiled.values()), None)
 
+    def check_shared_memory(self) -> None:
+        """Refuse a ``shared_bytes`` above what a block may use on the target GPU, where
+        that GPU is known (``arch=``, ``$PNEX_ARCH`` or the GPU present; without one the
+        kernel may be meant for a larger GPU, and the simulator runs it whatever its
+        size).  The launch checks the device's own limit less the kernel's static shared
+        memory, by the driver's figures (:mod:`pnex_magic.launch.shared`)."""
+        spec = self.spec
+        if not any(spec.shared_per_variant) or (self.options.arch is None and default_is_stand_in()):
+            return
+        arch = self.target_arch()
+        most = max_shared_per_block(arch)
+        if most is None:
+            return
+        for variant, asked in enumerate(spec.shared_per_variant):
+            if asked <= most:
+                continue
+            values = spec.tune_values(variant)
+            setting = ", ".join(f"{n}={values[n]!r}" for n in sorted(spec.shared_bytes.names()))
+            raise KernelDefinitionError(
+                f"kernel {spec.name!r}: shared_bytes = {spec.shared_bytes} gives {asked:,} B of dynamic shared memory "
+                f"per block{f' with the Tune choice {setting}' if setting else ''}, but a block may use at most "
+                f"{most:,} B on {arch}" + (" (this GPU)" if self.options.arch is None else "")
+                + "; use fewer pipeline stages or smaller tiles" + (", or remove that choice" if setting else "")
+            )
+
     def check_compiles(self) -> CompiledKernel | None:
         """Compile for the target architecture at definition time, so typing errors
         surface there.  A missing CUDA compiler (no NVVM wheel) is not an error: the
         op still runs on CPU tensors through the simulator (and it is said once)."""
         if self.options.check:
             self.checked_kernel()  # a kernel without source cannot be checked: say so now
+        self.check_shared_memory()
         if self.toolchain_error is not None:
             return None
         try:

@@ -80,7 +80,7 @@ class LaunchFacts:
 
     arch: str
     registers: int | None
-    shared_bytes: int | None
+    shared_bytes: int | None  #: per block, static plus dynamic (shared_bytes=)
     spill_store_bytes: int | None
     spill_load_bytes: int | None
     block: tuple[int, int, int]

@@ -32,6 +32,8 @@ __all__ = [
     "occupancy_limiter",
     "resident_blocks",
     "max_threads_per_sm",
+    "max_shared_per_block",
+    "MAX_SHARED_PER_BLOCK",
     "block_problem",
     "LOADED_LATENCY",
     "loaded_latency",
@@ -51,22 +53,32 @@ __all__ = [
 ]
 
 # Per-SM limits by compute capability major.minor (CUDA C Programming Guide, table
-# "Technical Specifications per Compute Capability").
+# "Technical Specifications per Compute Capability"): ``smem`` is the shared memory of
+# one SM, ``smem_block`` the most one block may use (static plus dynamic, the opt-in
+# maximum, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), ``reserved`` what
+# the system keeps per resident block that uses shared memory (cudaDeviceProp's
+# reservedSharedMemPerBlock: 1 KiB from Ampere on) beyond ptxas's figure.  For sm_90,
+# ptxas's figure already holds that 1 KiB (a kernel with dynamic shared memory only
+# reports 1,024 B of smem for sm_90, 0 B for sm_80 and sm_100; nvJitLink 13, 2026), so
+# it is not added again.
 SM_LIMITS = {
-    (7, 5): dict(threads=1024, blocks=16, regs=65536, smem=65536, warps=32),
-    (8, 0): dict(threads=2048, blocks=32, regs=65536, smem=167936, warps=64),
-    (8, 6): dict(threads=1536, blocks=16, regs=65536, smem=102400, warps=48),
-    (8, 7): dict(threads=1536, blocks=16, regs=65536, smem=167936, warps=48),
-    (8, 9): dict(threads=1536, blocks=24, regs=65536, smem=102400, warps=48),
-    (9, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (10, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (12, 0): dict(threads=1536, blocks=32, regs=65536, smem=102400, warps=48),
+    (7, 5): dict(threads=1024, blocks=16, regs=65536, smem=65536, warps=32, smem_block=65536, reserved=0),
+    (8, 0): dict(threads=2048, blocks=32, regs=65536, smem=167936, warps=64, smem_block=166912, reserved=1024),
+    (8, 6): dict(threads=1536, blocks=16, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
+    (8, 7): dict(threads=1536, blocks=16, regs=65536, smem=167936, warps=48, smem_block=166912, reserved=1024),
+    (8, 9): dict(threads=1536, blocks=24, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
+    (9, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64, smem_block=232448, reserved=0),
+    (10, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64, smem_block=232448, reserved=1024),
+    (12, 0): dict(threads=1536, blocks=32, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
 }
 
 #: Registers one block may use, on every architecture pnex targets.
 MAX_REGISTERS_PER_BLOCK = 65536
-#: Static shared memory one block may use.
+#: Static shared memory one block may use (more takes dynamic shared memory, opted in).
 MAX_STATIC_SHARED = 48 * 1024
+#: The most shared memory one block may use on any architecture pnex knows (227 KiB,
+#: sm_90 and sm_100): a ``shared_bytes`` above it fits no GPU.
+MAX_SHARED_PER_BLOCK = max(limits["smem_block"] for limits in SM_LIMITS.values())
 #: Blocks per grid on the X, Y and Z axes.
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -82,14 +94,29 @@ def _registers_per_block(registers: int, threads_per_block: int) -> int:
     return -(-max(registers, 1) * 32 // 256) * 256 * warps
 
 
+def max_shared_per_block(arch: str) -> int | None:
+    """The most shared memory (static plus dynamic) one block may use on ``arch``, in
+    bytes (``None``: an architecture pnex does not know)."""
+    limits = _limits(arch)
+    return None if limits is None else limits["smem_block"]
+
+
+def _shared_blocks(limits: dict[str, int], shared_bytes: int) -> int:
+    """Blocks using ``shared_bytes`` of shared memory (static plus dynamic) one SM holds."""
+    if shared_bytes > limits["smem_block"]:
+        return 0
+    return limits["smem"] // (shared_bytes + limits["reserved"])
+
+
 def _blocks_by(limits: dict[str, int], registers: int, shared_bytes: int, threads_per_block: int) -> dict[str, int]:
-    """Blocks of ``threads_per_block`` threads one SM holds, by each of its limits."""
+    """Blocks of ``threads_per_block`` threads one SM holds, by each of its limits
+    (``shared_bytes``: per block, static plus dynamic)."""
     unused = limits["blocks"] + 1  # a resource the kernel does not use limits nothing
     return {
         "blocks": limits["blocks"],
         "threads": limits["threads"] // threads_per_block,
         "registers": limits["regs"] // _registers_per_block(registers, threads_per_block) if registers else unused,
-        "shared memory": limits["smem"] // shared_bytes if shared_bytes else unused,
+        "shared memory": _shared_blocks(limits, shared_bytes) if shared_bytes else unused,
     }
 
 
@@ -136,10 +163,12 @@ def block_problem(
     shared_bytes: int | None,
     block: Sequence[int],
     n_threads: Sequence[int] | None = None,
+    dynamic_shared: int = 0,
 ) -> str | None:
     """Why ``block`` cannot launch this kernel (for a call launching ``n_threads``
     threads per axis), or ``None`` when it can.  ``registers`` and ``shared_bytes``
-    are ptxas's figures (``None`` where unknown: those checks are skipped)."""
+    (static) are ptxas's figures (``None`` where unknown: those checks are skipped);
+    ``dynamic_shared`` the launch's dynamic shared memory (``shared_bytes=``)."""
     threads = 1
     for size in block:
         threads *= size
@@ -152,7 +181,14 @@ def block_problem(
             )
     if shared_bytes and shared_bytes > MAX_STATIC_SHARED:
         return f"uses {shared_bytes:,} B of static shared memory per block, above CUDA's {MAX_STATIC_SHARED:,} B"
-    found = occupancy_limiter(arch, registers or 0, shared_bytes or 0, threads)
+    total = (shared_bytes or 0) + dynamic_shared
+    most = max_shared_per_block(arch)
+    if dynamic_shared and most is not None and total > most:
+        return (
+            f"uses {total:,} B of shared memory per block ({shared_bytes or 0:,} B static + {dynamic_shared:,} B "
+            f"dynamic, shared_bytes), above the {most:,} B a block may use on {arch}"
+        )
+    found = occupancy_limiter(arch, registers or 0, total, threads)
     if found is not None and found[0] <= 0:
         return f"not one block of {threads} threads fits on an SM of {arch} (limited by {found[1]})"
     for axis, n in enumerate(n_threads or ()):

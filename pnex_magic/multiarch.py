@@ -81,7 +81,7 @@ def build_images(
 
         objects = ltoir_objects(
             definition.compile_function(), definition.spec, parse_arch(ptx_arch), layout, variant,
-            definition.hidden_arrays,
+            definition.hidden_arrays, ptx,
         )
         ptx = link_ptx(objects, ptx_arch, name)
         found = ptx_entry(ptx)

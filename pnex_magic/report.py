@@ -100,6 +100,14 @@ class KernelReport:
     #: no CUDA GPU here and no architecture asked for: ``arch`` is a stand-in compile target (the PTX, SASS,
     #: registers and occupancy are its), and the op runs in the CUDA simulator
     stand_in: bool = False
+    #: dynamic shared memory per block (``shared_bytes=``) of the ``Tune`` variant shown, in bytes
+    dynamic_shared_bytes: int = 0
+    shared_bytes_text: str = "0"  #: the ``shared_bytes`` option as written (an expression over Tune parameters)
+
+    @property
+    def shared_total(self) -> int | None:
+        """Shared memory per block, static (ptxas) plus dynamic (``None``: static unknown)."""
+        return None if self.shared_bytes is None else self.shared_bytes + self.dynamic_shared_bytes
 
     @property
     def spills(self) -> bool:
@@ -141,7 +149,9 @@ class KernelReport:
                 if self.max_registers and self.registers and self.registers > self.max_registers
                 else ""
             ),
-            f"  shared    : {fmt(self.shared_bytes, ' B')}",
+            f"  shared    : {fmt(self.shared_bytes, ' B')}" + (
+                f" static + {self.dynamic_shared_bytes:,} B dynamic (shared_bytes = {self.shared_bytes_text})"
+                if self.dynamic_shared_bytes else ""),
             f"  local     : {fmt(self.local_bytes, ' B')}"
             + (f"  (SPILLS: {self.spill_store_bytes} B stored, {self.spill_load_bytes} B loaded)" if self.spills else ""),
         ]
@@ -432,7 +442,7 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
     an autotuned op) and the occupancy of that block."""
     occ = report.occupancy
     if tuned is not None and report.registers is not None:
-        occ = occupancy(report.arch, report.registers, report.shared_bytes or 0, math.prod(launch.block))
+        occ = occupancy(report.arch, report.registers, report.shared_total or 0, math.prod(launch.block))
     return dataclasses.replace(
         report, grid=launch.grid, block=launch.block, n_threads_values=launch.n_threads, autotune=tuned, occupancy=occ
     )
@@ -453,7 +463,7 @@ def _efficiency(
     facts = LaunchFacts(
         arch=device_arch,
         registers=res.registers if res else None,
-        shared_bytes=res.shared_bytes if res else None,
+        shared_bytes=res.shared_bytes + definition.spec.shared_of(variant) if res else None,  # static + dynamic
         spill_store_bytes=res.spill_store_bytes if res else None,
         spill_load_bytes=res.spill_load_bytes if res else None,
         block=launch.block,
@@ -499,6 +509,7 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
     spec = definition.spec
     res = compiled.resources if compiled else None
     tpb = math.prod(spec.threads_per_block)
+    dynamic = spec.shared_of(variant)  # cuda.shared.array(0, dtype): counts toward occupancy like static
     try:
         source = _inspect.getsource(definition.fn)
     except (OSError, TypeError, AttributeError):
@@ -525,7 +536,7 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         const_bytes=res.const_bytes if res else None,
         spill_store_bytes=res.spill_store_bytes if res else None,
         spill_load_bytes=res.spill_load_bytes if res else None,
-        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes, tpb) if compiled and res else None,
+        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes + dynamic, tpb) if compiled and res else None,
         cache_hit=compiled.cache_hit if compiled else False,
         compile_seconds=compiled.compile_seconds if compiled else 0.0,
         cache_key=compiled.key if compiled else "",
@@ -536,4 +547,6 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         candidates=spec.candidates,
         tune=tuple((p.name, p.choices) for p in spec.tune_params),
         stand_in=stand_in,
+        dynamic_shared_bytes=dynamic,
+        shared_bytes_text=str(spec.shared_bytes),
     )

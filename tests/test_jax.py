@@ -491,7 +491,7 @@ def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
     assert xla.build_library() == path  # built once
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
     for symbol in ("PnexJaxInstantiate", "PnexJaxLaunch", "pnex_jax_register", "pnex_jax_add_image", "pnex_jax_archs",
-                   "pnex_jax_state_type_id", "pnex_jax_state_type_info"):
+                   "pnex_jax_state_type_id", "pnex_jax_state_type_info", "pnex_jax_set_shared"):
         assert f" T {symbol}" in symbols
     kernel_id = xla.register_kernel(accumulate.definition, ["sm_90", "8.0"])
     assert xla.register_kernel(accumulate.definition, ["sm_90"]) == kernel_id
@@ -499,6 +499,7 @@ def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
     archs = (ctypes.c_int64 * 4)()
     assert lib.pnex_jax_archs(kernel_id, archs, 4) == 2 and sorted(archs[:2]) == [80, 90]
     assert lib.pnex_jax_archs(10**9, archs, 4) == -1
+    assert lib.pnex_jax_set_shared(kernel_id, 4096) == 0 and lib.pnex_jax_set_shared(10**9, 4096) == -1
 
 
 def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):

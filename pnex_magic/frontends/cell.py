@@ -522,6 +522,7 @@ class CellRun:
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
                     flops=opts.flops,
+                    shared_bytes=opts.shared_bytes,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -553,7 +554,7 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given|, flops:", text) and \
+        if re.search(r"n_threads|threads_per_block|autotune_key|shared_bytes|choices are given|, flops:", text) and \
                 "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)

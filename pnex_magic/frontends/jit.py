@@ -27,6 +27,7 @@ def jit(
     check: bool | None = None,
     backward: str | None = None,
     flops: str | int | None = None,
+    shared_bytes: int | str = 0,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -92,6 +93,15 @@ def jit(
         the GPU's compute peak (the tensor cores' where the kernel uses them).  Without
         it, the count is inferred from the PTX of a kernel without loops, and the
         report says so.
+    shared_bytes : int or str, default 0
+        Bytes of dynamic shared memory per block, which the kernel declares with
+        Numba's idiom ``smem = cuda.shared.array(0, dtype)`` (every such array aliases
+        the same bytes; carve tiles from it by slicing and ``.reshape``).  Static
+        ``cuda.shared.array`` is capped at 48 KiB per block; dynamic shared memory goes
+        up to what the GPU allows (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on
+        sm_86/sm_89).  An int, or an expression over ``Tune`` parameters and integer
+        constants (``+ - * // % min max``), evaluated per ``Tune`` variant:
+        ``"STAGES * (BM + BN) * 64 * 2"``.  It may not depend on the call's sizes.
 
     Returns
     -------
@@ -125,6 +135,7 @@ def jit(
         d = definition(
             fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
             flops=flops,
+            shared_bytes=shared_bytes,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

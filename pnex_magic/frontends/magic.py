@@ -148,6 +148,7 @@ class _Options:
     profile: bool = False  # run --args once under Nsight Compute in a child process (the Profile tab)
     flops: str | None = None  # the FLOP count of a call, an expression over the parameters
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
+    shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
 
 
 @magics_class
@@ -203,6 +204,12 @@ class PnexMagics(Magics):
         "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
         help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
              "autotuner tries them (the first is the default); one choice makes it a plain constant.",
+    )
+    @magic_arguments.argument(
+        "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
+        help="Bytes of dynamic shared memory per block, for a kernel that declares it with "
+             "cuda.shared.array(0, dtype) (static shared memory stops at 48 KiB): an int, or an expression "
+             "over Tune parameters such as STAGES*64*1024, evaluated per Tune variant. Default 0.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -349,6 +356,7 @@ class PnexMagics(Magics):
             sanitize=ns.sanitize,
             profile=ns.profile,
             flops=_join(ns.flops) or None,
+            shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
         )
 
     @magic_arguments.magic_arguments()

@@ -294,6 +294,9 @@ class PnexReport:
         axes_used = [str(n) for n in shape]
         per_axis = f" ({' × '.join(axes_used)})" if len(axes_used) > 1 else ""
         parts.append(f"<div>{block_total} threads per block{per_axis}</div>")
+        if k.dynamic_shared_bytes:
+            parts.append(f"<div>{k.dynamic_shared_bytes:,} B of dynamic shared memory per block "
+                         f"(shared_bytes = {code(k.shared_bytes_text)})</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
             launched = blocks * block_total
@@ -358,6 +361,8 @@ class PnexReport:
         rows = [
             ("registers per thread", f"{k.registers}{escape(cap)}"),
             ("shared memory per block (static)", f"{k.shared_bytes} B"),
+            *([("shared memory per block (dynamic, shared_bytes)",
+                f"{k.dynamic_shared_bytes} B = {code(k.shared_bytes_text)}")] if k.dynamic_shared_bytes else []),
             ("local memory per thread", f'<span style="{spill_style}">{k.local_bytes} B</span>'),
             ("register spills", spills),
             ("constant memory (parameters)", f"{k.const_bytes} B"),
@@ -380,7 +385,7 @@ class PnexReport:
                 f"raise --max-registers, or use fewer live values per thread.</div>"
             )
         sizes = [s for s in (32, 64, 128, 256, 512, 1024)]
-        occ = [(s, occupancy(k.arch, k.registers, k.shared_bytes or 0, s)) for s in sizes]
+        occ = [(s, occupancy(k.arch, k.registers, k.shared_total or 0, s)) for s in sizes]
         if all(o is not None for _, o in occ):
             parts.append(note("theoretical occupancy by threads per block:"))
             parts.append(table([tuple(f"{s}" for s, _ in occ), tuple(f"{o:.0%}" for _, o in occ)]))

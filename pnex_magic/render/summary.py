@@ -33,6 +33,8 @@ def summary_text(report: Any) -> str:
         launch = f"n_threads ({', '.join(k.n_threads)}), {threads} threads per block"
     if k.autotune is not None and k.autotune.timed:
         launch += f"; autotuned: {k.autotune.candidates[k.autotune.choice].label()}"
+    if k.dynamic_shared_bytes:
+        launch += f"; {k.dynamic_shared_bytes:,} B dynamic shared memory per block"
     out.append(f"  launch    : {launch}")
     arch = f"{k.arch} (a stand-in compile target: no GPU here)" if k.stand_in else k.arch
     if k.registers is not None:
