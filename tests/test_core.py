@@ -552,12 +552,22 @@ def test_opcheck(case):
 # --------------------------------------------------------------------------------------
 
 
+_SCALER_FACTOR = 1.0
+
+
 def make_scaler(factor: float):
+    """One definition re-run after its global constant changed (a notebook cell re-run
+    after editing a constant): one site, one op name, the new kernel replaces the old.
+    (A closure value instead makes one op per value: see
+    test_a_kernel_factory_makes_one_op_per_closure_value_and_a_rerun_replaces.)"""
+    global _SCALER_FACTOR
+    _SCALER_FACTOR = factor
+
     @pnex.jit(n_threads="a.numel()")
     def scaler(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
         i = cuda.grid(1)
         if i < a.shape[0]:
-            out[i] = a[i] * factor
+            out[i] = a[i] * _SCALER_FACTOR
 
     return scaler
 
@@ -580,12 +590,17 @@ import torch
 from numba import cuda
 import pnex_magic as pnex
 
-def make(factor):
+FACTOR = 0.0
+
+def make(factor):  # a re-run with another global constant: one op name, replaced
+    global FACTOR
+    FACTOR = factor
+
     @pnex.jit(n_threads="a.numel()")
     def rescaler(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
         i = cuda.grid(1)
         if i < a.shape[0]:
-            out[i] = a[i] * factor
+            out[i] = a[i] * FACTOR
     return rescaler
 
 a = torch.ones(3)

@@ -298,7 +298,13 @@ def test_64_bit_types_need_jax_x64():
         f(x, x, 1.0)
 
 
+_SCALE = 1.0
+
+
 def _define_scaled(scale, with_scalar):
+    """One definition re-run (its global constant changed, or its signature): one op name."""
+    global _SCALE
+    _SCALE = scale
     if with_scalar:
         def scaled(a: pnex.In("f32", (None,)), s: float, out: pnex.Out("f32", "a")):
             i = cuda.grid(1)
@@ -308,7 +314,7 @@ def _define_scaled(scale, with_scalar):
         def scaled(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
             i = cuda.grid(1)
             if i < a.shape[0]:
-                out[i] = a[i] * scale
+                out[i] = a[i] * _SCALE
     return pnex.jit(n_threads="a.numel()", threads_per_block=32)(scaled)
 
 
