@@ -36,6 +36,9 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
     ND = D // 8  # n8 tiles over head_dim (O)
     NB = bn // 8  # n8 tiles over a key block (S)
     KB = bn // 16  # k16 steps over a key block (P V)
+    NB2, ND2 = NB // 2, ND // 2  # x4 loads of K (two n8 tiles each) and of V
+    q_in_registers = D <= 64  # head_dim 128: Q's fragments are read from shared memory at each use
+    QF = KD if q_in_registers else 1
     q_chunks = BM * D // 8 // threads
     kv_chunks = bn * D // 8 // threads
     q_elems = BM * D
@@ -57,9 +60,9 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
         o: pnex.Out(dtype, "q"),
     ):
         raw = cuda.shared.array(0, float16, alignment=1024)
-        sq = raw[0:q_elems].reshape((BM, D))
-        sk = raw[q_elems:q_elems + 2 * kv_elems].reshape((2, bn, D))
-        sv = raw[q_elems + 2 * kv_elems:q_elems + 4 * kv_elems].reshape((2, bn, D))
+        sq = tc.tile(raw, 0, (BM, D))
+        sk = tc.tile(raw, q_elems, (2, bn, D))
+        sv = tc.tile(raw, q_elems + 2 * kv_elems, (2, bn, D))
         bh = cuda.blockIdx.y
         b = bh // q.shape[1]
         h = bh % q.shape[1]
@@ -91,9 +94,9 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
             tc.cp_async(sv, (0, row, tc.swizzle(row, col, D)), v, (b, h, row, col))
         tc.cp_async_commit()
 
-        qf = cuda.local.array((KD, 4), uint32)
-        kf = cuda.local.array((NB // 2, 4), uint32)
-        vf = cuda.local.array((ND // 2, 4), uint32)
+        qf = cuda.local.array((QF, 4), uint32)  # Q's A fragments: all of them, or one at a time (head_dim 128)
+        kf = cuda.local.array(4, uint32)
+        vf = cuda.local.array(4, uint32)
         pf = cuda.local.array(4, uint32)
         s_acc = cuda.local.array((NB, 4), float32)
         o_acc = cuda.local.array((ND, 4), float32)
@@ -108,7 +111,7 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
         for kb in range(n_blocks):
             tc.cp_async_wait(0)
             cuda.syncthreads()  # block kb is in stage kb % 2; everyone is done with stage (kb + 1) % 2
-            if kb == 0:
+            if q_in_registers and kb == 0:
                 for kk in range(KD):
                     r = warp * 16 + lane % 16
                     col = kk * 16 + (lane // 16) * 8
@@ -130,13 +133,17 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
                 for r in range(4):
                     s_acc[j, r] = zero
             for kk in range(KD):
-                for j in range(NB // 2):
+                qk = kk if q_in_registers else 0
+                if not q_in_registers:
+                    r = warp * 16 + lane % 16
+                    col = kk * 16 + (lane // 16) * 8
+                    tc.ldmatrix(qf[0], sq, (r, tc.swizzle(r, col, D)))
+                for j in range(NB2):
                     key = j * 16 + (lane // 16) * 8 + lane % 8
                     col = kk * 16 + ((lane // 8) % 2) * 8
-                    tc.ldmatrix(kf[j], sk, (st, key, tc.swizzle(key, col, D)))
-                for j in range(NB // 2):
-                    mma(s_acc[2 * j], qf[kk], kf[j, 0:2])
-                    mma(s_acc[2 * j + 1], qf[kk], kf[j, 2:4])
+                    tc.ldmatrix(kf, sk, (st, key, tc.swizzle(key, col, D)))
+                    mma(s_acc[2 * j], qf[qk], kf[0:2])
+                    mma(s_acc[2 * j + 1], qf[qk], kf[2:4])
 
             # online softmax, rows g (elements 0, 1) and g + 8 (elements 2, 3)
             row_lo = q0 + warp * 16 + g
@@ -189,13 +196,12 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
                 pf[1] = pack(s_acc[2 * kk, 2], s_acc[2 * kk, 3])
                 pf[2] = pack(s_acc[2 * kk + 1, 0], s_acc[2 * kk + 1, 1])
                 pf[3] = pack(s_acc[2 * kk + 1, 2], s_acc[2 * kk + 1, 3])
-                for j in range(ND // 2):
+                for j in range(ND2):
                     key = kk * 16 + lane % 16
                     col = j * 16 + (lane // 16) * 8
-                    tc.ldmatrix(vf[j], sv, (st, key, tc.swizzle(key, col, D)), 4, True)
-                for j in range(ND // 2):
-                    mma(o_acc[2 * j], pf, vf[j, 0:2])
-                    mma(o_acc[2 * j + 1], pf, vf[j, 2:4])
+                    tc.ldmatrix(vf, sv, (st, key, tc.swizzle(key, col, D)), 4, True)
+                    mma(o_acc[2 * j], pf, vf[0:2])
+                    mma(o_acc[2 * j + 1], pf, vf[2:4])
 
         l_lo += cuda.shfl_xor_sync(0xFFFFFFFF, l_lo, 1)
         l_lo += cuda.shfl_xor_sync(0xFFFFFFFF, l_lo, 2)

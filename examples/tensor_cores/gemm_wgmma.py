@@ -71,8 +71,8 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     ):
         if dynamic:
             raw = cuda.shared.array(0, float16, alignment=1024)
-            sa = raw[0:STAGES * bm * BK].reshape((STAGES, bm, BK))
-            sb = raw[STAGES * bm * BK:STAGES * (bm + BN) * BK].reshape((STAGES, BN, BK))
+            sa = tc.tile(raw, 0, (STAGES, bm, BK))
+            sb = tc.tile(raw, STAGES * bm * BK, (STAGES, BN, BK))
         else:
             sa = cuda.shared.array((static_stages, bm, BK), float16, alignment=1024)
             sb = cuda.shared.array((static_stages, wide, BK), float16, alignment=1024)

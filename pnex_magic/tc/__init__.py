@@ -54,6 +54,10 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
 ``store_pair(array, index, lo, hi)``
     Two float32 values rounded to a float16/bfloat16 array's dtype and stored as one
     32-bit word at ``array[index]`` (``index`` even along the last axis).
+``tile(raw, offset, shape)``
+    A C-contiguous view of ``shape`` from a 1-D array (dynamic shared memory,
+    ``jit(shared_bytes=...)``) at element ``offset``: pointer arithmetic, where Numba's
+    ``.reshape`` calls a C function.
 ``wgmma(acc, a, a_index, b, b_index, n)``, ``wgmma_bf16(...)``
     Hopper (sm_90a): ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32``, issued by a
     warpgroup (4 consecutive warps, 128 threads): 64 x n accumulators (``n // 2`` a

@@ -22,6 +22,7 @@ __all__ = [
     "pack_bf16x2",
     "store_pair",
     "to_tf32",
+    "tile",
     "wgmma",
     "wgmma_bf16",
     "wgmma_fence",
@@ -71,6 +72,26 @@ def cp_async_wait(pending: int) -> None:
     (an integer known when the kernel is compiled, such as ``STAGES - 2`` of a ``Tune``
     parameter; PTX counts 0 to 7, and a count outside waits for 0 or 7: more waiting
     is always safe)."""
+
+
+def tile(raw: Any, offset: Any, shape: Any) -> Any:
+    """The C-contiguous array of ``shape`` (a tuple of ints) made of ``raw``'s elements from
+    ``offset`` on: how a kernel carves tiles out of its dynamic shared memory
+    (``raw = cuda.shared.array(0, float16, alignment=1024)``).  Numba's own
+    ``raw[offset:].reshape(shape)`` does the same through a call to a C function (a
+    stack frame and an external call in every kernel that uses it); this is pointer
+    arithmetic."""
+    array = simulate.unwrap(raw)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    start = int(offset)
+    if array.ndim != 1 or start < 0 or start + count > array.shape[0]:
+        raise IndexError(
+            f"pnex.tc.tile: {count} elements from element {start} do not fit a 1-D array of {array.shape} elements"
+        )
+    view = array[start:start + count].reshape(tuple(int(n) for n in shape))
+    return view
 
 
 def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, accumulate: bool = True) -> None:

@@ -319,6 +319,46 @@ def register_cuda() -> None:
     def _to_tf32_impl(x):
         return lambda x: _to_tf32(x)
 
+    # ---- tiles of a 1-D array (dynamic shared memory) ---------------------------------------------
+
+    @intrinsic
+    def _tile(typingctx, raw, offset, shape):
+        if not isinstance(raw, types.Array) or raw.ndim != 1 or not isinstance(offset, types.Integer):
+            return None
+        if not isinstance(shape, types.BaseTuple) or not all(isinstance(t, types.Integer) for t in shape):
+            return None
+        ndim = len(shape)
+        result = types.Array(raw.dtype, ndim, "C", readonly=not raw.mutable)
+
+        def codegen(context, builder, signature, args):
+            from numba.cuda.np.arrayobj import populate_array
+
+            raw_ty, offset_ty, shape_ty = signature.args
+            source = context.make_array(raw_ty)(context, builder, args[0])
+            start = context.cast(builder, args[1], offset_ty, types.intp)
+            dims = [context.cast(builder, v, t, types.intp)
+                    for v, t in zip(cgutils.unpack_tuple(builder, args[2], ndim), shape_ty)]
+            itemsize = context.get_abi_sizeof(context.get_data_type(raw_ty.dtype))
+            strides = []
+            step = ir.Constant(i64, itemsize)
+            for d in reversed(dims):
+                strides.insert(0, step)
+                step = builder.mul(step, d)
+            out = context.make_array(signature.return_type)(context, builder)
+            populate_array(out, data=builder.gep(source.data, [start]), shape=dims, strides=strides,
+                           itemsize=source.itemsize, meminfo=None)
+            return out._getvalue()
+
+        return result(raw, offset, shape), codegen
+
+    @overload(tc.tile, target="cuda", inline="always")
+    def _tile_impl(raw, offset, shape):
+        if not isinstance(raw, types.Array) or raw.ndim != 1:
+            raise TypingError(f"pnex.tc.tile: the array must be 1-D (dynamic shared memory), got {raw}")
+        if not isinstance(shape, types.BaseTuple) or not all(isinstance(t, types.Integer) for t in shape):
+            raise TypingError(f"pnex.tc.tile: the shape must be a tuple of integers, got {shape}")
+        return lambda raw, offset, shape: _tile(raw, offset, shape)
+
     # ---- wgmma (Hopper) -----------------------------------------------------------------------------
 
     def descriptor(builder: Any, address: Any) -> Any:
