@@ -24,6 +24,7 @@ from typing import Any
 from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
+from .cubin import kernel_entry
 from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelTypingError
 from .linking import (
     arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
@@ -513,6 +514,7 @@ def compile_kernel(
         if link_arch != arch:  # wgmma: linked from LTO-IR, as one program (see link_lto_cubin)
             cubin, log = link_lto_cubin(ltoir_objects(fn, spec, cc, layout, variant, hidden), link_arch,
                                         max_registers, spec.name)
+            entry_name = kernel_entry(cubin, entry_name)  # a second compile: Numba's mangled name differs
         else:
             cubin, log = link_cubin(
                 ptx, link_arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)

@@ -157,7 +157,8 @@ def test_a_cooperative_launch_counts_dynamic_shared_memory_in_its_residency(gpu_
 
 def test_jax_launches_with_the_dynamic_shared_memory(gpu_cache, launcher):
     """native: the XLA FFI handler (its custom call in the program); driver: the Python
-    callback through pnex's driver launcher."""
+    callback through pnex's driver launcher, unless an earlier test of this process
+    loaded the handler (it then serves every trace: xla.ready)."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
@@ -170,7 +171,7 @@ def test_jax_launches_with_the_dynamic_shared_memory(gpu_cache, launcher):
     f = pnex.jax_op(_reverse_rows())
     x = jax.random.normal(jax.random.key(0), (8, ROW), jnp.float32)
     text = jax.jit(f).lower(x).as_text()
-    assert (f"@{xla.TARGET}(" in text) == (launcher == "native")
+    assert (f"@{xla.TARGET}(" in text) == (launcher == "native" or xla.library_available())
     np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), np.asarray(x)[:, ::-1])
 
 

@@ -274,6 +274,10 @@ def test_wgmma_kernels_link_from_lto_ir_for_sm90a_without_serialisation():
         pytest.skip("no nvJitLink")
     assert "C7509" not in compiled.link_log and "sm_90a" in compiled.link_log
     assert compiled.resources.local_bytes == 0
+    # the LTO link compiled the function again: Numba's mangled name differs from the PTX's
+    from pnex_magic.cubin import cubin_functions
+
+    assert compiled.entry in cubin_functions(compiled.cubin)
     if sass.find_disassembler() is None:
         pytest.skip("no cuobjdump/nvdisasm (the sass extra)")
     text = sass.disassemble(compiled.cubin, entry=compiled.entry).text
