@@ -49,7 +49,7 @@ def gather_scale(a: In("f32", (None,)), idx: In("i64", "a"), s: Scalar("f32"), r
 
 def kernels():
     import pnex_magic as pnex
-    from numba import cuda
+    from numba import cuda, float32
 
     linecache.cache[CELL] = (len(CELL_SOURCE), None, CELL_SOURCE.splitlines(True), CELL)
     ns = {"cuda": cuda, "In": pnex.In, "Scalar": pnex.Scalar, "Out": pnex.Out}
@@ -67,9 +67,9 @@ def kernels():
         i = cuda.grid(1)
         if i < a.shape[0]:
             x = a[i]
-            y = 0.5
+            y = float32(0.5)  # float32: a Python float literal is a float64 in Numba
             for _ in range(256):
-                y = y * x + 0.25
+                y = y * x + float32(0.25)
             r[i] = y
 
     @pnex.jit(n_threads=("c.size(1)", "c.size(0)"), flops="2 * a.size(0) * b.size(1) * a.size(1)")
