@@ -13,7 +13,7 @@ BM, N of the largest BN and K of 64 (``check_shapes``).  Needs an sm_90 GPU (H10
 
 import math
 
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll
 from numba.cuda.types import float16
 
@@ -35,19 +35,23 @@ def check_shapes(m, n, k, bm=128, bn=256):
 
 
 def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipelined=True, dynamic=True,
-                gelu=False):
+                gelu=False, staged=True):
     """The pnex op ``c = linear(a, w)`` (``a @ w.T``) for one dtype and block height;
     ``gelu=True``: ``c = linear(a, w, bias)``, ``gelu(a @ w.T + bias)`` (the exact, erf
     GELU, ``torch.nn.functional.gelu``'s default) fused into the epilogue.  ``bn`` and
     ``stages``: the choices of the ``Tune`` parameters BN and STAGES.  ``pipelined``: one
     group of wgmma stays in flight while the next tile is issued (prefetch distance
     STAGES - 2, so STAGES >= 3); else each k-tile waits for its wgmma (STAGES >= 2).
-    ``dynamic=False``: static shared memory (48 KiB at most: small tiles, for tests)."""
+    ``dynamic=False``: static shared memory (48 KiB at most: small tiles, for tests).
+    ``staged``: the epilogue writes the tile to shared memory (swizzled: no bank
+    conflicts), then to C 16 bytes a thread, every 32-byte sector whole; else each
+    thread stores its accumulator pairs straight to C (4 bytes, half-used sectors)."""
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
     stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
     wide = max(bn_choices)
     regs = wide // 2  # accumulators per thread for the widest BN
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
+    pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
     threads = 128 * (bm // 64)
     a_chunks = bm * 8 // threads  # 16-byte chunks of an A tile per thread
     ahead_less = 2 if pipelined else 1  # tiles loaded ahead of the one computed: STAGES - ahead_less
@@ -137,17 +141,41 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
         warp = (tid % 128) // 32
         g = lane // 4
         t = lane % 4
-        row = m0 + wg * 64 + warp * 16 + g
-        for j in literal_unroll(columns):  # unrolled while typing: acc[...] at constant indices stays in registers
-            if j * 8 < BN:
-                col = n0 + j * 8 + 2 * t
-                if gelu:
-                    b0 = float32(bias[col])
-                    b1 = float32(bias[col + 1])
-                    tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                    tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
-                else:
-                    tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
-                    tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
+        if staged and dynamic:
+            cuda.syncthreads()  # every warpgroup is done with the tiles: their memory takes the output
+            words = cuda.shared.array(0, uint32, alignment=1024)
+            out = tc.tile(words, 0, (bm, BN // 2))  # packed pairs, rows swizzled like the tiles
+            r = wg * 64 + warp * 16 + g
+            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
+                if j * 8 < BN:
+                    col = j * 8 + 2 * t
+                    v0, v1, v2, v3 = acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]
+                    if gelu:
+                        b0 = float32(bias[n0 + col])
+                        b1 = float32(bias[n0 + col + 1])
+                        v0, v1, v2, v3 = _gelu(v0 + b0), _gelu(v1 + b1), _gelu(v2 + b0), _gelu(v3 + b1)
+                    out[r, tc.swizzle(r, col, BN) // 2] = pack(v0, v1)
+                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(v2, v3)
+            cuda.syncthreads()
+            flat = tc.tile(words, 0, (bm * BN // 2,))
+            for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
+                ch = tid + threads * q
+                row = ch // (BN // 8)
+                col = (ch % (BN // 8)) * 8
+                chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
+                tc.store_words(c, (m0 + row, n0 + col), chunk)
+        else:
+            row = m0 + wg * 64 + warp * 16 + g
+            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
+                if j * 8 < BN:
+                    col = n0 + j * 8 + 2 * t
+                    if gelu:
+                        b0 = float32(bias[col])
+                        b1 = float32(bias[col + 1])
+                        tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
+                        tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
+                    else:
+                        tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
+                        tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
 
     return linear

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import layouts, simulate
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "pack_f16x2",
     "pack_bf16x2",
     "store_pair",
+    "store_words",
     "to_tf32",
     "tile",
     "wgmma",
@@ -173,6 +176,17 @@ def store_pair(array: Any, index: Any, lo: Any, hi: Any) -> None:
     else:
         target[idx] = lo
         target[nxt] = hi
+
+
+def store_words(array: Any, index: Any, words: Any) -> None:
+    """The 32-bit ``words`` (a tuple of 1, 2 or 4 uint32) stored as they are into
+    ``array`` from ``array[index]`` on, as one 4-, 8- or 16-byte store (aligned to its
+    size): how packed float16/bfloat16 pairs, staged in shared memory, reach the output
+    16 bytes a thread."""
+    target = simulate.unwrap(array)
+    data = np.array([int(w) & 0xFFFFFFFF for w in words], dtype="<u4").view(np.uint8)
+    offset = simulate.flat_offset(target, index, "pnex.tc.store_words")
+    simulate.write_bytes(target, offset, data, "pnex.tc.store_words")
 
 
 def pack_rounded_bf16(x: Any) -> Any:

@@ -300,6 +300,37 @@ def register_cuda() -> None:
 
         return types.none(array, index, lo, hi), codegen
 
+    @intrinsic
+    def _store_words(typingctx, array, index, words):
+        if not is_index(index) or not isinstance(array, types.Array) or not isinstance(words, types.BaseTuple):
+            return None
+        count = len(words)
+        if count not in (1, 2, 4) or not all(isinstance(w, types.Integer) for w in words):
+            raise TypingError(f"pnex.tc.store_words: the words must be a tuple of 1, 2 or 4 integers, got {words}")
+        if not array.mutable:
+            raise TypingError("pnex.tc.store_words: the array is read-only")
+
+        def codegen(context, builder, signature, args):
+            array_ty, index_ty, words_ty = signature.args
+            where = element_pointer(context, builder, array_ty, args[0], index_values(context, builder, index_ty, args[1]))
+            items = [as_i32(builder, context.cast(builder, v, t, types.uint32))
+                     for v, t in zip(cgutils.unpack_tuple(builder, args[2], count), words_ty)]
+            if count == 1:
+                builder.store(items[0], builder.bitcast(where, i32.as_pointer()), align=4)
+            else:
+                vector_ty = ir.VectorType(i32, count)
+                packed = ir.Constant(vector_ty, ir.Undefined)
+                for k, v in enumerate(items):
+                    packed = builder.insert_element(packed, v, ir.Constant(i32, k))
+                builder.store(packed, builder.bitcast(where, vector_ty.as_pointer()), align=4 * count)
+            return context.get_dummy_value()
+
+        return types.none(array, index, words), codegen
+
+    @overload(tc.store_words, target="cuda")
+    def _store_words_impl(array, index, words):
+        return lambda array, index, words: _store_words(array, index, words)
+
     @overload(tc.store_pair, target="cuda")
     def _store_pair_impl(array, index, lo, hi):
         return lambda array, index, lo, hi: _store_pair(array, index, lo, hi)

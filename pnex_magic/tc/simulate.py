@@ -155,7 +155,7 @@ def _itemsize(array: np.ndarray) -> int:
     return 2 if isinstance(array, Bf16Shadow) else array.itemsize
 
 
-def _flat_offset(array: np.ndarray, index: Any, what: str) -> int:
+def flat_offset(array: np.ndarray, index: Any, what: str) -> int:
     """The element offset of ``array[index]`` in the array's C-contiguous storage."""
     if not array.flags.c_contiguous:
         raise ValueError(f"{what}: the array must be contiguous (a shared tile or a contiguous tensor)")
@@ -191,7 +191,7 @@ def _read_bytes(array: np.ndarray, offset: int, nbytes: int, what: str) -> np.nd
     return np.ascontiguousarray(values).view(np.uint8)
 
 
-def _write_bytes(array: np.ndarray, offset: int, data: np.ndarray, what: str) -> None:
+def write_bytes(array: np.ndarray, offset: int, data: np.ndarray, what: str) -> None:
     size = _itemsize(array)
     count = data.size // size
     flat = array.reshape(-1)
@@ -259,7 +259,7 @@ def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
         raise ValueError(f"{what}: the fragment must be a 1-D view of {count} uint32 words, got shape {frag_.shape}")
     if _itemsize(tile_) != 2:
         raise ValueError(f"{what}: the tile must hold 16-bit elements (float16, bfloat16, int16), got {tile_.dtype}")
-    offset = _flat_offset(tile_, index, what)
+    offset = flat_offset(tile_, index, what)
     if offset * 2 % 16:
         raise ValueError(f"{what}: a row address must be 16-byte aligned; element {offset} of the tile is not")
     row = _to_bits16(tile_.reshape(-1)[offset:offset + 8], tile_) if offset + 8 <= tile_.size else None
@@ -284,17 +284,17 @@ def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, va
     (zeros where ``valid`` is false).  Completes at once in the simulator."""
     dst_, src_ = unwrap(dst), unwrap(src)
     what = "pnex.tc.cp_async"
-    d = _flat_offset(dst_, dst_index, what + " (destination)")
+    d = flat_offset(dst_, dst_index, what + " (destination)")
     if d * _itemsize(dst_) % nbytes:
         raise ValueError(f"{what}: the destination address must be {nbytes}-byte aligned; element {d} is not")
     if valid:
-        s = _flat_offset(src_, src_index, what + " (source)")
+        s = flat_offset(src_, src_index, what + " (source)")
         if s * _itemsize(src_) % nbytes:
             raise ValueError(f"{what}: the source address must be {nbytes}-byte aligned; element {s} is not")
         data = _read_bytes(src_, s, nbytes, what + " (source)")
     else:
         data = np.zeros(nbytes, dtype=np.uint8)
-    _write_bytes(dst_, d, data, what + " (destination)")
+    write_bytes(dst_, d, data, what + " (destination)")
 
 
 def _swizzled_rows(tile: np.ndarray, index: Any, rows: int, cols: int, what: str) -> np.ndarray:
@@ -339,7 +339,7 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
     what = f"pnex.tc.wgmma (m64n{n}k16)"
     if acc_.shape[-1:] != (n // 2,):
         raise ValueError(f"{what}: the accumulator must be a 1-D view of {n // 2} float32 values, got shape {acc_.shape}")
-    mine = (acc_.astype(np.float64) if accumulate else np.zeros(acc_.shape[-1]), id(a_), a_index, id(b_), b_index)
+    mine = (acc_.astype(np.float64) if accumulate else np.zeros(acc_.shape[-1]), _where(a_), a_index, _where(b_), b_index)
 
     def combine(threads: list[Any]) -> list[np.ndarray]:
         if len(threads) != 128:
@@ -356,6 +356,12 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
         return [D[rows[t], cols[t]] for t in range(128)]
 
     acc_[...] = collective(f"wgmma.m64n{n}k16.{kind}", mine, combine, group=128)
+
+
+def _where(array: np.ndarray) -> tuple:
+    """What identifies an array's memory across threads: each thread makes its own view
+    objects (``tc.tile``), which must show the same bytes the same way."""
+    return array.__array_interface__["data"][0], array.shape, array.strides
 
 
 def _wgmma_c_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
