@@ -1075,7 +1075,7 @@ def bench_lltm(
             if check:
                 got = once(rnn, graphs)
                 oks, errs = zip(*(_check_close(a, e, 1e-4) for a, e in zip(got, expected)))
-                worst = max(errs, key=lambda s: float(s.rsplit("=", 1)[1]))
+                worst = max(errs, key=lambda s: float(s.split("largest difference ", 1)[1].split()[0]))
                 text = ("matches eager: " if all(oks) else "DIFFERS from eager: ") + worst + " (outputs and grads)"
             m = time_per_call(lambda: fwd_bwd(rnn, graphs), device, repeat=repeat, loops=loops, warmup=5)
             host = host_seconds(lambda: fwd_bwd(rnn, graphs), device) if device.type == "cuda" else None
