@@ -1,6 +1,6 @@
 """Execute the notebooks headless, top to bottom, with this Python.
 
-    python benchmarks/run_notebooks.py                  # on a GPU: all six notebooks/0[1-6]*, outputs saved in place
+    python benchmarks/run_notebooks.py                  # on a GPU: every notebook, notebooks/0[1-7]*, outputs saved in place
     python benchmarks/run_notebooks.py notebooks/03_lltm.ipynb
     python benchmarks/run_notebooks.py --check          # anywhere: execute, save nothing (what CI does)
 
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("0[1-6]_*.ipynb"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("0[1-7]_*.ipynb"))
 KERNEL_NAME = "pnex-notebook-python"
 
 __all__ = ["execute_notebook", "static_outputs", "this_python_kernel", "NOTEBOOKS", "main"]
@@ -151,7 +151,7 @@ def _xla_handler() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/0[1-6]_*.ipynb")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/0[1-7]_*.ipynb")
     parser.add_argument("--check", action="store_true", help="execute only; save nothing")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
     parser.add_argument("--fresh", action="store_true",

@@ -337,8 +337,12 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
     both K-major tiles of 64 16-bit elements per row through :func:`~pnex_magic.tc.swizzle`."""
     acc_, a_, b_ = unwrap(acc), unwrap(a), unwrap(b)
     what = f"pnex.tc.wgmma (m64n{n}k16)"
-    if acc_.shape[-1:] != (n // 2,):
-        raise ValueError(f"{what}: the accumulator must be a 1-D view of {n // 2} float32 values, got shape {acc_.shape}")
+    if acc_.ndim != 1 or acc_.shape[0] < n // 2:
+        raise ValueError(
+            f"{what}: the accumulator must be a 1-D view of at least {n // 2} float32 values (the first {n // 2} "
+            f"are used), got shape {acc_.shape}"
+        )
+    acc_ = acc_[: n // 2]
     mine = (acc_.astype(np.float64) if accumulate else np.zeros(acc_.shape[-1]), _where(a_), a_index, _where(b_), b_index)
 
     def combine(threads: list[Any]) -> list[np.ndarray]:
