@@ -33,6 +33,9 @@ def parse_args(argv=None):
     p.add_argument("--no-triton", action="store_true", help="skip the Triton baseline")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median), default 10")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
+    p.add_argument("--profile", action="store_true",
+                   help="also run the fastest GEMM and attention kernels once under Nsight Compute (pnex.profile): "
+                        "tensor-pipe use, speed of light, occupancy and the top stall reasons go into the JSON")
     return p.parse_args(argv)
 
 
@@ -72,6 +75,9 @@ def gemm_variants(selected):
         "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),
         "wgmma:128x256x4": lambda dt: Linear(make_linear(dt, 128, 256, 4)),
         "wgmma:128x128x4": lambda dt: Linear(make_linear(dt, 128, 128, 4)),
+        "wgmma:128x128x3": lambda dt: Linear(make_linear(dt, 128, 128, 3)),  # 96 KiB: two blocks an SM
+        "wgmma:128x256x3": lambda dt: Linear(make_linear(dt, 128, 256, 3)),
+        "wgmma:128x256x4-direct": lambda dt: Linear(make_linear(dt, 128, 256, 4, staged=False)),
         "mma:128x128x3": lambda dt: make_gemm(dt, 128, 128, 3),
     }
     names = selected.split(",") if selected else list(known)
@@ -222,6 +228,42 @@ def run_epilogue(args, torch, result):
     result["epilogue"] = rows
 
 
+def _profile_row(name, op, args):
+    """Nsight Compute's figures of one launch of ``op(*args)`` (pnex.profile), as plain data."""
+    import pnex_magic as pnex
+
+    try:
+        p = pnex.profile(op, *args)
+    except Exception as exc:  # noqa: BLE001 - no ncu, or no counters: say so in the results
+        return {"kernel": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    f = p.figures
+    if f is None:
+        return {"kernel": name, "error": p.note}
+    row = {"kernel": name, "tensor_pipe": f.tensor_pipe, "compute_sol": f.compute_sol, "memory_sol": f.memory_sol,
+           "dram_sol": f.dram_sol, "achieved_occupancy": f.achieved_occupancy, "issuing": f.issuing,
+           "stalls": [(s.name, round(s.share, 3)) for s in f.stalls[:5]], "stall_source": f.stall_source,
+           "hot_lines": [(h.line, h.text, round(h.share, 3), h.reason) for h in p.hot_lines[:5]]}
+    print(f"profile {name}: tensor pipe {f.tensor_pipe}, SM {f.compute_sol}, memory {f.memory_sol}, occupancy "
+          f"{f.achieved_occupancy}, issuing {f.issuing}; stalls {row['stalls']}", flush=True)
+    return row
+
+
+def run_profiles(result, torch):
+    """The fastest pnex GEMM (float16, 4096^3) and attention kernel (head_dim 128) under ncu."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from attention import make_attention
+    from gemm_wgmma import make_linear
+
+    rows = []
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    rows.append(_profile_row("wgmma 128x256, 4 stages", make_linear("f16", 128, 256, 4), (a, w)))
+    rows.append(_profile_row("wgmma 128x128, 3 stages", make_linear("f16", 128, 128, 3), (a, w)))
+    q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    rows.append(_profile_row("attention d128, 8 warps", make_attention("f16", 128, False, 8), (q, k, v, 128 ** -0.5)))
+    result["profiles"] = rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -247,6 +289,11 @@ def main(argv=None):
 
                 traceback.print_exc()
                 result[f"{name}_failed"] = f"{type(exc).__name__}: {exc}"
+    if args.profile:
+        try:
+            run_profiles(result, torch)
+        except Exception as exc:  # noqa: BLE001
+            result["profiles_failed"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.perf_counter() - start
     print()
     print(f"{'dtype':6} {'m':>6} {'n':>6} {'k':>6} {'pnex':>7} {'cuBLAS':>7} {'Triton':>7} {'ratio':>6}  kernel")
