@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import layouts, simulate
+from . import layouts, rules, simulate
 
 __all__ = [
     "mma",
@@ -144,6 +144,11 @@ def store_pair(array: Any, index: Any, lo: Any, hi: Any) -> None:
     16-bit float dtype (float16 or bfloat16), as one 32-bit store (``index`` even along
     the last axis): how an accumulator pair reaches a float16/bfloat16 output."""
     target = simulate.unwrap(array)
+    if not isinstance(target, simulate.Bf16Shadow) and target.dtype.name != "float16":
+        raise TypeError(f"pnex.tc.store_pair: the array must hold float16 or bfloat16, got {target.dtype.name}")
+    fault = rules.span(target, index, 2, 4, "pnex.tc.store_pair: the array")
+    if fault is not None:
+        raise fault.exception("pnex.tc.store_pair", "the array")
     idx = index if isinstance(index, tuple) else (index,)
     nxt = idx[:-1] + (idx[-1] + 1,)
     if isinstance(target, simulate.Bf16Shadow):
