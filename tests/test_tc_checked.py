@@ -341,7 +341,7 @@ def _wgmma_reference(a, b):
 
     d = (a[:, :16].double() @ b[:, :16].double().t()).float()
     rows, cols = _wgmma_c_layout(16)
-    return d[torch.as_tensor(rows[:, :8]), torch.as_tensor(cols[:, :8])]
+    return d[torch.as_tensor(np.array(rows[:, :8])), torch.as_tensor(np.array(cols[:, :8]))]
 
 
 def test_wgmma_tiles():
