@@ -620,3 +620,99 @@ def test_the_wgmma_and_attention_examples_refuse_shapes_their_tiles_do_not_divid
     q = torch.randn(1, 1, 96, 64).half()
     with pytest.raises(pnex.ArgumentShapeError, match=r"the query length = q\.shape\[2\] = 96 must be a multiple"):
         attention(q, q, q, 0.125)
+
+
+# ----------------------------------------------------------------------------------------------- GPU checks = rules
+
+
+def _gpu_form(body: str, params: str):
+    """The GPU's generated check code (:mod:`pnex_magic.checking.tc_overloads`) run as
+    Python on NumPy arrays: addresses are the arrays' real ones, as on the GPU."""
+    recorded = []
+
+    def address(x, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return x.ctypes.data + sum(int(i) * s for i, s in zip(idx, x.strides))
+
+    namespace = {"uint64": lambda v: int(v) % 2**64, "int64": int, "_address": address,
+                 "_data": lambda x: x.ctypes.data,
+                 "_record": lambda err, site, x, axis, index, rule: recorded.append((axis, int(index), int(rule)))}
+    exec(f"def check(err, site, {params}):\n    ok = True\n    if ok:\n{body}    return ok\n", namespace)  # noqa: S102
+
+    def run(*args):
+        recorded.clear()
+        ok = namespace["check"](None, 0, *args)
+        assert ok == (not recorded)
+        return recorded[0] if recorded else None
+
+    return run
+
+
+def _expected(fault):
+    return None if fault is None else (fault.axis, fault.index, fault.word())
+
+
+def _aligned_buffer(nbytes):
+    """A shared-like 1024-byte aligned buffer, declared so (the simulator's and the
+    GPU's alignment then agree)."""
+    raw = np.zeros(nbytes + 1024, np.uint8)
+    start = (-raw.ctypes.data) % 1024
+    return arrays.declare(raw[start:start + nbytes], 1024)
+
+
+def test_the_gpu_checks_are_the_simulators_rules_on_random_spans():
+    from pnex_magic.checking import tc_overloads as G
+
+    rng = np.random.default_rng(12)
+    buffer = _aligned_buffer(1 << 16)
+    seen = set()
+    for _ in range(400):
+        dtype = rng.choice([np.float16, np.float32])
+        size = np.dtype(dtype).itemsize
+        rows, cols = int(rng.integers(1, 9)), int(rng.choice([8, 16, 24, 63, 64, 72]))
+        offset = int(rng.choice([0, 0, 2, 4, 16, 64, 128]))
+        base = buffer[offset:offset + 2 * 72 * 72 * size].view(dtype)
+        shape = rng.integers(4)
+        if shape == 0:
+            x = base[: 2 * rows * cols].reshape(2 * rows, cols)[::2]  # rows strided
+        elif shape == 1:
+            x = base[: cols * cols].reshape(cols, cols).T  # the last axis not contiguous
+            rows = cols
+        else:
+            x = base[: rows * cols].reshape(rows, cols)
+        count, need = [(16 // size, 16), (2, 4), (8, 16)][int(rng.integers(3))]
+        row = int(rng.integers(0, rows)) if rng.random() < 0.9 else int(rng.choice([-1, rows]))
+        col = int(rng.choice([0, 1, 2, 8, cols - count, cols - count + 1, cols - 1, cols, -1]))
+        gpu = _gpu_form(G._span("x", "idx", 2, count, need, size, "site"), "x, idx")
+        want = rules.span(x, (row, col), count, need, "w")
+        assert gpu(x, (row, col)) == _expected(want), (x.shape, x.strides, (row, col), count, need)
+        seen.add(None if want is None else want.code)
+    assert seen == {None, rules.BOUNDS, rules.RANGE, rules.CONTIGUOUS, rules.ALIGN}
+
+
+def test_the_gpu_checks_are_the_simulators_rules_on_random_wgmma_operands_and_fragments():
+    from pnex_magic.checking import tc_overloads as G
+
+    rng = np.random.default_rng(13)
+    buffer = _aligned_buffer(1 << 17)
+    seen = set()
+    for _ in range(300):
+        planes, rows = int(rng.integers(1, 3)), int(rng.choice([8, 16, 60, 64, 68, 72]))
+        cols = int(rng.choice([32, 64, 64, 64]))
+        offset = int(rng.choice([0, 0, 128, 512, 1024]))
+        x = buffer[offset:offset + planes * rows * cols * 2].view(np.float16).reshape(planes, rows, cols)
+        idx = (int(rng.integers(0, planes + 1)), int(rng.choice([0, 4, 8, 16, rows - 8, rows])),
+               int(rng.choice([0, 8, 16, 48, 64])))
+        n = int(rng.choice([8, 16, 64]))
+        gpu = _gpu_form(G._tile("x", "idx", 3, n, "site"), "x, idx")
+        want = rules.wgmma_tile(x, idx, n, "w")
+        assert gpu(x, idx) == _expected(want), (x.shape, offset, idx, n)
+        seen.add(None if want is None else want.code)
+    assert seen == {None, rules.BOUNDS, rules.RANGE, rules.ALIGN, rules.MULTIPLE, rules.ROWS}
+    for length in range(1, 7):
+        for exact in (True, False):
+            body = G._fragment("f", 4, exact, "site").replace("    if ok and", "        if ok and", 1)
+            body = body.replace("\n        _record", "\n            _record").replace("\n        ok = False",
+                                                                                      "\n            ok = False")
+            gpu = _gpu_form(body, "f")
+            assert gpu(np.zeros(length, np.float32)) == _expected(rules.fragment(np.zeros(length), 4, exact, "w"))
