@@ -98,7 +98,8 @@ are checked:
   or in the simulator, records the first violation and skips the instruction (a warp
   or a warpgroup skips it together) and raises :class:`~pnex_magic.KernelIndexError`
   naming the primitive, the operand and the line.  On the GPU the alignment checked
-  is the address's, so a tile that Numba's default happened to place well passes;
+  is the address's, so a tile that Numba's default happened to place well passes.
+  As for subscripts, the calls checked are the kernel's own, not a device function's;
 * the fast GPU variant checks nothing at run time: an out-of-bounds index or a short
   fragment there reads or writes what lies beyond, and a misaligned address faults.
 
