@@ -151,3 +151,13 @@ GOOD = {
     "pairs": dict(shift=0),
     "wg_tile": dict(plane=0, r0=0, c0=0, m=8, which=0),
 }
+
+
+@pnex.jit(n_threads=32, threads_per_block=32)
+def lane_leaves(x: pnex.In("f32", (32,)), y: pnex.Out("f32", (32,)), leaver: int, fault: int):
+    i = cuda.threadIdx.x
+    if i == leaver:
+        if fault:
+            y[i] = x[i + 32]  # an IndexError in that lane only
+        return
+    y[i] = tc.warp_sum(x[i])

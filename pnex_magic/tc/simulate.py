@@ -118,8 +118,21 @@ def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[An
         else:
             while warp.generation == generation:
                 warp.condition.wait(_WAIT_S)
-                if getattr(thread, "abort", False) and warp.generation == generation:
+                if warp.generation != generation:
+                    break
+                if getattr(thread, "abort", False):
                     raise RuntimeError(f"abort flag set while {'warp' if group == 32 else 'warpgroup'} {warp_index} waited at {name}")
+                gone = _ended_lanes(manager, block, warp_index, group, warp)
+                if gone:  # they will never come: the warp fails, every waiting lane with the same error
+                    unit = "warp" if group == 32 else "warpgroup"
+                    warp.results = _Failed(RuntimeError(
+                        f"lane(s) {', '.join(map(str, gone))} of {unit} {warp_index} (block {block}) ended before "
+                        f"reaching {name} (an error in that lane, or a return that the others did not take): every "
+                        f"lane of a {unit} must execute it"
+                    ))
+                    warp.slots, warp.names, warp.arrived = [None] * lanes, [None] * lanes, 0
+                    warp.generation += 1
+                    warp.condition.notify_all()
         results = warp.results
     if isinstance(results, _Failed):
         raise results.exc
@@ -129,6 +142,39 @@ def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[An
 class _Failed:
     def __init__(self, exc: BaseException):
         self.exc = exc
+
+
+def _ended_lanes(manager: Any, block: tuple, warp_index: int, group: int, warp: _Warp) -> list[int]:
+    """The lanes of this warp whose threads have ended without arriving (they raised, or
+    returned early): numba's block manager may drop such a thread before it sees its
+    exception, and the lanes waiting for it would wait for ever."""
+    ended = getattr(manager, _ENDED, None)
+    if not ended:
+        return []
+    first = warp_index * group
+    return [lane for lane in range(warp.lanes) if (block, first + lane) in ended and warp.names[lane] is None]
+
+
+_ENDED = "pnex_ended_threads"  # on a block manager: (block, thread id) of its threads that have ended
+
+
+def _track_thread_ends() -> None:
+    """Make numba's simulated threads note on their block manager when they end."""
+    from numba.cuda.simulator.kernel import BlockThread
+
+    if getattr(BlockThread, "pnex_tracks_ends", False):
+        return
+    run = BlockThread.run
+
+    def tracked(self: Any) -> None:
+        try:
+            run(self)
+        finally:
+            ended = self._manager.__dict__.setdefault(_ENDED, set())
+            ended.add((tuple(self.blockIdx), self.thread_id))
+
+    BlockThread.run = tracked
+    BlockThread.pnex_tracks_ends = True
 
 
 def checked_collective(name: str, prepare: Callable[[], Any], combine: Callable[[list[Any]], Sequence[Any]],
@@ -486,8 +532,9 @@ def _local_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> An
 def install_warp_functions() -> None:
     """Give numba-cuda's simulated ``cuda`` module the warp-level functions it lacks
     (``shfl_*_sync``, votes, ``syncwarp``), run through :func:`collective`, and let its
-    shared and local arrays take ``alignment=``.  Adds only what is missing; once per
-    process."""
+    shared and local arrays take ``alignment=``, and note when a thread ends (a lane that
+    ends before a warp-level operation fails it instead of leaving the others waiting).
+    Adds only what is missing; once per process."""
     from numba.cuda.simulator.kernelapi import FakeCUDALocal, FakeCUDAModule, FakeCUDAShared
 
     for name, function in _WARP_FUNCTIONS.items():
@@ -495,3 +542,4 @@ def install_warp_functions() -> None:
             setattr(FakeCUDAModule, name, function)
     FakeCUDAShared.array = _shared_array
     FakeCUDALocal.array = _local_array
+    _track_thread_ends()
