@@ -183,19 +183,22 @@ class KernelDefinition:
     def target_arch(self, arch: str | None = None) -> str:
         """The architecture to compile for: ``arch``, else the definition's, else the default
         (:func:`~pnex_magic.arch.default_arch`).  A kernel that calls tensor-core primitives
-        (:mod:`pnex_magic.tc`) needs sm_80 or newer: where the default is a stand-in (no
-        GPU) it becomes that; a named or present older GPU is refused, naming the primitive."""
+        (:mod:`pnex_magic.tc`) needs sm_80 or newer, one that calls ``wgmma`` sm_90 exactly:
+        where the default is a stand-in (no GPU) it becomes that; a named or present GPU
+        without the primitive is refused, naming it."""
         explicit = arch or self.options.arch
         cc = parse_arch(explicit or default_arch())
         needed = self.required_cc
-        if needed is not None and cc < needed[0]:
-            if explicit is None and default_is_stand_in():
-                cc = needed[0]
-            else:
+        if needed is not None and cc < needed[0] and explicit is None and default_is_stand_in():
+            cc = needed[0]
+        if needed is not None:
+            from .tc.usage import arch_problem
+
+            problem = arch_problem(self.snapshot.function, cc)
+            if problem is not None:
                 raise KernelDefinitionError(
-                    f"kernel {self.spec.name!r} calls pnex.tc.{needed[1]}, which needs {arch_name(needed[0])} or newer "
-                    f"(the tensor cores' mma.sync m16n8k16 and cp.async came with Ampere); it cannot be compiled "
-                    f"for {arch_name(cc)}" + ("" if explicit else " (this GPU)")
+                    f"kernel {self.spec.name!r} {problem}; it cannot be compiled for {arch_name(cc)}"
+                    + ("" if explicit else " (this GPU)")
                 )
         return arch_name(cc)
 

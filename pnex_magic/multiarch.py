@@ -70,6 +70,8 @@ def build_images(
     :class:`~pnex_magic.errors.KernelCompileError` where nvJitLink cannot link an
     architecture."""
     archs = target_archs(archs)
+    for arch in archs:  # a tensor-core primitive some of them lack: refused by name, before any compile
+        definition.target_arch(arch)
     ptx_arch = archs[0]
     compiled = definition.compiled(ptx_arch, layout=layout, variant=variant)
     ptx, entry = compiled.ptx, compiled.entry

@@ -185,6 +185,9 @@ class KernelReport:
 
 
 def _definition_of(op: Any, who: str) -> KernelDefinition:
+    inner = getattr(op, "op", None)  # a wrapper in front of an op (a JAX function, a shape check): the op
+    if not isinstance(op, PnexOp) and isinstance(inner, PnexOp):
+        op = inner
     definition = getattr(op, "_pnex", None)
     if not isinstance(op, PnexOp) or definition is None:
         raise KernelDefinitionError(f"{who} expects an op made by pnex.jit or %%pnex, got {op!r}")

@@ -57,7 +57,7 @@ mma_tf32 = _mma_kernel("tf32")
 def _ldmatrix_kernel(count, trans):
     @pnex.jit(n_threads=32, threads_per_block=32)
     def load(tile: pnex.In("f16", (32, 16)), words: pnex.Out("u32", (32, 4))):
-        s = cuda.shared.array((32, 16), float16)
+        s = cuda.shared.array((32, 16), float16, alignment=128)
         lane = cuda.threadIdx.x
         for c in range(16):
             s[lane, c] = tile[lane, c]
@@ -80,7 +80,7 @@ def _ldmatrix_kernel(count, trans):
 def _cp_async_kernel():
     @pnex.jit(n_threads=64, threads_per_block=64)
     def copy(src: pnex.In("f16", (16, 64)), dst: pnex.Out("f16", (16, 64)), valid_rows: int):
-        s = cuda.shared.array((16, 64), float16)
+        s = cuda.shared.array((16, 64), float16, alignment=128)
         tid = cuda.threadIdx.x
         for q in range(2):  # 128 chunks of 8 halves
             ch = tid + 64 * q

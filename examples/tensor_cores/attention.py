@@ -7,7 +7,8 @@ Each block takes BM = 16 x warps query rows of one (batch, head); each warp 16 r
 whose S = Q K^T tile (16 x BN) and output accumulators (16 x head_dim) stay in
 registers: S becomes P, the A operand of P @ V, without leaving them (the
 accumulator layout of one m16n8k16 is the A layout of the next, two by two).
-seq must be a multiple of BM and BN; head_dim 64 or 128.
+seq must be a multiple of BM and BN (the op refuses other shapes before it launches,
+:mod:`tiles`); head_dim 64 or 128.
 """
 
 import math
@@ -17,6 +18,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from tiles import Rule, TiledOp
 
 LOG2E = 1.4426950408889634
 
@@ -215,4 +217,7 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
             tc.store_pair(o, (b, h, row, col), o_acc[j, 0] * inv_lo, o_acc[j, 1] * inv_lo)
             tc.store_pair(o, (b, h, row + 8, col), o_acc[j, 2] * inv_hi, o_acc[j, 3] * inv_hi)
 
-    return attention
+    return TiledOp(attention, [
+        Rule("q", 2, BM, "the query length", "the query block BM = 16 x warps"),
+        Rule("k", 2, bn, "the key length", "the key block BN"),
+    ])

@@ -3,8 +3,11 @@ from swizzled shared tiles, a ``cp.async`` pipeline of ``STAGES`` tiles.
 
 A (M, K) and B (K, N) row-major float16 or bfloat16; C (M, N) of the same dtype,
 accumulated in float32.  Each block computes a BM x BN tile with 4 warps (2 x 2), each
-warp a (BM / 2) x (BN / 2) tile of m16n8 accumulators.  M, N must be multiples of the
-block tile and K of BK (``check_shapes`` says so).
+warp a (BM / 2) x (BN / 2) tile of m16n8 accumulators.  M and N must be multiples of the
+block tile and K of BK: the op refuses other shapes before it launches (:mod:`tiles`).
+Shared tiles are declared 128-byte aligned: ``cp.async`` and ``ldmatrix`` need 16 bytes,
+and the swizzle is conflict-free from a 128-byte boundary (Numba's default alignment is
+the element size, 2 bytes).
 """
 
 from numba import cuda, float32, uint32
@@ -12,17 +15,14 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from tiles import Rule, TiledOp
 
 BK = 32
 
 
-def check_shapes(m: int, n: int, k: int, bm: int = 128, bn: int = 128) -> None:
-    if m % bm or n % bn or k % BK:
-        raise ValueError(f"gemm_mma: M ({m}) must be a multiple of {bm}, N ({n}) of {bn} and K ({k}) of {BK}")
-
-
 def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3, group: int = 8):
-    """The pnex op ``c = gemm(a, b)`` for one dtype and tile shape."""
+    """The op ``c = gemm(a, b)`` for one dtype and tile shape (a :class:`tiles.TiledOp`:
+    M must be a multiple of ``bm``, N of ``bn``, K of 32)."""
     mma = tc.mma if dtype == "f16" else tc.mma_bf16
     MI, NI = bm // 32, bn // 16  # m16 tiles per warp (BM/2 rows), n8 tiles per warp (BN/2 columns)
     WAIT = stages - 2  # cp_async_wait takes a constant
@@ -121,4 +121,8 @@ def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3,
                 tc.store_pair(c, (row, col), acc[i, j, 0], acc[i, j, 1])
                 tc.store_pair(c, (row + 8, col), acc[i, j, 2], acc[i, j, 3])
 
-    return gemm
+    return TiledOp(gemm, [
+        Rule("a", 0, bm, "M", "the block tile BM"),
+        Rule("b", 1, bn, "N", "the block tile BN"),
+        Rule("a", 1, BK, "K", "the k-tile BK"),
+    ])

@@ -8,7 +8,8 @@ float32.  A block of ``BM / 64`` warpgroups computes a BM x BN tile; each warpgr
 a 64 x BN slice with one ``wgmma`` per 16 columns of K.  Tiles are BK = 64 wide (one
 128-byte row each); ``STAGES`` of them are in flight.  ``BN`` and ``STAGES`` are
 ``pnex.Tune`` parameters: the autotuner picks them per shape.  M must be a multiple of
-BM, N of the largest BN and K of 64 (``check_shapes``).  Needs an sm_90 GPU (H100, H200).
+BM, N of the largest BN and K of 64 (at least 64): the op refuses other shapes before it
+launches (:mod:`tiles`).  Needs an sm_90 GPU (H100, H200): wgmma exists there only.
 """
 
 import math
@@ -19,6 +20,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from tiles import Rule, TiledOp
 
 BK = 64
 SQRT1_2 = 0.7071067811865476
@@ -27,11 +29,6 @@ SQRT1_2 = 0.7071067811865476
 @cuda.jit(device=True, inline=True)
 def _gelu(x):
     return float32(0.5) * x * (float32(1.0) + math.erf(x * float32(SQRT1_2)))
-
-
-def check_shapes(m, n, k, bm=128, bn=256):
-    if m % bm or n % bn or k % BK or k == 0:
-        raise ValueError(f"gemm_wgmma: M ({m}) must be a multiple of {bm}, N ({n}) of {bn} and K ({k}) of {BK}")
 
 
 def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipelined=True, dynamic=True,
@@ -178,4 +175,8 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                         tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
                         tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
 
-    return linear
+    return TiledOp(linear, [
+        Rule("a", 0, bm, "M", "the block tile BM"),
+        Rule("w", 0, wide, "N", "the widest block tile BN"),
+        Rule("a", 1, BK, "K", "the k-tile BK", minimum=BK),  # no k-tile: accumulators never written
+    ])

@@ -72,10 +72,44 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
     ``scratch``: a shared array of at least one element per warp); the scan is
     inclusive.
 
-Shared tiles must start 16-byte aligned, 128-byte aligned for the swizzle to avoid
-conflicts, 1024-byte aligned for ``wgmma``: Numba aligns a shared array to its element
-size unless told, so declare tiles with ``cuda.shared.array(shape, dtype,
-alignment=1024)`` (the CPU simulator takes the argument too).
+Shared tiles: declare them aligned.  Numba aligns a shared array to its element size
+(``.shared .align 2`` for float16 in the PTX), so a tile may start 2 bytes past a
+16-byte boundary, where ``cp.async`` and ``ldmatrix`` fault.  Declare
+``cuda.shared.array(shape, float16, alignment=128)`` (16 bytes is the instructions'
+minimum; from a 128-byte boundary the swizzle is conflict-free), and
+``alignment=1024`` for ``wgmma`` tiles, whose 128-byte swizzle is a function of the
+address: a tile 128 but not 1024 bytes aligned gives wrong products, without a fault.
+``alignment=`` is emitted as the PTX's ``.align``.
+
+What each primitive requires of its operands (:mod:`.rules`): a span in bounds along
+the last axis, which is contiguous, from an aligned address (``cp_async``: 16 bytes
+of each side, the source only where ``valid``; ``ldmatrix``: 8 elements from each
+lane's index, for the lanes ``count`` reads; ``store_pair``: 2 elements, 4-byte
+aligned; ``wgmma``: 64 x 16 (A) and ``n`` x 16 (B) elements from a row that is a
+multiple of 8 and a column that is a multiple of 16, of tiles with rows of 64
+elements, their row block 1024-byte aligned); fragments of their lengths (``mma``:
+exactly 4, 4 and 2 (tf32 included); ``ldmatrix``: at least ``count``; ``wgmma``: at
+least ``n // 2`` accumulators); whole warps (warpgroups for ``wgmma``).  Where they
+are checked:
+
+* types: at definition, by Numba's typing (a fragment of the wrong dtype names the
+  primitive and the operand; ``cp_async`` between arrays of different element sizes;
+  an index with the wrong number of subscripts), and by the simulator in the same words;
+* the CPU simulator raises on any violation (a shared tile declared with less
+  alignment than an instruction needs included, wherever NumPy placed it);
+* a checked launch (``check=True``, ``%%pnex --check``, ``PNEX_CHECK=1``), on the GPU
+  or in the simulator, records the first violation and skips the instruction (a warp
+  or a warpgroup skips it together) and raises :class:`~pnex_magic.KernelIndexError`
+  naming the primitive, the operand and the line.  On the GPU the alignment checked
+  is the address's, so a tile that Numba's default happened to place well passes.
+  As for subscripts, the calls checked are the kernel's own, not a device function's;
+* the fast GPU variant checks nothing at run time: an out-of-bounds index or a short
+  fragment there reads or writes what lies beyond, and a misaligned address faults.
+
+``mma`` needs sm_80 or newer, ``wgmma`` sm_90 exactly (it is an sm_90a instruction:
+Blackwell's sm_100 has none); a kernel that calls one is refused at definition for any
+other GPU, naming the primitive.  ``backward="auto"`` refuses them, naming the line:
+attach a hand-written backward with ``pnex.attach_backward``.
 """
 
 from .api import *  # noqa: F401,F403 - the primitives

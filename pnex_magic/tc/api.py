@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, simulate
+from . import layouts, rules, simulate
 
 __all__ = [
     "mma",
@@ -168,6 +168,11 @@ def store_pair(array: Any, index: Any, lo: Any, hi: Any) -> None:
     16-bit float dtype (float16 or bfloat16), as one 32-bit store (``index`` even along
     the last axis): how an accumulator pair reaches a float16/bfloat16 output."""
     target = simulate.unwrap(array)
+    if not isinstance(target, simulate.Bf16Shadow) and target.dtype.name != "float16":
+        raise TypeError(f"pnex.tc.store_pair: the array must hold float16 or bfloat16, got {target.dtype.name}")
+    fault = rules.span(target, index, 2, 4, "pnex.tc.store_pair: the array")
+    if fault is not None:
+        raise fault.exception("pnex.tc.store_pair", "the array")
     idx = index if isinstance(index, tuple) else (index,)
     nxt = idx[:-1] + (idx[-1] + 1,)
     if isinstance(target, simulate.Bf16Shadow):
@@ -185,8 +190,10 @@ def store_words(array: Any, index: Any, words: Any) -> None:
     16 bytes a thread."""
     target = simulate.unwrap(array)
     data = np.array([int(w) & 0xFFFFFFFF for w in words], dtype="<u4").view(np.uint8)
-    offset = simulate.flat_offset(target, index, "pnex.tc.store_words")
-    simulate.write_bytes(target, offset, data, "pnex.tc.store_words")
+    fault = rules.span(target, index, data.size // simulate.itemsize(target), data.size, "pnex.tc.store_words: the array")
+    if fault is not None:
+        raise fault.exception("pnex.tc.store_words", "the array")
+    simulate.write_bytes(target, index, data)
 
 
 def pack_rounded_bf16(x: Any) -> Any:

@@ -71,6 +71,12 @@ def register_cuda() -> None:
             return value if value.type.width == 32 else builder.trunc(value, i32)
         return builder.bitcast(value, i32)
 
+    def subscripts_error(name: str, ary: Any, index: Any, what: str) -> str | None:
+        ndim = len(index) if isinstance(index, types.BaseTuple) else 1
+        if ndim != ary.ndim:
+            return f"pnex.tc.{name}: {ndim} subscripts for the {ary.ndim}-D {what}"
+        return None
+
     def fragment_error(name: str, ary: Any, dtypes: tuple, what: str) -> str | None:
         if not isinstance(ary, types.Array) or ary.ndim != 1:
             return f"pnex.tc.{name}: {what} must be a 1-D array view (e.g. acc[i, j] of a cuda.local.array), got {ary}"
@@ -138,9 +144,9 @@ def register_cuda() -> None:
             raise TypingError(problem)
         if not isinstance(tile, types.Array) or tile.dtype.bitwidth != 16:
             raise TypingError(f"pnex.tc.ldmatrix: the tile must be a shared array of 16-bit elements, got {tile}")
-        ndim = len(index) if isinstance(index, types.BaseTuple) else 1
-        if ndim != tile.ndim:
-            raise TypingError(f"pnex.tc.ldmatrix: {ndim} subscripts for a {tile.ndim}-D tile")
+        problem = subscripts_error("ldmatrix", tile, index, "tile")
+        if problem:
+            raise TypingError(problem)
 
         def codegen(context, builder, signature, args):
             frag_ty, tile_ty, index_ty, _, _ = signature.args
@@ -173,6 +179,17 @@ def register_cuda() -> None:
                 raise TypingError(f"pnex.tc.cp_async: the {what} must be an array, got {ary}")
         if not dst.mutable:
             raise TypingError("pnex.tc.cp_async: the destination is read-only")
+        size, src_size = dst.dtype.bitwidth // 8, src.dtype.bitwidth // 8
+        if size != src_size or 16 % size:
+            raise TypingError(
+                f"pnex.tc.cp_async: the destination holds {size}-byte elements ({dst.dtype}) and the source "
+                f"{src_size}-byte ones ({src.dtype}); cp.async copies 16 bytes, so both must hold elements of one "
+                f"size that divides 16"
+            )
+        for ary, index, what in ((dst, dst_index, "destination"), (src, src_index, "source")):
+            problem = subscripts_error("cp_async", ary, index, what)
+            if problem:
+                raise TypingError(problem)
 
         def codegen(context, builder, signature, args):
             dst_ty, dst_index_ty, src_ty, src_index_ty, valid_ty = signature.args
@@ -286,6 +303,9 @@ def register_cuda() -> None:
             raise TypingError(f"pnex.tc.store_pair: the array must hold float16 or bfloat16, got {array.dtype}")
         if not array.mutable:
             raise TypingError("pnex.tc.store_pair: the array is read-only")
+        problem = subscripts_error("store_pair", array, index, "array")
+        if problem:
+            raise TypingError(problem)
         conversion = kinds[str(array.dtype)]
 
         def codegen(context, builder, signature, args):
@@ -416,6 +436,10 @@ def register_cuda() -> None:
         for tile, what in ((a, "A"), (b, "B")):
             if not isinstance(tile, types.Array) or tile.dtype.bitwidth != 16:
                 raise TypingError(f"pnex.tc.{name}: the {what} tile must be a shared array of 16-bit elements, got {tile}")
+        for tile, index, what in ((a, a_index, "A tile"), (b, b_index, "B tile")):
+            problem = subscripts_error(name, tile, index, what)
+            if problem:
+                raise TypingError(problem)
         regs = width // 2
 
         def codegen(context, builder, signature, args):

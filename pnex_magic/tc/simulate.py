@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts
+from . import layouts, rules
+from .arrays import Bf16Shadow, declare, itemsize, unwrap
 
 __all__ = [
     "collective",
@@ -35,25 +36,6 @@ __all__ = [
 ]
 
 _WAIT_S = 0.05  # how often a waiting lane looks whether the launch was aborted
-
-
-class Bf16Shadow(np.ndarray):
-    """A float32 array that stands for bfloat16 data (NumPy has no bfloat16): the
-    simulator's copy of a bfloat16 tensor or shared tile.  Byte-level primitives
-    (``ldmatrix``, ``cp_async``) see 2-byte elements."""
-
-
-def unwrap(array: Any) -> np.ndarray:
-    """The NumPy array behind the simulator's wrappers of a kernel's array."""
-    inner = getattr(array, "_item", None)  # FakeWithinKernelCUDAArray
-    if inner is not None:
-        array = inner
-    inner = getattr(array, "_ary", None)  # FakeCUDAArray
-    if inner is not None:
-        array = inner
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"expected an array, got {type(array).__name__}")
-    return array
 
 
 class _Warp:
@@ -136,8 +118,21 @@ def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[An
         else:
             while warp.generation == generation:
                 warp.condition.wait(_WAIT_S)
-                if getattr(thread, "abort", False) and warp.generation == generation:
+                if warp.generation != generation:
+                    break
+                if getattr(thread, "abort", False):
                     raise RuntimeError(f"abort flag set while {'warp' if group == 32 else 'warpgroup'} {warp_index} waited at {name}")
+                gone = _ended_lanes(manager, block, warp_index, group, warp)
+                if gone:  # they will never come: the warp fails, every waiting lane with the same error
+                    unit = "warp" if group == 32 else "warpgroup"
+                    warp.results = _Failed(RuntimeError(
+                        f"lane(s) {', '.join(map(str, gone))} of {unit} {warp_index} (block {block}) ended before "
+                        f"reaching {name} (an error in that lane, or a return that the others did not take): every "
+                        f"lane of a {unit} must execute it"
+                    ))
+                    warp.slots, warp.names, warp.arrived = [None] * lanes, [None] * lanes, 0
+                    warp.generation += 1
+                    warp.condition.notify_all()
         results = warp.results
     if isinstance(results, _Failed):
         raise results.exc
@@ -149,23 +144,71 @@ class _Failed:
         self.exc = exc
 
 
+def _ended_lanes(manager: Any, block: tuple, warp_index: int, group: int, warp: _Warp) -> list[int]:
+    """The lanes of this warp whose threads have ended without arriving (they raised, or
+    returned early): numba's block manager may drop such a thread before it sees its
+    exception, and the lanes waiting for it would wait for ever."""
+    ended = getattr(manager, _ENDED, None)
+    if not ended:
+        return []
+    first = warp_index * group
+    return [lane for lane in range(warp.lanes) if (block, first + lane) in ended and warp.names[lane] is None]
+
+
+_ENDED = "pnex_ended_threads"  # on a block manager: (block, thread id) of its threads that have ended
+
+
+def _track_thread_ends() -> None:
+    """Make numba's simulated threads note on their block manager when they end."""
+    from numba.cuda.simulator.kernel import BlockThread
+
+    if getattr(BlockThread, "pnex_tracks_ends", False):
+        return
+    run = BlockThread.run
+
+    def tracked(self: Any) -> None:
+        try:
+            run(self)
+        finally:
+            ended = self._manager.__dict__.setdefault(_ENDED, set())
+            ended.add((tuple(self.blockIdx), self.thread_id))
+
+    BlockThread.run = tracked
+    BlockThread.pnex_tracks_ends = True
+
+
+def checked_collective(name: str, prepare: Callable[[], Any], combine: Callable[[list[Any]], Sequence[Any]],
+                       group: int = 32) -> Any:
+    """:func:`collective` of the value ``prepare()`` returns after checking this lane's
+    operands.  A lane whose check fails still meets its warp, and every lane then raises
+    the error of the first lane that failed: a lane that raised on its own would leave
+    the others waiting for it."""
+    try:
+        mine, failure = prepare(), None
+    except Exception as exc:  # noqa: BLE001 - handed to the whole warp
+        mine, failure = None, exc
+
+    def guarded(lanes: list[Any]) -> Sequence[Any]:
+        for failed, _ in lanes:
+            if failed is not None:
+                raise failed
+        return combine([value for _, value in lanes])
+
+    return collective(name, (failure, mine), guarded, group)
+
+
 # --- element bytes ------------------------------------------------------------------------------------
+# The spans the primitives touch lie along the last axis of their array, checked first by
+# pnex_magic.tc.rules (in bounds, contiguous, aligned).
 
-def _itemsize(array: np.ndarray) -> int:
-    return 2 if isinstance(array, Bf16Shadow) else array.itemsize
+def _index(index: Any) -> tuple[int, ...]:
+    return tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
 
 
-def flat_offset(array: np.ndarray, index: Any, what: str) -> int:
-    """The element offset of ``array[index]`` in the array's C-contiguous storage."""
-    if not array.flags.c_contiguous:
-        raise ValueError(f"{what}: the array must be contiguous (a shared tile or a contiguous tensor)")
-    idx = tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
-    if len(idx) != array.ndim:
-        raise IndexError(f"{what}: index {idx} has {len(idx)} subscripts for a {array.ndim}-D array")
-    for i, n in zip(idx, array.shape):
-        if not 0 <= i < n:
-            raise IndexError(f"{what}: index {idx} is out of bounds for shape {array.shape}")
-    return int(np.ravel_multi_index(idx, array.shape))
+def _row(array: np.ndarray, index: Any, count: int) -> np.ndarray:
+    """The ``count`` elements of ``array`` from ``index`` along its last axis (a view)."""
+    idx = _index(index)
+    return array[idx[:-1] + (slice(idx[-1], idx[-1] + count),)]
 
 
 def _to_bits16(values: np.ndarray, array: np.ndarray) -> np.ndarray:
@@ -178,30 +221,35 @@ def _to_bits16(values: np.ndarray, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values).view(np.uint16)
 
 
-def _read_bytes(array: np.ndarray, offset: int, nbytes: int, what: str) -> np.ndarray:
-    """``nbytes`` bytes of ``array`` from element ``offset`` on, as uint8."""
-    size = _itemsize(array)
-    count = nbytes // size
-    flat = array.reshape(-1)
-    if offset + count > flat.size:
-        raise IndexError(f"{what}: {nbytes} bytes from element {offset} run past the array's end ({flat.size} elements)")
-    values = flat[offset:offset + count]
+def _read_bytes(array: np.ndarray, index: Any, nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes of ``array`` from ``index`` on along its last axis, as uint8."""
+    values = _row(array, index, nbytes // itemsize(array))
     if isinstance(array, Bf16Shadow):
         return _to_bits16(values, array).view(np.uint8)
     return np.ascontiguousarray(values).view(np.uint8)
 
 
-def write_bytes(array: np.ndarray, offset: int, data: np.ndarray, what: str) -> None:
-    size = _itemsize(array)
-    count = data.size // size
-    flat = array.reshape(-1)
-    if offset + count > flat.size:
-        raise IndexError(f"{what}: {data.size} bytes from element {offset} run past the array's end ({flat.size} elements)")
+def write_bytes(array: np.ndarray, index: Any, data: np.ndarray) -> None:
+    """``data`` (uint8) into ``array`` from ``array[index]`` along its last axis (checked first)."""
+    _write_bytes(array, index, data)
+
+
+def _write_bytes(array: np.ndarray, index: Any, data: np.ndarray) -> None:
+    row = _row(array, index, data.size // itemsize(array))
     if isinstance(array, Bf16Shadow):
-        bits = data.view(np.uint16).astype(np.uint32) << 16
-        flat[offset:offset + count] = bits.view(np.float32)
+        row[...] = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     else:
-        flat[offset:offset + count] = data.view(array.dtype)
+        row[...] = data.view(array.dtype)
+
+
+def _check(fault: rules.Fault | None, primitive: str, operand: str) -> None:
+    if fault is not None:
+        raise fault.exception(primitive, operand)
+
+
+#: The primitives' names by mma kind.
+MMA_NAMES = {"f16": "mma", "bf16": "mma_bf16", "tf32": "mma_tf32"}
+_WORDS = ("uint32", "int32")
 
 
 # --- the primitives -----------------------------------------------------------------------------------
@@ -223,12 +271,17 @@ def mma(acc: Any, a: Any, b: Any, kind: str) -> None:
     giving its fragments in the layouts of :mod:`.layouts`."""
     acc_, a_, b_ = unwrap(acc), unwrap(a), unwrap(b)
     m, n, k, a_words, b_words, _ = layouts.MMA_SHAPES[kind]
-    if acc_.shape[-1:] != (4,) or a_.shape[-1:] != (a_words,) or b_.shape[-1:] != (b_words,):
-        raise ValueError(
-            f"pnex.tc.mma ({kind}): fragments must be 1-D views of 4 accumulators, {a_words} A words and "
-            f"{b_words} B words; got shapes {acc_.shape}, {a_.shape}, {b_.shape}"
-        )
-    mine = (acc_.astype(np.float64), a_.astype(np.uint32), b_.astype(np.uint32))
+    what = f"pnex.tc.{MMA_NAMES[kind]}"
+    for array, dtypes, operand in ((acc_, ("float32",), "the accumulator"), (a_, _WORDS, "the A fragment"),
+                                   (b_, _WORDS, "the B fragment")):
+        rules.fragment_dtype(array, dtypes, f"{what}: {operand}")
+
+    def prepare() -> tuple[np.ndarray, ...]:
+        _check(rules.whole(32), what, "the warp")
+        for array, length, operand in ((acc_, 4, "the accumulator"), (a_, a_words, "the A fragment"),
+                                       (b_, b_words, "the B fragment")):
+            _check(rules.fragment(array, length, True, f"{what}: {operand}"), what, operand)
+        return acc_.astype(np.float64), a_.astype(np.uint32), b_.astype(np.uint32)
 
     def combine(lanes: list[Any]) -> list[np.ndarray]:
         if len(lanes) != 32:
@@ -246,7 +299,7 @@ def mma(acc: Any, a: Any, b: Any, kind: str) -> None:
         D = (A @ B + C).astype(np.float32)
         return [D[lc[lane, :, 0], lc[lane, :, 1]] for lane in range(32)]
 
-    acc_[...] = collective(f"mma.{kind}", mine, combine)
+    acc_[...] = checked_collective(f"mma.{kind}", prepare, combine)
 
 
 def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
@@ -254,17 +307,18 @@ def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
     row ``r`` of matrix ``j`` (16 bytes at ``tile[index]``); each lane gets one word per
     matrix in ``frag``."""
     frag_, tile_ = unwrap(frag), unwrap(tile)
-    what = f"pnex.tc.ldmatrix(x{count}{', trans' if trans else ''})"
-    if frag_.shape[-1:] != (count,):
-        raise ValueError(f"{what}: the fragment must be a 1-D view of {count} uint32 words, got shape {frag_.shape}")
-    if _itemsize(tile_) != 2:
-        raise ValueError(f"{what}: the tile must hold 16-bit elements (float16, bfloat16, int16), got {tile_.dtype}")
-    offset = flat_offset(tile_, index, what)
-    if offset * 2 % 16:
-        raise ValueError(f"{what}: a row address must be 16-byte aligned; element {offset} of the tile is not")
-    row = _to_bits16(tile_.reshape(-1)[offset:offset + 8], tile_) if offset + 8 <= tile_.size else None
-    if row is None:
-        raise IndexError(f"{what}: the 8 elements from index {index} run past the tile's end")
+    what = f"pnex.tc.ldmatrix (x{count}{', trans' if trans else ''})"
+    rules.fragment_dtype(frag_, _WORDS, f"{what}: the fragment")
+    if itemsize(tile_) != 2:
+        raise TypeError(f"{what}: the tile must hold 16-bit elements (float16, bfloat16, int16), got {tile_.dtype}")
+
+    def prepare() -> np.ndarray | None:
+        _check(rules.whole(32), what, "the warp")
+        _check(rules.fragment(frag_, count, False, f"{what}: the fragment"), what, "the fragment")
+        if lane_id() >= 8 * count:  # a lane whose address the instruction does not read
+            return None
+        _check(rules.span(tile_, index, 8, 16, f"{what}: the tile"), what, "the tile")
+        return _to_bits16(_row(tile_, index, 8), tile_)
 
     def combine(lanes: list[np.ndarray]) -> list[np.ndarray]:
         if len(lanes) != 32:
@@ -276,7 +330,7 @@ def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
         words = words[..., 0] | (words[..., 1] << 16)  # (count, lane)
         return [words[:, lane] for lane in range(32)]
 
-    frag_[...] = collective(f"ldmatrix.x{count}{'.trans' if trans else ''}", row, combine)
+    frag_[:count] = checked_collective(f"ldmatrix.x{count}{'.trans' if trans else ''}", prepare, combine)
 
 
 def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, valid: bool) -> None:
@@ -284,38 +338,23 @@ def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, nbytes: int, va
     (zeros where ``valid`` is false).  Completes at once in the simulator."""
     dst_, src_ = unwrap(dst), unwrap(src)
     what = "pnex.tc.cp_async"
-    d = flat_offset(dst_, dst_index, what + " (destination)")
-    if d * _itemsize(dst_) % nbytes:
-        raise ValueError(f"{what}: the destination address must be {nbytes}-byte aligned; element {d} is not")
+    rules.same_element_size(dst_, src_, what)
+    count = nbytes // itemsize(dst_)
+    _check(rules.span(dst_, dst_index, count, nbytes, f"{what}: the destination"), what, "the destination")
     if valid:
-        s = flat_offset(src_, src_index, what + " (source)")
-        if s * _itemsize(src_) % nbytes:
-            raise ValueError(f"{what}: the source address must be {nbytes}-byte aligned; element {s} is not")
-        data = _read_bytes(src_, s, nbytes, what + " (source)")
+        _check(rules.span(src_, src_index, count, nbytes, f"{what}: the source"), what, "the source")
+        data = _read_bytes(src_, src_index, nbytes)
     else:
         data = np.zeros(nbytes, dtype=np.uint8)
-    write_bytes(dst_, d, data, what + " (destination)")
+    _write_bytes(dst_, dst_index, data)
 
 
-def _swizzled_rows(tile: np.ndarray, index: Any, rows: int, cols: int, what: str) -> np.ndarray:
+def _swizzled_rows(tile: np.ndarray, index: Any, rows: int, cols: int) -> np.ndarray:
     """``rows`` x ``cols`` logical elements of a K-major tile of 64 16-bit elements per row,
-    stored through :func:`pnex_magic.tc.swizzle` (128-byte swizzle), from ``tile[index]`` on."""
+    stored through :func:`pnex_magic.tc.swizzle` (128-byte swizzle), from ``tile[index]`` on
+    (:func:`pnex_magic.tc.rules.wgmma_tile` checked it)."""
     swizzle = layouts.swizzle_arithmetic
-
-    if tile.shape[-1] != 64 or _itemsize(tile) != 2:
-        raise ValueError(
-            f"{what}: a wgmma operand tile must have rows of 64 16-bit elements (128 bytes, the 128-byte swizzle), "
-            f"got shape {tile.shape} of {tile.dtype}"
-        )
-    idx = tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
-    if len(idx) != tile.ndim:
-        raise IndexError(f"{what}: index {idx} has {len(idx)} subscripts for a {tile.ndim}-D tile")
-    *lead, r0, c0 = idx
-    if r0 % 8 or c0 % 16 or c0 + cols > 64 or r0 + rows > tile.shape[-2] or r0 < 0 or c0 < 0:
-        raise IndexError(
-            f"{what}: the operand starts at row {r0}, column {c0}: rows must start at a multiple of 8, columns at a "
-            f"multiple of 16, and {rows} rows x {cols} columns must fit the tile's {tile.shape[-2]} x 64"
-        )
+    *lead, r0, c0 = _index(index)
     plane = tile[tuple(lead)] if lead else tile
     out = np.empty((rows, cols), dtype=np.uint16)
     for r in range(rows):
@@ -336,22 +375,27 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
     accumulators ``+=`` A (64 x 16 at ``a[a_index]``) @ B^T (B: N x 16 at ``b[b_index]``),
     both K-major tiles of 64 16-bit elements per row through :func:`~pnex_magic.tc.swizzle`."""
     acc_, a_, b_ = unwrap(acc), unwrap(a), unwrap(b)
-    what = f"pnex.tc.wgmma (m64n{n}k16)"
-    if acc_.ndim != 1 or acc_.shape[0] < n // 2:
-        raise ValueError(
-            f"{what}: the accumulator must be a 1-D view of at least {n // 2} float32 values (the first {n // 2} "
-            f"are used), got shape {acc_.shape}"
-        )
-    acc_ = acc_[: n // 2]
-    mine = (acc_.astype(np.float64) if accumulate else np.zeros(acc_.shape[-1]), _where(a_), a_index, _where(b_), b_index)
+    what = f"pnex.tc.{'wgmma' if kind == 'f16' else 'wgmma_bf16'} (m64n{n}k16)"
+    rules.fragment_dtype(acc_, ("float32",), f"{what}: the accumulator")
+    for tile, operand in ((a_, "the A tile"), (b_, "the B tile")):
+        if itemsize(tile) != 2:
+            raise TypeError(f"{what}: {operand} must hold 16-bit elements (float16, bfloat16), got {tile.dtype}")
+    held = acc_[: n // 2]
+
+    def prepare() -> tuple[Any, ...]:
+        _check(rules.whole(128), what, "the warpgroup")
+        _check(rules.fragment(acc_, n // 2, False, f"{what}: the accumulator"), what, "the accumulator")
+        _check(rules.wgmma_tile(a_, a_index, 64, f"{what}: the A tile"), what, "the A tile")
+        _check(rules.wgmma_tile(b_, b_index, n, f"{what}: the B tile"), what, "the B tile")
+        return held.astype(np.float64) if accumulate else np.zeros(n // 2), _where(a_), a_index, _where(b_), b_index
 
     def combine(threads: list[Any]) -> list[np.ndarray]:
         if len(threads) != 128:
             raise RuntimeError(f"{what} needs a whole warpgroup of 128 threads (4 warps)")
         if len({(t[1], repr(t[2]), t[3], repr(t[4])) for t in threads}) != 1:
             raise RuntimeError(f"{what}: the threads of a warpgroup gave different operand tiles or indices")
-        A = _decode16(_swizzled_rows(a_, a_index, 64, 16, what + " A"), kind)
-        B = _decode16(_swizzled_rows(b_, b_index, n, 16, what + " B"), kind)
+        A = _decode16(_swizzled_rows(a_, a_index, 64, 16), kind)
+        B = _decode16(_swizzled_rows(b_, b_index, n, 16), kind)
         C = np.zeros((64, n))
         rows, cols = _wgmma_c_layout(n)
         for t, x in enumerate(threads):
@@ -359,7 +403,7 @@ def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, kind: st
         D = (A @ B.T + C).astype(np.float32)
         return [D[rows[t], cols[t]] for t in range(128)]
 
-    acc_[...] = collective(f"wgmma.m64n{n}k16.{kind}", mine, combine, group=128)
+    held[...] = checked_collective(f"wgmma.m64n{n}k16.{kind}", prepare, combine, group=128)
 
 
 def _where(array: np.ndarray) -> tuple:
@@ -463,8 +507,10 @@ def _check_alignment(alignment: Any) -> None:
 
 def _shared_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> Any:
     """numba's ``FakeCUDAShared.array``, taking ``alignment=`` as the GPU does (tensor-core
-    tiles need 128- or 1024-byte alignment) instead of refusing it.  Written out, not
-    wrapped: numba tells allocations apart by the line of its caller, the kernel's."""
+    tiles need 128- or 1024-byte alignment) instead of refusing it, and recording it
+    (:func:`pnex_magic.tc.arrays.declare`; Numba's default is the element size) for the
+    primitives' alignment checks.  Written out, not wrapped: numba tells allocations
+    apart by the line of its caller, the kernel's."""
     import sys
     import traceback
 
@@ -476,11 +522,11 @@ def _shared_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> A
         dtype = numpy_support.as_dtype(dtype)
     if shape == 0:
         count = self._dynshared_size // dtype.itemsize
-        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        return declare(np.frombuffer(self._dynshared.data, dtype=dtype, count=count), alignment or dtype.itemsize)
     caller = traceback.extract_stack(sys._getframe())[-2][0:2]
     found = self._allocations.get(caller)
     if found is None:
-        found = self._allocations[caller] = np.empty(shape, dtype)
+        found = self._allocations[caller] = declare(np.empty(shape, dtype), alignment or dtype.itemsize)
     return found
 
 
@@ -497,8 +543,9 @@ def _local_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> An
 def install_warp_functions() -> None:
     """Give numba-cuda's simulated ``cuda`` module the warp-level functions it lacks
     (``shfl_*_sync``, votes, ``syncwarp``), run through :func:`collective`, and let its
-    shared and local arrays take ``alignment=``.  Adds only what is missing; once per
-    process."""
+    shared and local arrays take ``alignment=``, and note when a thread ends (a lane that
+    ends before a warp-level operation fails it instead of leaving the others waiting).
+    Adds only what is missing; once per process."""
     from numba.cuda.simulator.kernelapi import FakeCUDALocal, FakeCUDAModule, FakeCUDAShared
 
     for name, function in _WARP_FUNCTIONS.items():
@@ -506,3 +553,4 @@ def install_warp_functions() -> None:
             setattr(FakeCUDAModule, name, function)
     FakeCUDAShared.array = _shared_array
     FakeCUDALocal.array = _local_array
+    _track_thread_ends()
