@@ -310,3 +310,21 @@ def test_tile_views_dynamic_shared_memory_without_a_call():
         pytest.skip("no nvJitLink")
     assert compiled.resources.stack_bytes == 0 and compiled.resources.local_bytes == 0
     assert "numba_attempt_nocopy_reshape" not in compiled.ptx
+
+
+def test_pnex_tc_reached_through_the_package_in_a_fresh_process(tmp_path, pnex_env):
+    """``pnex.tc.warp_sum`` in a kernel of a process that never imported pnex_magic.tc:
+    the snapshot froze the package without its lazy submodule (AttributeError at
+    compile time); it now loads what the kernel names."""
+    import subprocess
+
+    script = tmp_path / "lazy_tc.py"
+    script.write_text(
+        "import torch\nimport pnex_magic as pnex\nfrom numba import cuda\n"
+        "@pnex.jit(n_threads=32, threads_per_block=32)\n"
+        "def lazy_tc(x: pnex.In('f32', (32,)), out: pnex.Out('f32', (32,))):\n"
+        "    out[cuda.threadIdx.x] = pnex.tc.warp_sum(x[cuda.threadIdx.x])\n"
+        "x = torch.randn(32)\nprint('SUM', torch.allclose(lazy_tc(x), x.sum().expand(32), atol=1e-5))\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], env=pnex_env, capture_output=True, text=True, timeout=300)
+    assert "SUM True" in result.stdout, result.stderr[-2000:]
