@@ -54,7 +54,7 @@ def test_docs_build_with_warnings_as_errors(site):
     print(f"sphinx-build -W took {site.seconds:.1f} s")
     for page in ("index", "getting-started", "magic", "kernels", "porting", "performance", "debugging",
                  "gradients", "jax", "shipping", "how-it-works", "results", "api", "changelog", "about",
-                 "examples", "notebooks/01_quickstart", "notebooks/06_jax"):
+                 "examples", "notebooks/01_quickstart", "notebooks/06_jax", "notebooks/07_tensor_cores"):
         assert (site.html / f"{page}.html").is_file(), page
 
 
@@ -101,6 +101,48 @@ def test_results_tables_hold_their_files_figures():
         pnex_results.render("no-such-2026-01-01.json")
     with pytest.raises(ValueError, match="has the tables"):
         pnex_results.render("grid-random-2026-11-26-0041.json", "no_such_table")
+
+
+def test_tensor_core_and_profile_tables_hold_their_files_figures():
+    """The tensor-cores and profile-check tables, their ratios recomputed from the JSON."""
+    import pnex_results
+
+    def load(name):
+        return json.loads((REPO / "benchmarks/results" / name).read_text())
+
+    d = load("tensor-cores-2026-11-27-1350.json")
+    caption, header, rows = pnex_results.render("tensor-cores-2026-11-27-1350.json", "gemm")
+    assert caption.startswith("NVIDIA H200 (driver 580.159.04), 2026-11-27 13:47 UTC"), caption
+    for row, r in zip(rows, d["gemm"], strict=True):
+        assert row[:4] == [r["dtype"], str(r["m"]), str(r["n"]), str(r["k"])]
+        assert abs(float(row[4]) - r["pnex_tflops"]) < 0.06 and abs(float(row[5]) - r["cublas_tflops"]) < 0.06, row
+        assert row[7] == f'{r["pnex_tflops"] / r["cublas_tflops"]:.2f}×' and row[8] == r["pnex_kernel"], row
+    _, _, rows = pnex_results.render("tensor-cores-2026-11-27-1350.json", "epilogue")
+    for row, r in zip(rows, d["epilogue"], strict=True):
+        assert row[6] == f'{r["eager_us"] / r["pnex_us"]:.2f}×' and row[7] == f'{r["compile_us"] / r["pnex_us"]:.2f}×'
+    with pytest.raises(ValueError, match="cannot be made from this file"):
+        pnex_results.render("tensor-cores-2026-11-27-1350.json", "attention")  # that run had no attention rows
+    d = load("tensor-cores-2026-11-27-1344.json")
+    _, _, rows = pnex_results.render("tensor-cores-2026-11-27-1344.json", "attention")
+    for row, r in zip(rows, d["attention"], strict=True):
+        assert row[3] == str(r["head_dim"]) and row[4] == ("yes" if r["causal"] else "no")
+        assert row[7] == f'{r["pnex_tflops"] / r["sdpa_tflops"]:.2f}×', row
+    _, _, rows = pnex_results.render("tensor-cores-2026-11-27-1344.json", "gemm")
+    assert all(r[8] == "mma:128x128x3 (2 of 3 variants not timed)" for r in rows), rows  # the wgmma launches failed
+    header, rows = pnex_results.TABLES["tensor-cores"]["profiles"]({"profiles": [
+        {"kernel": "k1", "tensor_pipe": 0.61, "compute_sol": 0.7, "memory_sol": 0.25, "dram_sol": 0.1,
+         "achieved_occupancy": 0.12, "stalls": [["gmma", 0.4], ["barrier", 0.2]]},
+        {"kernel": "k2", "error": "ProfilerUnavailable: no ncu"}]})
+    assert rows[0] == ["k1", "61%", "70%", "25%", "10%", "12%", "gmma (40%)"]
+    assert rows[1][0] == "k2" and rows[1][-1] == "not profiled: ProfilerUnavailable: no ncu"
+    d = load("profile-check-2026-11-27-1353.json")
+    _, _, rows = pnex_results.render("profile-check-2026-11-27-1353.json", "profiles")
+    for row, r in zip(rows, d["profiles"], strict=True):
+        assert row[0] == r["kernel"] and row[2] == f'{r["memory_sol"]:.0%}' and row[3] == f'{r["compute_sol"]:.0%}'
+        assert row[5].startswith(r["stalls"][0][0]) and r["hot_lines"][0][3] in row[6], row
+    _, _, rows = pnex_results.render("profile-check-2026-11-27-1353.json", "roofline")
+    roof = d["roofline"]
+    assert dict(rows)["its share of that peak"] == f'{roof["bf16_matmul_tflops"] / roof["fp16_tc_peak_tflops"]:.0%}'
 
 
 @needs_docs
@@ -155,7 +197,10 @@ def test_notebooks_are_rendered_from_their_saved_outputs_with_working_tabs(site)
     for nb_path in sorted((REPO / "notebooks").glob("*.ipynb")):
         page = (site.html / "notebooks" / f"{nb_path.stem}.html").read_text()
         nb = json.loads(nb_path.read_text())
-        device = nb["metadata"]["pnex_run"]["device"]
+        run = nb["metadata"].get("pnex_run")
+        assert run, (f"{nb_path.name} has no saved GPU run to render (no pnex_run metadata): "
+                     f"python benchmarks/run_notebooks.py notebooks/{nb_path.name} on the GPU machine")
+        device = run["device"]
         reports = sum("pnex-report" in "".join(o.get("data", {}).get("text/html", ""))
                       for c in nb["cells"] for o in c.get("outputs", []))
         assert len(re.findall(r'class="pnex-report\b', page)) >= reports, nb_path.name

@@ -295,6 +295,80 @@ def _cuda12(d: dict) -> Table:
             "result", "ok"], rows
 
 
+def tflops(x: float | None) -> str:
+    return "–" if x is None else _num(x)
+
+
+def _fastest(r: dict) -> str:
+    """The fastest pnex variant, and how many of the others were not timed (failed or wrong)."""
+    failed = sum(1 for v in (r.get("pnex_variants") or {}).values() if v.get("tflops") is None)
+    return (r.get("pnex_kernel") or "–") + (f" ({failed} of {len(r['pnex_variants'])} variants not timed)"
+                                             if failed else "")
+
+
+def _tc_gemm(d: dict) -> Table:
+    rows = [[r["dtype"], str(r["m"]), str(r["n"]), str(r["k"]), tflops(r["pnex_tflops"]), tflops(r["cublas_tflops"]),
+             tflops(r.get("triton_tflops")), ratio(r.get("ratio_vs_cublas")), _fastest(r)] for r in d["gemm"]]
+    return ["dtype", "M", "N", "K", "pnex (TFLOP/s)", "cuBLAS (TFLOP/s)", "Triton (TFLOP/s)", "pnex / cuBLAS",
+            "pnex kernel (the fastest variant)"], rows
+
+
+def _tc_attention(d: dict) -> Table:
+    rows = [[str(r["batch"]), str(r["seq"]), str(r["heads"]), str(r["head_dim"]), yes(r["causal"]),
+             tflops(r["pnex_tflops"]), tflops(r["sdpa_tflops"]), ratio(r.get("ratio_vs_sdpa")), _fastest(r)]
+            for r in d["attention"]]
+    return ["batch", "seq", "heads", "head_dim", "causal", "pnex (TFLOP/s)", "SDPA flash (TFLOP/s)", "pnex / SDPA",
+            "pnex kernel"], rows
+
+
+def _tc_epilogue(d: dict) -> Table:
+    rows = [[str(r["m"]), str(r["n"]), str(r["k"]), us(r["pnex_us"]), us(r["eager_us"]), us(r["compile_us"]),
+             ratio(r["pnex_vs_eager"]), ratio(r["pnex_vs_compile"])] for r in d["epilogue"]]
+    return ["M", "N", "K", "pnex, fused", "eager", "torch.compile", "eager time / pnex time",
+            "torch.compile time / pnex time"], rows
+
+
+def _stall(stalls: list) -> str:
+    return f"{stalls[0][0]} ({pct(stalls[0][1])})" if stalls else "–"
+
+
+def _tc_profiles(d: dict) -> Table:
+    rows = []
+    for r in d["profiles"]:
+        if r.get("error"):
+            rows.append([r["kernel"], "–", "–", "–", "–", "–", "not profiled: " + r["error"]])
+            continue
+        rows.append([r["kernel"], pct(r.get("tensor_pipe")), pct(r.get("compute_sol")), pct(r.get("memory_sol")),
+                     pct(r.get("dram_sol")), pct(r.get("achieved_occupancy")), _stall(r.get("stalls") or [])])
+    return ["kernel (Nsight Compute, one launch)", "tensor pipe", "compute (SM)", "memory", "DRAM",
+            "achieved occupancy", "top stall reason (share of samples)"], rows
+
+
+def _profile_check(d: dict) -> Table:
+    rows = []
+    for r in d["profiles"]:
+        hot = r["hot_lines"][0] if r.get("hot_lines") else None
+        rows.append([r["kernel"], us(r["duration_us"]), pct(r["memory_sol"]), pct(r["compute_sol"]),
+                     f'{pct(r["achieved_occupancy"])} of {pct(r["theoretical_occupancy"])}', _stall(r["stalls"]),
+                     f"line {hot[0]}: {hot[3]} ({pct(hot[1])})" if hot else "–", sec(r["profile_seconds"])])
+    return [f"kernel, 2^{int(d['n']).bit_length() - 1} elements", "one launch", "memory (speed of light)",
+            "compute (speed of light)", "achieved occupancy", "top stall reason", "hottest line",
+            "time to profile"], rows
+
+
+def _profile_roofline(d: dict) -> Table:
+    r = d["roofline"]
+    rows = [["SM clock (maximum)", f'{_num(r["sm_clock_mhz"])} MHz'],
+            ["FP16/BF16 tensor-core peak, pnex's figure", f'{tflops(r["fp16_tc_peak_tflops"])} TFLOP/s'],
+            ["torch.matmul, bfloat16, 8192 × 8192 × 8192", f'{tflops(r["bf16_matmul_tflops"])} TFLOP/s'],
+            ["its share of that peak", pct(r["matmul_share_of_peak"])],
+            ["naive pnex matmul (float32, flops=), the report's rate", f'{tflops(r["naive_mm_tflops"])} TFLOP/s'],
+            ["its share of its peak", pct(r["naive_mm_share"])],
+            ["its peak", r["naive_mm_peak"] or "–"],
+            ["its bound, by the ridge point", r["naive_mm_bound"] or "–"]]
+    return ["compute roofline", "value"], rows
+
+
 #: benchmark kind -> {table name: builder}; the first table is the default.
 TABLES: dict[str, dict[str, Callable[[dict], Table]]] = {
     "overhead": {"per_call": _overhead_per_call, "device_time": _overhead_device_time},
@@ -314,6 +388,9 @@ TABLES: dict[str, dict[str, Callable[[dict], Table]]] = {
     "driver-overhead": {"rows": _driver_overhead},
     "launcher-build": {"rows": _launcher_build},
     "cuda12-check": {"checks": _cuda12},
+    "tensor-cores": {"gemm": _tc_gemm, "attention": _tc_attention, "epilogue": _tc_epilogue,
+                     "profiles": _tc_profiles},
+    "profile-check": {"profiles": _profile_check, "roofline": _profile_roofline},
 }
 
 
@@ -351,7 +428,8 @@ def device(d: dict) -> str:
         driver = gpu.get("driver") or (f"CUDA {gpu['driver_cuda']}" if gpu.get("driver_cuda") else None)
         return f"{g}" + (f" (driver {driver})" if driver else "")
     if isinstance(gpu, str) and gpu:
-        return gpu
+        info = d.get("gpu_info") if isinstance(d.get("gpu_info"), dict) else {}
+        return gpu + (f" (driver {info['driver']})" if info.get("driver") else "")
     arch = d.get("arch")
     cpus = d.get("cpus")
     return "no GPU: a CPU machine" + (f" of {cpus} cores" if cpus else "") + (f", compiled for {arch}" if arch else "")
