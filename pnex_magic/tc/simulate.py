@@ -518,8 +518,7 @@ def _shared_array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> A
     from numba.cuda.np import numpy_support
 
     _check_alignment(alignment)
-    if isinstance(dtype, nbtypes.Type):
-        dtype = numpy_support.as_dtype(dtype)
+    dtype = numpy_support.as_dtype(dtype) if isinstance(dtype, nbtypes.Type) else np.dtype(dtype)
     if shape == 0:
         count = self._dynshared_size // dtype.itemsize
         return declare(np.frombuffer(self._dynshared.data, dtype=dtype, count=count), alignment or dtype.itemsize)
