@@ -9,8 +9,9 @@ the notebook or script that started it exits first or is interrupted.
 
 * **One build per key.**  A build process holds an ``flock`` on its build's key
   (released by the OS if it dies); one started at the same moment by another
-  process waits for it, then finds the build done.  A process that sees the lock
-  held starts none.
+  process waits for it, then finds the build done, or failed: then it stops too
+  (building again had one process report the failure while another loaded what the
+  second build made).  A process that sees the lock held starts none.
 * **Nothing half-built is ever loaded.**  The build compiles into a temporary folder
   (``.<folder>.tmp-<pid>``), checks that the result loads, records it, and renames
   the folder into place; a reader loads only a recorded build

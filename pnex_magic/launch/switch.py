@@ -227,8 +227,9 @@ def _prebuilt_or_built() -> Any | None:
 
 def wait(timeout: float | None = None) -> bool:
     """Wait until the C++ launcher serves CUDA calls, every op defined so far included
-    (starting its build if none runs); ``False`` where it cannot (the note says why), or
-    when ``timeout`` seconds pass first."""
+    (starting its build if none runs, and once more if its build process ends before it
+    is done); ``False`` where it cannot (the note says why), or when ``timeout`` seconds
+    pass first."""
     if not native.native_wanted():
         return False
     deadline = None if timeout is None else time.monotonic() + timeout
