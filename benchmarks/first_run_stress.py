@@ -79,8 +79,9 @@ def _one(source: Path, code: Path, tests: list[str], report: Path) -> tuple[dict
 
 def _imported(code: Path) -> str:
     """Where the tests' processes import pnex_magic from, with ``code`` on PYTHONPATH."""
-    done = subprocess.run([sys.executable, "-c", "import pnex_magic; print(pnex_magic.__file__)"], cwd=tempfile.gettempdir(),
-                          env=dict(os.environ, PYTHONPATH=str(code)), capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", "import pnex_magic; print(pnex_magic.__file__)"],
+                          cwd=tempfile.gettempdir(), env=dict(os.environ, PYTHONPATH=str(code)),
+                          capture_output=True, text=True)
     return done.stdout.strip() or done.stderr.strip()[-300:]
 
 
@@ -133,12 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.repeat} repetitions with {args.spinners} spinning processes on {os.cpu_count()} cores "
           f"(load average {min(loads, default=0)}-{max(loads, default=0)}): {total / 60:.1f} min")
     revision, code_revision = (
-        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True).stdout.strip()
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True,
+                       text=True).stdout.strip()
         for where in (args.source, args.code or args.source))
     record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
               "cores": os.cpu_count(), "gpu": None, "versions": _versions(), "source": str(args.source),
               "revision": revision, "code": str(args.code or args.source), "code_revision": code_revision,
-              "pnex_magic": imported, "spinners": args.spinners, "load": {"min": min(loads, default=None), "max": max(loads, default=None)},
+              "pnex_magic": imported, "spinners": args.spinners,
+              "load": {"min": min(loads, default=None), "max": max(loads, default=None)},
               "repeat": args.repeat, "tests": tests,
               "total_s": round(total, 1), "summary": table, "repetitions": rows}
     out = args.out or ROOT / "benchmarks" / "results" / f"first-run-stress-{datetime.date.today()}.json"
