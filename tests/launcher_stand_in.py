@@ -22,8 +22,10 @@ same stand-ins.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 __all__ = ["stand_ins", "stub_library", "use", "environment"]
@@ -37,16 +39,31 @@ def stand_ins(folder: Path, torch_include: Path, torch_lib: Path) -> tuple[list[
     includes, ldflags = [], []
     if not (torch_include / MACROS).exists():
         header = folder / "include" / MACROS
-        header.parent.mkdir(parents=True, exist_ok=True)
-        header.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        if not header.exists():
+            _in_place(header, lambda partial: partial.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"))
         includes.append(str(folder / "include"))
     if not (torch_lib / "libc10_cuda.so").exists():
         library = folder / "lib" / "libc10_cuda.so"
         if not library.exists():
-            library.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["c++", "-shared", "-o", str(library), "-x", "c++", "/dev/null"], check=True)
+            _in_place(library, lambda partial: subprocess.run(
+                ["c++", "-shared", "-o", str(partial), "-x", "c++", "/dev/null"], check=True))
         ldflags.append(f"-L{library.parent}")
     return includes, ldflags
+
+
+def _in_place(path: Path, make) -> None:
+    """Make ``path`` with ``make(partial)`` under a name of this process's, then rename
+    it into place: every Python process of a test (its build processes too) sets the
+    stand-ins up at start-up, several at once, and one must never read (compile
+    against, link, load) a file that another is writing (seen as a switch that failed
+    with "does not load" while the two-process test ran under load)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        make(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _missing(library: Path) -> list[str]:
@@ -62,29 +79,46 @@ def _missing(library: Path) -> list[str]:
 def stub_library(library: Path, folder: Path) -> Path:
     """A ``libc10_cuda.so`` that defines every symbol ``library`` needs from libc10_cuda
     and the CUDA runtime, each aborting if called."""
+    out = folder / "libc10_cuda.so"
+    if out.exists():  # made for this library by another process (renamed into place whole)
+        return out
     symbols = _missing(library)
     source = ["#include <cstdlib>"]
     for i, name in enumerate(symbols):
         source.append(f'extern "C" void pnex_stand_in_{i}() __asm__("{name}");')
         source.append(f'void pnex_stand_in_{i}() {{ std::abort(); }}')
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "stub.cpp").write_text("\n".join(source) + "\n")
-    out = folder / "libc10_cuda.so"
-    subprocess.run(["c++", "-shared", "-fPIC", "-Wl,-soname,libc10_cuda.so", str(folder / "stub.cpp"), "-o", str(out)],
-                   check=True)
+
+    def make(partial: Path) -> None:
+        cpp = partial.with_name(partial.name + ".cpp")
+        try:
+            cpp.write_text("\n".join(source) + "\n")
+            subprocess.run(["c++", "-shared", "-fPIC", "-Wl,-soname,libc10_cuda.so", str(cpp), "-o", str(partial)],
+                           check=True)
+        finally:
+            cpp.unlink(missing_ok=True)
+
+    _in_place(out, make)
     return out
 
 
 def use(folder: Path, broken: bool = False) -> None:
     """In this process: the C++ launcher is wanted as on a GPU machine, built with the
     stand-ins kept in ``folder``, and imported after the stand-in library is loaded;
-    ``broken``: built without them, so that its build fails."""
+    ``broken``: its build fails, at ``c10/cuda/impl/cuda_cmake_macros.h``, with a CPU or
+    a CUDA build of torch alike (an include folder of the build, searched before torch's,
+    holds one that is an ``#error``; building without the stand-ins failed with a CPU
+    build only, and a CUDA build of torch loaded the "broken" launcher)."""
     import torch
 
     from pnex_magic.launch import build, native
 
     native.native_wanted = lambda: True
     if broken:
+        header = folder / "broken-include" / MACROS
+        if not header.exists():
+            _in_place(header, lambda partial: partial.write_text('#error "pnex test: a launcher build that fails"\n'))
+        cuda_headers = build.cuda_headers
+        build.cuda_headers = lambda what, crt=False: [*cuda_headers(what, crt=crt), str(folder / "broken-include")]
         return
     torch_dir = Path(torch.__file__).parent
     includes, ldflags = stand_ins(folder, torch_dir / "include", torch_dir / "lib")

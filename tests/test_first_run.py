@@ -184,7 +184,7 @@ def test_two_processes_start_one_build_and_their_ops_switch_to_it(stand_in, tmp_
         before, after = record["before"], record["after"]
         assert before["native"] == [False] * 5 and before["cuda"] == [False] * 5, before
         assert before["status"] == "building in the background"
-        assert after["ready"] and after["native"] == [True] * 5 and after["cuda"] == [True] * 5, after
+        assert after["ready"] and after["native"] == [True] * 5 and after["cuda"] == [True] * 5, (after, _notes(out))
         for results in (before["results"], after["results"]):
             refused = results.pop("refused")
             assert results == reference
@@ -306,7 +306,7 @@ def test_where_the_launcher_cannot_be_built_one_note_says_why(problem, stand_in,
         "failed build": "the C++ launcher's build failed",
     }[problem]
     for record, output in runs:
-        assert all(record["ok"]) and not record["ready"] and not record["native"], record
+        assert all(record["ok"]) and not record["ready"] and not record["native"], (record, _notes(output))
         notes = _notes(output)
         assert len(notes) == 1 and expected in notes[0], notes
         assert "CUDA calls go through the Python launcher" in notes[0]

@@ -9,8 +9,9 @@ the notebook or script that started it exits first or is interrupted.
 
 * **One build per key.**  A build process holds an ``flock`` on its build's key
   (released by the OS if it dies); one started at the same moment by another
-  process waits for it, then finds the build done.  A process that sees the lock
-  held starts none.
+  process waits for it, then finds the build done, or failed: then it stops too
+  (building again had one process report the failure while another loaded what the
+  second build made).  A process that sees the lock held starts none.
 * **Nothing half-built is ever loaded.**  The build compiles into a temporary folder
   (``.<folder>.tmp-<pid>``), checks that the result loads, records it, and renames
   the folder into place; a reader loads only a recorded build
@@ -61,7 +62,10 @@ log = logging.getLogger(__name__)
 
 #: Build processes this process started (their pids, reaped by :func:`state`), by build folder.
 _started: dict[Path, int] = {}
-_lock = threading.Lock()
+#: Guards _started; held by :func:`start` from its look at the state to the new process's
+#: pid recorded, so that a thread looking meanwhile sees it building (not "none", which
+#: would start a second build and spend the one restart a killed build gets).
+_lock = threading.RLock()
 
 
 def _lock_path(build: Build) -> Path:
@@ -175,11 +179,18 @@ def start(build: Build, *, background: bool = True) -> bool:
     """Start a build process for ``build`` unless it is built, failed (for this
     toolchain), already building, or its folder cannot be written; returns whether
     a build is under way now."""
-    found = state(build)
-    if found != "none":
-        return found == "building"
-    if unwritable(build) is not None:
-        return False
+    with _lock:
+        found = state(build)
+        if found != "none":
+            return found == "building"
+        if unwritable(build) is not None:
+            return False
+        _started[build.folder] = _spawn(build, background)
+    return True
+
+
+def _spawn(build: Build, background: bool) -> int:
+    """Start ``build``'s build process; returns its pid."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding pnex_magic
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
@@ -190,13 +201,11 @@ def start(build: Build, *, background: bool = True) -> bool:
             env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             close_fds=True,
         )
-    with _lock:
-        _started[build.folder] = proc.pid
     # Detached: this process reaps it (state() waits for it without blocking), so that
     # Popen's finaliser, at exit, neither waits for it nor warns that it still runs.
     proc.returncode = 0
     log.debug("pnex: building the %s in process %d", build.what, proc.pid)
-    return True
+    return proc.pid
 
 
 def _running(pid: int) -> bool:
@@ -325,6 +334,12 @@ def run(build: Build) -> int:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         if build.built() is not None:
             return 0
+        if failure(build) is not None:
+            # The build that held the lock before failed, for these inputs and this
+            # toolchain: that stands for every process (its starter has said so), as it
+            # does for one that starts later.  Building again here had one process give
+            # up on a failure while another loaded what this build made of it.
+            return 1
         _sweep(build)
         temporary = root / f".{build.folder.name}.tmp-{os.getpid()}"
         units = max(1, len([s for s in build.sources if s.endswith(".cpp")]))

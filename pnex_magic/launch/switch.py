@@ -103,7 +103,7 @@ def poll() -> None:
 
 def _poll_locked(force: bool = False) -> None:
     """:func:`poll`'s work, ``_gate`` held."""
-    global _next_poll, _restarted, _draining
+    global _next_poll, _draining
     now = time.monotonic()
     if not _pending or _draining or (now < _next_poll and not force):
         return
@@ -123,12 +123,21 @@ def _poll_locked(force: bool = False) -> None:
             _switch_locked()
     elif found == "failed":
         _give_up(background.problem(target) or "its build failed")
-    elif found == "none" and not _restarted:  # the build process was killed: once more
+    elif found == "none":
+        _restart(target)
+
+
+def _restart(target: build.Build) -> bool:
+    """The build process ended before it was done (killed): start it once more; the
+    second time, give up (the note says so).  Returns ``False`` when it gave up."""
+    global _restarted
+    if not _restarted:
         _restarted = True
         background.start(target)
-    elif found == "none":
-        _give_up(f"the C++ launcher's build process ended twice before it was done (killed? its output: "
-                 f"{background.log_path(target)})")
+        return True
+    _give_up(f"the C++ launcher's build process ended twice before it was done (killed? its output: "
+             f"{background.log_path(target)})")
+    return False
 
 
 def _switch_locked() -> None:
@@ -218,8 +227,9 @@ def _prebuilt_or_built() -> Any | None:
 
 def wait(timeout: float | None = None) -> bool:
     """Wait until the C++ launcher serves CUDA calls, every op defined so far included
-    (starting its build if none runs); ``False`` where it cannot (the note says why), or
-    when ``timeout`` seconds pass first."""
+    (starting its build if none runs, and once more if its build process ends before it
+    is done); ``False`` where it cannot (the note says why), or when ``timeout`` seconds
+    pass first."""
     if not native.native_wanted():
         return False
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -228,12 +238,27 @@ def wait(timeout: float | None = None) -> bool:
     target = _start_build()
     if target is None:
         return False
-    found = background.wait(target, None if deadline is None else max(0.0, deadline - time.monotonic()))
-    if found == "built" and not _pending:
-        return _prebuilt_or_built() is not None
+    while True:
+        found = background.wait(target, None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if found == "built" and not _pending:
+            return _prebuilt_or_built() is not None
+        if found == "building":  # the time is up
+            break
+        with _gate:
+            # built: switch now, or once the calls in flight end; failed: give up (the note
+            # says why); none, the build process ended before it was done (killed): once
+            # more, and wait for that build too (returning then, after the restart, let
+            # the caller go on without the launcher although a build was under way).
+            if not _pending:  # no op waits for the switch: none or failed
+                if found == "none" and _restart(target):
+                    continue
+                if found == "failed":
+                    _give_up(background.problem(target) or "its build failed")
+                break
+            _poll_locked(force=True)
+            if found != "none" or not _pending or _draining:
+                break
     with _gate:
-        if found != "building":
-            _poll_locked(force=True)  # built: switch now, or once the calls in flight end
         while _pending and _draining:  # op-object calls in flight on other threads
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
