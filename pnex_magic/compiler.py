@@ -39,6 +39,7 @@ __all__ = [
     "ltoir_objects",
     "probe_linker",
     "numba_error_line",
+    "target_device",
 ]
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,11 @@ def _target_device(cc: tuple[int, int]):
             yield
         finally:
             dispatcher.get_current_device = original
+
+
+#: The stand-in device for code that types kernels without compiling them (the simulator's
+#: typed rewrite, :mod:`pnex_magic.simtyping`): numba-cuda compiles float16 operators while it types them.
+target_device = _target_device
 
 
 def _numba_ptx(

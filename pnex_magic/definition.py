@@ -322,25 +322,39 @@ class KernelDefinition:
                 return None
             raise
 
-    def simulated_function(self, checked: bool = False) -> types.FunctionType:
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> types.FunctionType:
         """The kernel as the CUDA simulator runs it (:func:`pnex_magic.snapshot.simulable`):
         the snapshot's, with its hidden arguments as trailing parameters and its
-        ``@cuda.jit(device=True)`` functions simulated (made on the first call, which
-        imports the simulator); ``checked``: the checked variant's (:meth:`checked_kernel`),
-        which takes the error record after the kernel's parameters.
+        ``@cuda.jit(device=True)`` functions simulated, rewritten so that it computes
+        with Numba-CUDA's types for the parameter types the GPU compile is given
+        (:func:`pnex_magic.simtyping.typed_kernel`; ``variant``: the values of the
+        ``Tune`` parameters); made on the first call, which imports Numba;
+        ``checked``: the checked variant's (:meth:`checked_kernel`), which takes the
+        error record after the kernel's parameters.
 
         Raises
         ------
         KernelLaunchError
-            The kernel calls CUDA C++ (``cuda.declare_device``), which runs on a GPU only.
+            The kernel calls CUDA C++ (``cuda.declare_device``), which runs on a GPU only,
+            or does what the simulator cannot compute as Numba-CUDA does.
+        KernelTypingError
+            Numba cannot type the kernel (the GPU compile fails too).
         """
         from . import warmup
 
         # Never import Numba beside the background warm-up (%load_ext): an import of the
         # simulator racing it failed with "cannot import name" in a cell run at once.
         warmup.wait()
-        key = ("simulate", checked)
+        key = ("simulate", checked, variant)
         with self._lock:
             if key not in self._forms:
-                self._forms[key] = simulable(self._kernel_function(checked), self.spec.name, self.snapshot.foreign)
+                if self.snapshot.foreign:  # says so before typing: CUDA C++ has no Python to type
+                    simulable(self.snapshot.function, self.spec.name, self.snapshot.foreign)
+                from .compiler import numba_signature  # lazy: Numba's types, needed once per simulated form
+                from .simtyping import typed_kernel
+
+                spec = _checking().checked_spec(self.spec) if checked else self.spec
+                argtypes = numba_signature(spec, "A", variant, self.snapshot.hidden)
+                typed = typed_kernel(self._kernel_function(checked), argtypes, self.spec.name)
+                self._forms[key] = simulable(typed, self.spec.name, self.snapshot.foreign)
             return self._forms[key]

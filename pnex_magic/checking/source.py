@@ -161,6 +161,9 @@ def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mappin
     new.__qualname__ = fn.__qualname__
     new.__module__ = fn.__module__
     new.__doc__ = fn.__doc__
+    # The tree it was built from: a later transformation (the CUDA simulator's typed rewrite,
+    # pnex_magic.simtyping) starts from it, as inspect would find the original def in the file.
+    new.__pnex_tree__ = fdef
     return new
 
 

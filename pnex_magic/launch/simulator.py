@@ -58,7 +58,7 @@ class SimulatorLauncher:
         variant: int = 0,
     ) -> None:
         checked = checks.wanted(definition)
-        simulated = definition.simulated_function(checked=True) if checked else definition.simulated_function()
+        simulated = definition.simulated_function(checked=checked, variant=variant)
         if simulated is None:
             raise KernelLaunchError(
                 f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
@@ -88,9 +88,13 @@ class SimulatorLauncher:
                     args.append(array(value, param.role != "in"))
             elif isinstance(param, SeedParam):  # the int64 seed drawn for this call, read as uint64
                 args.append(FakeCUDAArray(value.numpy().view(np.uint64)))
-            elif isinstance(param, ScalarParam):
-                np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
-                args.append(np_type(value))
+            elif isinstance(param, ScalarParam):  # a NumPy scalar of the declared type, as the GPU's argument
+                if param.dtype.numpy is None:  # bfloat16: its value, held in a float32
+                    from ..simtyping.runtime import round_bf16
+
+                    args.append(round_bf16(value))
+                else:
+                    args.append(param.dtype.numpy.type(value))
             elif isinstance(param, TuneParam):
                 args.append(value)  # a Python constant, as the compiled variant sees it
             else:
@@ -104,8 +108,10 @@ class SimulatorLauncher:
         whole_grid = grid[0] * grid[1] * grid[2] > 1 and _grid_sync(simulated)
         with _LOCK, warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
-            # inf without a word: NumPy's scalar warnings about it say nothing about the kernel.
-            warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
+            # inf, divide by zero to inf and give NaN without a word: NumPy's warnings about it say
+            # nothing about the kernel.
+            warnings.filterwarnings(
+                "ignore", r"(overflow|invalid value|divide by zero|underflow) encountered", RuntimeWarning)
             try:
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
                     grid_simulator.run(definition.spec.name, simulated, grid, block, args)

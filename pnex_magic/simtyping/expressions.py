@@ -1,0 +1,459 @@
+"""Typing and rewriting a kernel's expressions (calls are :mod:`.calls`').
+
+Each method takes a node and the state (what each local variable holds, a
+:class:`~.values.Val`) and returns the rewritten node and its value.  An operation
+asks Numba for its signature; its operands are converted to the signature's
+argument types where the simulator would otherwise hold them as something else
+(:meth:`~.values.Emitter.convert`): a Python literal, a Python integer from a
+shape or a thread index, a NumPy scalar of another type.  Then NumPy computes the
+operation in exactly Numba's types, and where NumPy's rule for the result's type is
+not Numba's, the result is converted, or the operation is a helper of
+:mod:`.runtime` that computes it as the GPU does.
+
+Also :meth:`Expressions.static_truth`: the branch conditions Numba decides at
+compile time (its ``dead_branch_prune``), whose other branch Numba never types.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import operator
+import types as pytypes
+from typing import Any
+
+import numpy as np
+
+from ..lazycuda import is_lazy_cuda
+from ..lazycuda import resolve as resolve_lazy_cuda
+from ..snapshot import DeviceFunction, FrozenModule
+from . import numba_types as T
+from . import runtime
+from .values import NOCONST, SimulationError, Val, type_name
+
+__all__ = ["Expressions", "BINARY", "COMPARE"]
+
+BINARY = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.BitAnd: operator.and_,
+    ast.MatMult: operator.matmul,
+}
+INPLACE = {
+    ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul, ast.Div: operator.itruediv,
+    ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod, ast.Pow: operator.ipow, ast.LShift: operator.ilshift,
+    ast.RShift: operator.irshift, ast.BitOr: operator.ior, ast.BitXor: operator.ixor, ast.BitAnd: operator.iand,
+}
+COMPARE = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not, ast.In: operator.contains,
+    ast.NotIn: operator.contains,
+}
+UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+_PLAIN = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+          operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+          operator.ipow: operator.pow, operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+          operator.ior: operator.or_, operator.ixor: operator.xor, operator.iand: operator.and_}
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_result(op: Any, left: str, right: str | None) -> np.dtype:
+    """The dtype NumPy gives ``op`` of scalars of these dtypes (found by doing it)."""
+    with np.errstate(all="ignore"):
+        a = np.dtype(left).type(1)
+        if right is None:
+            return np.asarray(op(a)).dtype
+        return np.asarray(op(a, np.dtype(right).type(1))).dtype
+
+
+def const_of(node: ast.expr) -> Any:
+    """The value of a literal, ``-literal`` included (CPython folds it); else NOCONST."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and \
+            isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)) and \
+            not isinstance(node.operand.value, bool):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    return NOCONST
+
+
+class Expressions:
+    """Expression typing: mixed into the walker of :mod:`.statements`."""
+
+    em: Any  # values.Emitter
+    namespace: dict[str, Any]
+    local_names: set[str]
+    params: dict[str, Val]
+
+    # ------------------------------------------------------------------ entry points
+
+    def expr(self, node: ast.expr, state: dict[str, Val]) -> tuple[ast.expr, Val]:
+        method = getattr(self, "e_" + type(node).__name__, None)
+        if method is None:
+            raise self.em.fail(node, f"a {type(node).__name__} expression")
+        try:
+            return method(node, state)
+        except T.TypingFailure as exc:
+            raise self.em.fail(node, str(exc), typing=True) from None
+        except SimulationError as exc:
+            raise self.em.fail(node, str(exc)) from None
+
+    def condition(self, node: ast.expr, state: dict[str, Val]) -> tuple[ast.expr, Val]:
+        """A value only tested for truth (``if``, ``while``, the test of ``x if c else
+        y``): ``and``/``or`` operands keep their own types."""
+        if isinstance(node, ast.BoolOp):
+            values = [self.condition(v, state) for v in node.values]
+            new = ast.copy_location(ast.BoolOp(op=node.op, values=[v[0] for v in values]), node)
+            return new, Val(T.nb().boolean)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner, _ = self.condition(node.operand, state)
+            return ast.copy_location(ast.UnaryOp(op=node.op, operand=inner), node), Val(T.nb().boolean)
+        return self.expr(node, state)
+
+    # ------------------------------------------------------------------ leaves
+
+    def e_Constant(self, node: ast.Constant, state: dict) -> tuple[ast.expr, Val]:
+        value = node.value
+        t = T.nb()
+        if value is None:
+            return node, Val(t.none, const=None)
+        if isinstance(value, float):
+            return node, Val(t.float64, const=value)
+        if isinstance(value, complex):
+            return node, Val(t.complex128, const=value)
+        lit = t.maybe_literal(value)
+        if lit is None:
+            raise SimulationError(f"the constant {value!r}")
+        return node, Val(lit, const=value)
+
+    def e_Name(self, node: ast.Name, state: dict) -> tuple[ast.expr, Val]:
+        found = state.get(node.id)
+        if found is not None:
+            self.record(node.id, found.ty, read=True)
+            return node, found
+        if node.id in self.local_names:
+            raise SimulationError(f"the variable {node.id!r} is read where it may not have a value yet")
+        return node, self.global_val(self.lookup(node, node.id), node.id)
+
+    def lookup(self, node: ast.AST, name: str) -> Any:
+        if name in self.namespace:
+            return self.namespace[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise self.em.fail(node, f"the name {name!r} is not defined", typing=True)
+
+    def global_val(self, value: Any, name: str = "") -> Val:
+        """What a global (or closure) value the kernel reads is, as Numba types it."""
+        t = T.nb()
+        if is_lazy_cuda(value):
+            value = resolve_lazy_cuda(value)
+        if isinstance(value, DeviceFunction):
+            return Val(None, const=value, path="device")
+        if isinstance(value, FrozenModule):
+            return Val(None, const=value, path="frozen")
+        if isinstance(value, pytypes.ModuleType):
+            root = value.__name__
+            path = "cuda" if root in ("numba.cuda", "numba_cuda.numba.cuda") else \
+                "math" if root == "math" else "np" if root == "numpy" else None
+            return Val(T.typeof_value(value), const=value, path=path)
+        if isinstance(value, tuple):
+            elems = tuple(self.global_val(v) for v in value)
+            return Val(T.typeof_value(value), elems=elems, const=value)
+        ty = T.typeof_value(value)
+        exact = isinstance(value, np.generic) and T.is_scalar(ty) and not T.is_bf16(ty)
+        return Val(ty, exact=exact, const=value)
+
+    # ------------------------------------------------------------------ attributes and subscripts
+
+    def e_Attribute(self, node: ast.Attribute, state: dict) -> tuple[ast.expr, Val]:
+        base_node, base = self.expr(node.value, state)
+        new = ast.copy_location(ast.Attribute(value=base_node, attr=node.attr, ctx=ast.Load()), node)
+        attr = node.attr
+        if base.path == "frozen":
+            if not hasattr(base.const, attr):
+                raise self.em.fail(node, f"module {base.const.__name__!r} has no attribute {attr!r}", typing=True)
+            return new, self.global_val(getattr(base.const, attr), attr)
+        if base.path == "cuda" or (base.path or "").startswith("cuda."):
+            ty = T.resolve_getattr(base.ty, attr)
+            if ty is None:
+                raise T.TypingFailure(f"numba.cuda has no attribute {base.path[5:] + '.' if '.' in base.path else ''}"
+                                      f"{attr!r}")
+            return new, self._cuda_attribute(ty, f"{base.path}.{attr}")
+        if isinstance(base.const, pytypes.ModuleType) or (base.const is not NOCONST and isinstance(base.const, type)):
+            if not hasattr(base.const, attr):
+                raise self.em.fail(node, f"{base.const.__name__!r} has no attribute {attr!r}", typing=True)
+            val = self.global_val(getattr(base.const, attr), attr)
+            path = f"{base.path}.{attr}" if base.path else None
+            return new, Val(val.ty, val.exact, val.elems, val.const, path)
+        ty = T.resolve_getattr(base.ty, attr)
+        if ty is None:
+            raise T.TypingFailure(f"{base.ty} has no attribute {attr!r}")
+        t = T.nb()
+        if isinstance(base.ty, t.Array) and attr == "shape":
+            return new, Val(ty, elems=tuple(Val(t.intp) for _ in range(base.ty.ndim)))
+        exact = isinstance(base.ty, t.Record) and T.is_scalar(ty)
+        return new, Val(ty, exact=exact)
+
+    def _cuda_attribute(self, ty: Any, path: str) -> Val:
+        t = T.nb()
+        if isinstance(ty, t.BaseTuple):
+            return Val(ty, elems=tuple(Val(e) for e in ty), path=path)
+        return Val(ty, path=path)
+
+    def e_Subscript(self, node: ast.Subscript, state: dict) -> tuple[ast.expr, Val]:
+        base_node, base = self.expr(node.value, state)
+        t = T.nb()
+        index = const_of(node.slice)
+        if index is not NOCONST and isinstance(base.ty, (t.BaseTuple, t.Record)):
+            ty = T.resolve_static_getitem(base.ty, index)
+            if ty is not None:
+                if base.elems is not None and isinstance(index, int):
+                    val = base.elems[index]
+                else:
+                    val = Val(ty, exact=isinstance(base.ty, t.Record) and T.is_scalar(ty))
+                new = ast.copy_location(ast.Subscript(value=base_node, slice=node.slice, ctx=ast.Load()), node)
+                return new, val
+        idx_node, idx = self.expr(node.slice, state)
+        sig = T.resolve_call(operator.getitem, (base.ty, idx.ty))
+        new = ast.copy_location(ast.Subscript(value=base_node, slice=idx_node, ctx=ast.Load()), node)
+        result = sig.return_type
+        if isinstance(base.ty, t.BaseTuple):
+            exact = base.elems is not None and all(e.exact for e in base.elems)
+            return new, Val(result, exact=exact and T.is_scalar(result))
+        return new, Val(result, exact=T.is_scalar(result))
+
+    def e_Slice(self, node: ast.Slice, state: dict) -> tuple[ast.expr, Val]:
+        parts, tys = [], []
+        for part in (node.lower, node.upper, node.step):
+            if part is None:
+                parts.append(None)
+                tys.append(T.nb().none)
+            else:
+                p_node, p = self.expr(part, state)
+                parts.append(p_node)
+                tys.append(p.ty)
+        while len(tys) > 2 and tys[-1] == T.nb().none:
+            tys.pop()
+        sig = T.resolve_call(slice, tuple(tys))
+        return ast.copy_location(ast.Slice(lower=parts[0], upper=parts[1], step=parts[2]), node), Val(sig.return_type)
+
+    def e_Tuple(self, node: ast.Tuple, state: dict) -> tuple[ast.expr, Val]:
+        typed = [self.expr(e, state) for e in node.elts]
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            raise SimulationError("a starred tuple element")
+        tys = [v.ty for _, v in typed]
+        t = T.nb()
+        ty = t.UniTuple(tys[0], len(tys)) if tys and all(x == tys[0] for x in tys) else t.Tuple(tys)
+        new = ast.copy_location(ast.Tuple(elts=[n for n, _ in typed], ctx=ast.Load()), node)
+        return new, Val(ty, elems=tuple(v for _, v in typed))
+
+    # ------------------------------------------------------------------ operators
+
+    def e_BinOp(self, node: ast.BinOp, state: dict) -> tuple[ast.expr, Val]:
+        left_node, left = self.expr(node.left, state)
+        right_node, right = self.expr(node.right, state)
+        fn = BINARY[type(node.op)]
+        sig = T.resolve_call(fn, (left.ty, right.ty))
+        return self.binop(node, fn, sig, left_node, left, right_node, right)
+
+    def binop(self, node: ast.AST, fn: Any, sig: Any, left_node: ast.expr, left: Val, right_node: ast.expr,
+              right: Val) -> tuple[ast.expr, Val]:
+        """``left <fn> right`` computed as Numba computes it, with signature ``sig``."""
+        fn = _PLAIN.get(fn, fn)
+        t = T.nb()
+        result = sig.return_type
+        if not (left.scalar and right.scalar and T.is_scalar(result)):
+            if fn is operator.add and isinstance(left.ty, t.BaseTuple) and isinstance(right.ty, t.BaseTuple):
+                new = ast.copy_location(ast.BinOp(left=left_node, op=ast.Add(), right=right_node), node)
+                elems = (left.elems or ()) + (right.elems or ()) if left.elems and right.elems else None
+                return new, Val(result, elems=elems)
+            raise SimulationError(f"{fn.__name__} of {left.ty} and {right.ty}")
+        a_ty, b_ty = (T.unliteral(x) for x in sig.args)
+        a = self.em.convert(left_node, left, a_ty)
+        b = self.em.convert(right_node, right, b_ty)
+        helper = self._arith_helper(fn, a_ty, b_ty, result, right)
+        if helper is not None:
+            return self.em.call(helper, [a, b], node), Val(result, exact=True)
+        op = next(k for k, v in BINARY.items() if v is fn)()
+        new = ast.copy_location(ast.BinOp(left=a, op=op, right=b), node)
+        return self.fix_result(new, fn, (a_ty, b_ty), result), Val(result, exact=True)
+
+    def _arith_helper(self, fn: Any, a_ty: Any, b_ty: Any, result: Any, right: Val) -> ast.expr | None:
+        """A :mod:`.runtime` helper for the operations NumPy computes otherwise."""
+        name = type_name(result)
+        if fn in (operator.floordiv, operator.mod):
+            if T.is_integer(result):
+                make = runtime.int_floordiv if fn is operator.floordiv else runtime.int_mod
+            elif T.is_float(result) and not T.is_bf16(result):
+                make = runtime.float_floordiv if fn is operator.floordiv else runtime.float_mod
+            else:
+                raise SimulationError(f"{fn.__name__} giving {result}")
+            return self.em.helper((fn.__name__, name), lambda: make(name), f"{fn.__name__}_{name}")
+        if fn is operator.pow:
+            if T.is_integer(b_ty) and (T.is_integer(a_ty) or T.is_float(a_ty)) and not T.is_bf16(result):
+                return self.em.helper(("ipow", name), lambda: runtime.int_power(name), f"ipow_{name}")
+            if T.is_float(a_ty) and T.is_float(b_ty) and not T.is_bf16(result):
+                return self.em.helper(("fpow", name), lambda: runtime.float_power(name), f"fpow_{name}")
+            raise SimulationError(f"{a_ty} ** {b_ty}")
+        return None
+
+    def fix_result(self, new: ast.expr, fn: Any, arg_tys: tuple, result: Any) -> ast.expr:
+        """``new`` (NumPy's operation on operands of exactly ``arg_tys``) converted to
+        ``result`` where NumPy's result type differs (and rounded, for bfloat16)."""
+        if T.is_bf16(result):
+            fn_node = self.em.helper(("bf16",), lambda: runtime.round_bf16, "round_bf16")
+            return self.em.call(fn_node, [new], new)
+        dtypes = [str(T.runtime_dtype(x)) for x in arg_tys]
+        got = _numpy_result(fn, dtypes[0], dtypes[1] if len(dtypes) > 1 else None)
+        want = T.runtime_dtype(result)
+        if got == want:
+            return new
+        if got.kind == "b" and want.kind in "iu":  # a bool operation NumPy keeps bool: Numba's ints would differ
+            raise SimulationError(f"{fn.__name__} of {arg_tys} giving {result}")
+        source = Val(_numba_of(got), exact=True)
+        return self.em.convert(new, source, result)
+
+    def e_UnaryOp(self, node: ast.UnaryOp, state: dict) -> tuple[ast.expr, Val]:
+        folded = const_of(node)
+        if folded is not NOCONST:
+            return self.e_Constant(ast.copy_location(ast.Constant(value=folded), node), state)
+        operand_node, operand = self.expr(node.operand, state)
+        fn = UNARY[type(node.op)]
+        sig = T.resolve_call(fn, (operand.ty,))
+        if fn is operator.not_:
+            return ast.copy_location(ast.UnaryOp(op=node.op, operand=operand_node), node), Val(sig.return_type)
+        if not (operand.scalar and T.is_scalar(sig.return_type)):
+            raise SimulationError(f"{fn.__name__} of {operand.ty}")
+        arg_ty = T.unliteral(sig.args[0])
+        value = self.em.convert(operand_node, operand, arg_ty)
+        new = ast.copy_location(ast.UnaryOp(op=node.op, operand=value), node)
+        if T.is_bf16(sig.return_type):  # negation and + of a bfloat16 are exact
+            return new, Val(sig.return_type, exact=True)
+        return self.fix_result(new, fn, (arg_ty,), sig.return_type), Val(sig.return_type, exact=True)
+
+    def e_BoolOp(self, node: ast.BoolOp, state: dict) -> tuple[ast.expr, Val]:
+        typed = [self.expr(v, state) for v in node.values]
+        unified = T.unify(*(v.ty for _, v in typed))
+        if unified is None:
+            raise T.TypingFailure("the operands of and/or have types Numba cannot unify: "
+                                  + ", ".join(str(v.ty) for _, v in typed))
+        scalar = T.is_scalar(unified)
+        values = [self.em.convert(n, v, unified) if scalar else n for n, v in typed]
+        return ast.copy_location(ast.BoolOp(op=node.op, values=values), node), Val(unified, exact=scalar)
+
+    def e_IfExp(self, node: ast.IfExp, state: dict) -> tuple[ast.expr, Val]:
+        test_node, _ = self.condition(node.test, state)
+        taken = self.static_truth(node.test, state)
+        body_node, body = self.expr(node.body, state) if taken is not False else (node.body, None)
+        else_node, other = self.expr(node.orelse, state) if taken is not True else (node.orelse, None)
+        if body is None or other is None:
+            val = body or other
+            return ast.copy_location(ast.IfExp(test=test_node, body=body_node, orelse=else_node), node), val
+        unified = T.unify(body.ty, other.ty)
+        if unified is None:
+            raise T.TypingFailure(f"the branches of a conditional expression have types {body.ty} and {other.ty}")
+        if T.is_scalar(unified):
+            body_node = self.em.convert(body_node, body, unified)
+            else_node = self.em.convert(else_node, other, unified)
+            val = Val(unified, exact=True)
+        else:
+            val = Val(unified)
+        return ast.copy_location(ast.IfExp(test=test_node, body=body_node, orelse=else_node), node), val
+
+    def e_Compare(self, node: ast.Compare, state: dict) -> tuple[ast.expr, Val]:
+        operands = [self.expr(node.left, state)] + [self.expr(c, state) for c in node.comparators]
+        pairs = []
+        for k, op in enumerate(node.ops):
+            (ln, lv), (rn, rv) = operands[k], operands[k + 1]
+            fn = COMPARE[type(op)]
+            if fn in (operator.contains,):
+                pairs.append((op, ln, rn))
+                continue
+            sig = T.resolve_call(fn, (lv.ty, rv.ty) if fn is not operator.contains else (rv.ty, lv.ty))
+            if fn in (operator.is_, operator.is_not) or not (lv.scalar and rv.scalar):
+                pairs.append((op, ln, rn))
+                continue
+            a_ty, b_ty = (T.unliteral(x) for x in sig.args)
+            if T.is_integer(a_ty) and T.is_integer(b_ty) and not (T.is_float(lv.ty) or T.is_float(rv.ty)):
+                pairs.append((op, ln, rn))  # integers compare by value, in Python, NumPy and Numba alike
+                continue
+            pairs.append((op, self.em.convert(ln, lv, a_ty), self.em.convert(rn, rv, b_ty)))
+        boolean = Val(T.nb().boolean)
+        if len(pairs) == 1:
+            op, ln, rn = pairs[0]
+            return ast.copy_location(ast.Compare(left=ln, ops=[op], comparators=[rn]), node), boolean
+        middle_same = all(pairs[k][2] is pairs[k + 1][1] for k in range(len(pairs) - 1))
+        if middle_same:
+            new = ast.Compare(left=pairs[0][1], ops=[p[0] for p in pairs], comparators=[p[2] for p in pairs])
+            return ast.copy_location(new, node), boolean
+        raise SimulationError("a chained comparison whose middle operand Numba converts two ways; "
+                              "write it as two comparisons joined by 'and'")
+
+    # ------------------------------------------------------------------ compile-time branches
+
+    def static_truth(self, node: ast.expr, state: dict) -> bool | None:
+        """``True``/``False`` where Numba decides the branch on ``node`` at compile time
+        (``dead_branch_prune``: a comparison of two constants, or a constant, where a
+        constant is a literal, a global, a closure value, a variable assigned one,
+        ``a.ndim`` of an array argument or ``None`` as an argument); else ``None``."""
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = self.static_truth(node.operand, state)
+            return None if inner is None else not inner
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right = self._const(node.left, state), self._const(node.comparators[0], state)
+            if left is NOCONST or right is NOCONST:
+                return None
+            try:
+                return bool(COMPARE[type(node.ops[0])](left, right)) if not isinstance(node.ops[0], (ast.In, ast.NotIn)) \
+                    else None
+            except Exception:  # noqa: BLE001 - Numba prunes nothing where comparing fails
+                return None
+        if isinstance(node, ast.BinOp):
+            left, right = self._const(node.left, state), self._const(node.right, state)
+            if left is NOCONST or right is NOCONST:
+                return None
+            try:
+                return bool(BINARY[type(node.op)](left, right))
+            except Exception:  # noqa: BLE001
+                return None
+        value = self._const(node, state, predicate=True)
+        if value is NOCONST:
+            return None
+        try:
+            return bool(value)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _const(self, node: ast.expr, state: dict, predicate: bool = False) -> Any:
+        """What Numba's ``find_const`` finds for ``node`` (NOCONST: nothing).  An
+        argument is a constant only as ``None`` in a comparison (``prune_by_type``)."""
+        folded = const_of(node)
+        if folded is not NOCONST:
+            return folded
+        t = T.nb()
+        if isinstance(node, ast.Name):
+            found = state.get(node.id)
+            if found is not None:
+                if any(found is p for p in self.params.values()):
+                    if predicate:
+                        return NOCONST
+                    none = isinstance(found.ty, t.NoneType) or (isinstance(found.ty, t.Omitted) and found.ty.value is None)
+                    return None if none else NOCONST
+                return found.const
+            if node.id in self.local_names:
+                return NOCONST
+            if node.id in self.namespace:
+                return self.namespace[node.id]
+            return getattr(builtins, node.id, NOCONST)
+        if isinstance(node, ast.Attribute) and node.attr == "ndim" and isinstance(node.value, ast.Name):
+            found = state.get(node.value.id)
+            if found is not None and any(found is p for p in self.params.values()) and isinstance(found.ty, t.Array):
+                return found.ty.ndim
+        return NOCONST
+
+
+def _numba_of(dtype: np.dtype) -> Any:
+    from numba.cuda.np.numpy_support import from_dtype
+
+    return from_dtype(dtype)

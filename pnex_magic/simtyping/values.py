@@ -1,0 +1,179 @@
+"""What the typed rewrite knows of a value, and the code it emits to convert one.
+
+:class:`Val`: a value's Numba type, whether the simulator holds it as a NumPy scalar
+of exactly that type (``exact``; a value from an array, or one the rewrite
+converted) or as a Python number equal to it (a literal, a loop index, a thread
+index, a shape), its elements (a tuple), and a compile-time value where there is
+one (a module, a function, a literal, a global constant).
+
+:class:`Emitter`: the names the rewritten kernel reads besides its own (conversion
+functions, typed constants, helpers of :mod:`.runtime`), registered once each, and
+:meth:`Emitter.convert`, the one place a conversion is written into the tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelLaunchError, KernelTypingError
+from . import numba_types as T
+from . import runtime
+
+__all__ = ["Val", "NOCONST", "Emitter", "SimulationError", "same_state", "PREFIX"]
+
+#: The names the rewrite adds to a kernel's globals start with this.
+PREFIX = "__pnex_sim_"
+
+
+class _NoConst:
+    def __repr__(self) -> str:
+        return "NOCONST"
+
+
+NOCONST: Any = _NoConst()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Val:
+    """A value as the rewrite sees it (compared by identity: two assignments of the
+    same constant are two definitions, as Numba's SSA has them)."""
+
+    ty: Any
+    exact: bool = False
+    elems: tuple[Val, ...] | None = None
+    const: Any = NOCONST
+    #: For ``cuda.*`` and ``math.*`` names: the dotted path (``"cuda.atomic.add"``).
+    path: str | None = None
+
+    @property
+    def scalar(self) -> bool:
+        return T.is_scalar(self.ty)
+
+    def same_type(self, other: Val) -> bool:
+        return self.ty == other.ty and self.exact == other.exact
+
+
+def same_state(a: dict[str, Val], b: dict[str, Val]) -> bool:
+    """Whether two states give every variable the same type and representation."""
+    return a.keys() == b.keys() and all(a[k].same_type(b[k]) for k in a)
+
+
+class SimulationError(Exception):
+    """Raised inside the rewrite; :meth:`Emitter.fail` turns it into the user's error."""
+
+
+def _type_name(ty: Any) -> str:
+    """The :func:`runtime.converter` name of a scalar type."""
+    if T.is_bf16(ty):
+        return "bfloat16"
+    ty = T.unliteral(ty)
+    return "bool" if isinstance(ty, T.nb().Boolean) else str(ty)
+
+
+class Emitter:
+    """The extra globals of one rewritten kernel and the conversions it writes."""
+
+    def __init__(self, kernel: str, filename: str, lines: dict[int, str]):
+        self.kernel = kernel
+        self.filename = filename
+        self.lines = lines
+        self.globals: dict[str, Any] = {}
+        self._keys: dict[Any, str] = {}
+        self._count = itertools.count()
+
+    # ----------------------------------------------------------------- names
+
+    def name_of(self, obj: Any, hint: str, key: Any = None) -> ast.Name:
+        """A global name bound to ``obj`` (one per ``key``, default: the object)."""
+        key = ("obj", id(obj)) if key is None else key
+        name = self._keys.get(key)
+        if name is None:
+            safe = "".join(c if c.isalnum() else "_" for c in hint)[:40]
+            name = f"{PREFIX}{safe}_{next(self._count)}"
+            self._keys[key] = name
+            self.globals[name] = obj
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def helper(self, key: tuple, make: Any, hint: str) -> ast.Name:
+        """A name for the helper ``make()`` builds, made once per ``key``."""
+        name = self._keys.get(("helper", key))
+        if name is None:
+            return self.name_of(make(), hint, ("helper", key))
+        return ast.Name(id=name, ctx=ast.Load())
+
+    def constant(self, value: Any, ty: Any) -> ast.Name:
+        """A typed constant: ``value`` converted to scalar type ``ty`` now, as Numba
+        converts a literal (an int literal is an int64, a float one a float64)."""
+        converted = self.convert_value(value, ty)
+        bits = converted.tobytes() if isinstance(converted, np.generic) else repr(converted)
+        return self.name_of(converted, f"c_{_type_name(ty)}", ("const", _type_name(ty), bits))
+
+    def convert_value(self, value: Any, ty: Any) -> Any:
+        source = "bool" if isinstance(value, (bool, np.bool_)) else (
+            "float64" if isinstance(value, float) else "int64" if isinstance(value, int) else None)
+        if source is None:
+            return runtime.converter(_type_name(ty), str(np.asarray(value).dtype), False)(value)
+        if source == "int64" and not (-(2**63) <= value < 2**63):
+            source = "uint64"
+        return runtime.converter(_type_name(ty), source, True)(value)
+
+    # ----------------------------------------------------------------- conversions
+
+    def needs(self, val: Val, target: Any) -> bool:
+        """Whether ``val`` must be converted to hold a value of scalar type ``target``
+        exactly (a NumPy scalar of its dtype, bfloat16 rounded)."""
+        if not T.is_scalar(target):
+            return False
+        return not (val.exact and T.unliteral(val.ty) == T.unliteral(target))
+
+    def convert(self, node: ast.expr, val: Val, target: Any) -> ast.expr:
+        """``node`` (whose value is ``val``) converted to scalar type ``target`` as
+        Numba converts; unchanged where it already is one."""
+        if not self.needs(val, target):
+            return node
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+            return ast.copy_location(self.constant(node.value, target), node)
+        if not val.scalar:
+            raise SimulationError(f"a value of type {val.ty} where a number of type {target} is expected")
+        source = _type_name(val.ty)
+        weak = not val.exact
+        key = ("convert", _type_name(target), source, weak)
+        fn = self.helper(key, lambda: runtime.converter(_type_name(target), source, weak), f"to_{_type_name(target)}")
+        return ast.copy_location(ast.Call(func=fn, args=[node], keywords=[]), node)
+
+    def converter_for(self, val: Val, target: Any) -> Any:
+        """The conversion function itself (``None`` where none is needed)."""
+        if not self.needs(val, target):
+            return None
+        return runtime.converter(_type_name(target), _type_name(val.ty), not val.exact)
+
+    def call(self, fn: ast.expr, args: list[ast.expr], like: ast.AST) -> ast.Call:
+        return ast.copy_location(ast.Call(func=fn, args=args, keywords=[]), like)
+
+    # ----------------------------------------------------------------- errors
+
+    def fail(self, node: ast.AST, message: str, typing: bool = False) -> Exception:
+        """The user's error for ``node``: a :class:`KernelTypingError` where Numba
+        cannot type it (the GPU compile fails too), else a :class:`KernelLaunchError`
+        saying what the simulator cannot compute as Numba does."""
+        import linecache
+
+        line = getattr(node, "lineno", None)
+        text = (self.lines.get(line) or linecache.getline(self.filename, line)).strip() if line else ""
+        at = f" at line {line}" + (f": `{text}`" if text else "") if line else ""
+        if typing:
+            return KernelTypingError(
+                f"kernel {self.kernel!r}{at}: Numba cannot type this: {message}", lineno=line)
+        return KernelLaunchError(
+            f"kernel {self.kernel!r}{at}: the CUDA simulator cannot compute this as Numba-CUDA does on the GPU "
+            f"({message}); run the kernel on a GPU, or write it with operations the simulator knows "
+            f"(arithmetic, comparisons, math.*, cuda.* intrinsics, device functions)")
+
+
+def type_name(ty: Any) -> str:
+    return _type_name(ty)
