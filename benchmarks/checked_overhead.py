@@ -146,7 +146,7 @@ class _Image:
     def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         return self._image  # one build: the fast or the checked code, whichever it was made from
 
-    def simulated_function(self) -> None:
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> None:
         return None
 
 

@@ -428,11 +428,14 @@ def test_the_workloads_kernels_give_the_same_results_checked(monkeypatch):
         if not check:
             SimulatorLauncher().launch(d, values, grid, block, torch.device("cpu"))
             return None
+        from pnex_magic.compiler import numba_signature
+        from pnex_magic.simtyping import typed_kernel
+
         ck = C.checked_kernel(d.fn)
         err = C.error_buffer()
-        stand_in = types.SimpleNamespace(
-            spec=C.checked_spec(d.spec), simulated_function=lambda: simulable(ck.function)
-        )
+        spec = C.checked_spec(d.spec)
+        typed = typed_kernel(ck.function, numba_signature(spec, "A"), spec.name)  # with Numba's types, as pnex runs it
+        stand_in = types.SimpleNamespace(spec=spec, simulated_function=lambda **_: simulable(typed))
         SimulatorLauncher().launch(stand_in, [*values, err], grid, block, torch.device("cpu"))
         return ck.describe(err)
 

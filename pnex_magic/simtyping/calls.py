@@ -88,7 +88,7 @@ class Calls:
             return self.math_call(node, f, const.__name__, args, kws)
         if isinstance(f.ty, (t.NumberClass, t.TypeRef)) and len(args) == 1 and not kws:
             return self.b_convert(node, func_node, f, args, kws)
-        if isinstance(const, np.ufunc) and const.__name__ in _UFUNC_MATH and not kws:
+        if isinstance(const, np.ufunc) and const.__name__ in _UFUNC_MATH and not kws and all(v.scalar for _, v in args):
             return self.math_call(node, f, _UFUNC_MATH[const.__name__], args, kws)
         name = getattr(const, "__name__", "")
         if name in _CHECKED:
@@ -224,6 +224,9 @@ class Calls:
                 arg_types[k] = T.nb().float64
         converted = self.converted(args, tuple(arg_types))
         dtype = type_name(arg_types[0])
+        if name == "pow" and T.is_integer(arg_types[1]):  # libdevice's powi: square-and-multiply, exact products
+            helper = self.em.helper(("ipow", dtype), lambda: runtime.int_power(dtype), f"powi_{dtype}")
+            return self.em.call(helper, converted, node), self.value_of(result, True)
         helper = self.em.helper(("math", name, dtype), lambda: runtime.math_function(name, dtype), f"math_{name}")
         return self.em.call(helper, converted, node), self.value_of(result, True)
 

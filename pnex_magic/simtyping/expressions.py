@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import itertools
 import operator
 import types as pytypes
 from typing import Any
@@ -50,6 +51,7 @@ COMPARE = {
     ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not, ast.In: operator.contains,
     ast.NotIn: operator.contains,
 }
+_temp_counter = itertools.count()
 UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
 _PLAIN = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
           operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
@@ -67,14 +69,33 @@ def _numpy_result(op: Any, left: str, right: str | None) -> np.dtype:
         return np.asarray(op(a, np.dtype(right).type(1))).dtype
 
 
+_FOLDABLE = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.operator, ast.unaryop, ast.expr_context)
+
+
 def const_of(node: ast.expr) -> Any:
-    """The value of a literal, ``-literal`` included (CPython folds it); else NOCONST."""
+    """The constant CPython's compiler makes of ``node`` (``-1``, ``100000 ** 3``,
+    ``(1, 2)``: Numba sees the folded constant), found by compiling it; else NOCONST."""
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and \
-            isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float)) and \
-            not isinstance(node.operand.value, bool):
-        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Tuple)) or \
+            not all(isinstance(n, _FOLDABLE) for n in ast.walk(node)):
+        return NOCONST
+    return _folded(ast.unparse(node))
+
+
+@functools.lru_cache(maxsize=4096)
+def _folded(text: str) -> Any:
+    import dis
+
+    try:
+        code = compile(text, "<pnex-fold>", "eval")
+    except (SyntaxError, ValueError, OverflowError, MemoryError):
+        return NOCONST
+    ops = [ins for ins in dis.get_instructions(code) if ins.opname not in ("RESUME", "NOP", "CACHE")]
+    if len(ops) == 2 and ops[0].opname == "LOAD_CONST" and ops[1].opname == "RETURN_VALUE":
+        return ops[0].argval
+    if len(ops) == 1 and ops[0].opname == "RETURN_CONST":  # Python 3.12+
+        return ops[0].argval
     return NOCONST
 
 
@@ -89,6 +110,10 @@ class Expressions:
     # ------------------------------------------------------------------ entry points
 
     def expr(self, node: ast.expr, state: dict[str, Val]) -> tuple[ast.expr, Val]:
+        if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Tuple)):
+            folded = const_of(node)
+            if folded is not NOCONST:  # CPython compiles it as a constant: so does Numba see it
+                node = ast.copy_location(ast.Constant(value=folded), node)
         method = getattr(self, "e_" + type(node).__name__, None)
         if method is None:
             raise self.em.fail(node, f"a {type(node).__name__} expression")
@@ -122,7 +147,14 @@ class Expressions:
             return node, Val(t.float64, const=value)
         if isinstance(value, complex):
             return node, Val(t.complex128, const=value)
-        lit = t.maybe_literal(value)
+        if isinstance(value, tuple):  # a folded tuple of constants: typed as a value, not as literals
+            elems = tuple(self.e_Constant(ast.Constant(value=v), state)[1] for v in value)
+            return node, Val(T.resolve_value(value), elems=tuple(Val(T.unliteral(e.ty), const=e.const)
+                                                                  for e in elems), const=value)
+        try:
+            lit = t.maybe_literal(value)
+        except (TypeError, ValueError) as exc:  # an int beyond 64 bits
+            raise T.TypingFailure(str(exc)) from None
         if lit is None:
             raise SimulationError(f"the constant {value!r}")
         return node, Val(lit, const=value)
@@ -315,9 +347,6 @@ class Expressions:
         return self.em.convert(new, source, result)
 
     def e_UnaryOp(self, node: ast.UnaryOp, state: dict) -> tuple[ast.expr, Val]:
-        folded = const_of(node)
-        if folded is not NOCONST:
-            return self.e_Constant(ast.copy_location(ast.Constant(value=folded), node), state)
         operand_node, operand = self.expr(node.operand, state)
         fn = UNARY[type(node.op)]
         sig = T.resolve_call(fn, (operand.ty,))
@@ -363,32 +392,53 @@ class Expressions:
 
     def e_Compare(self, node: ast.Compare, state: dict) -> tuple[ast.expr, Val]:
         operands = [self.expr(node.left, state)] + [self.expr(c, state) for c in node.comparators]
-        pairs = []
+        targets: list[tuple[Any, Any]] = []  # per pair: what its left and right operands become (None: as they are)
         for k, op in enumerate(node.ops):
-            (ln, lv), (rn, rv) = operands[k], operands[k + 1]
+            (_, lv), (_, rv) = operands[k], operands[k + 1]
             fn = COMPARE[type(op)]
-            if fn in (operator.contains,):
-                pairs.append((op, ln, rn))
+            if fn is operator.contains:
+                T.resolve_call(fn, (rv.ty, lv.ty))
+                targets.append((None, None))
                 continue
-            sig = T.resolve_call(fn, (lv.ty, rv.ty) if fn is not operator.contains else (rv.ty, lv.ty))
+            sig = T.resolve_call(fn, (lv.ty, rv.ty))
             if fn in (operator.is_, operator.is_not) or not (lv.scalar and rv.scalar):
-                pairs.append((op, ln, rn))
+                targets.append((None, None))
                 continue
             a_ty, b_ty = (T.unliteral(x) for x in sig.args)
             if T.is_integer(a_ty) and T.is_integer(b_ty) and not (T.is_float(lv.ty) or T.is_float(rv.ty)):
-                pairs.append((op, ln, rn))  # integers compare by value, in Python, NumPy and Numba alike
+                targets.append((None, None))  # integers compare by value, in Python, NumPy and Numba alike
                 continue
-            pairs.append((op, self.em.convert(ln, lv, a_ty), self.em.convert(rn, rv, b_ty)))
+            targets.append((a_ty, b_ty))
         boolean = Val(T.nb().boolean)
-        if len(pairs) == 1:
-            op, ln, rn = pairs[0]
-            return ast.copy_location(ast.Compare(left=ln, ops=[op], comparators=[rn]), node), boolean
-        middle_same = all(pairs[k][2] is pairs[k + 1][1] for k in range(len(pairs) - 1))
-        if middle_same:
-            new = ast.Compare(left=pairs[0][1], ops=[p[0] for p in pairs], comparators=[p[2] for p in pairs])
+
+        def side(k: int, ty: Any, node_: ast.expr) -> ast.expr:
+            return node_ if ty is None else self.em.convert(node_, operands[k][1], ty)
+
+        if len(node.ops) == 1:
+            new = ast.Compare(left=side(0, targets[0][0], operands[0][0]), ops=list(node.ops),
+                              comparators=[side(1, targets[0][1], operands[1][0])])
             return ast.copy_location(new, node), boolean
-        raise SimulationError("a chained comparison whose middle operand Numba converts two ways; "
-                              "write it as two comparisons joined by 'and'")
+        uses: list[tuple[ast.expr, ast.expr]] = []  # per pair: its two operands
+        first = side(0, targets[0][0], operands[0][0])
+        chain_ok = True
+        for k in range(len(node.ops)):
+            right_ty = targets[k][1]
+            next_ty = targets[k + 1][0] if k + 1 < len(node.ops) else right_ty
+            if k + 1 < len(node.ops) and right_ty != next_ty:  # two conversions of one operand, evaluated once
+                chain_ok = False
+                temp = f"__pnex_sim_cmp_{next(_temp_counter)}"
+                named = ast.NamedExpr(target=ast.Name(id=temp, ctx=ast.Store()), value=operands[k + 1][0])
+                right = side(k + 1, right_ty, ast.copy_location(named, node))
+                following = side(k + 1, next_ty, ast.copy_location(ast.Name(id=temp, ctx=ast.Load()), node))
+            else:
+                right = following = side(k + 1, right_ty, operands[k + 1][0])
+            uses.append((first, right))
+            first = following
+        if chain_ok:
+            new = ast.Compare(left=uses[0][0], ops=list(node.ops), comparators=[r for _, r in uses])
+            return ast.copy_location(new, node), boolean
+        pairs = [ast.Compare(left=left, ops=[op], comparators=[right]) for (left, right), op in zip(uses, node.ops)]
+        return ast.copy_location(ast.BoolOp(op=ast.And(), values=pairs), node), boolean
 
     # ------------------------------------------------------------------ compile-time branches
 

@@ -182,6 +182,7 @@ class Build:
 def typed_kernel(fn: types.FunctionType, argtypes: tuple, name: str, cross_check: bool = True) -> types.FunctionType:
     """Kernel ``fn`` rewritten so that the CUDA simulator computes with Numba-CUDA's
     types for parameters of Numba types ``argtypes`` (see the module docstring)."""
+    T.refresh()
     build = Build(name)
     params = [param_val(ty) for ty in argtypes]
     new, _, _ = build.function(fn, params, "the kernel", returns=False)

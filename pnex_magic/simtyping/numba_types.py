@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "nb", "context", "typing_lock", "is_scalar", "is_float", "is_integer", "is_bf16", "runtime_dtype", "unliteral",
+    "nb", "context", "refresh", "typing_lock", "is_scalar", "is_float", "is_integer", "is_bf16", "runtime_dtype", "unliteral",
     "literal_value", "typeof_value", "unify", "resolve_call", "resolve_value", "TypingFailure",
 ]
 
@@ -45,16 +45,24 @@ def nb() -> Any:
     return types
 
 
-@functools.lru_cache(maxsize=1)
 def context() -> Any:
-    """Numba-CUDA's typing context, every registry installed (about 2 s the first
-    time in a process; a GPU compile does the same set-up)."""
+    """Numba-CUDA's typing context (:func:`refresh` installs what was registered)."""
     from numba.cuda.descriptor import cuda_target
 
-    ctx = cuda_target.typing_context
+    return cuda_target.typing_context
+
+
+def refresh() -> None:
+    """Install every typing registry, and any registered since (pnex's checked-access
+    helpers, ``pnex.random``): about 2 s the first time in a process, as for a GPU
+    compile; nothing much after."""
+    from .. import random as kernel_random
+    from .. import vector
+
+    vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
+    kernel_random.register_cuda()  # pnex.random in kernels
     with typing_lock():
-        ctx.refresh()
-    return ctx
+        context().refresh()
 
 
 @contextlib.contextmanager

@@ -19,10 +19,12 @@ What each mirrors, in numba-cuda 0.30 and the PTX NVVM emits for it:
   square-and-multiply, whose roundings differ from ``pow``'s;
 * ``min``/``max`` (:func:`minmax`): Python's algorithm, as Numba's ``do_minmax``;
 * ``math.*`` (:func:`math_function`): exact operations (``sqrt``, ``floor``, ``fmod``,
-  ``ldexp``, ...) computed exactly in the argument's type; transcendental ones
-  through the C library's double-precision function, rounded once to the result
-  type: within an ulp or so of the correctly rounded value, where libdevice's are
-  within its documented bounds (2 ulp for most; see :data:`TRANSCENDENTAL`);
+  ``ldexp``, ...) computed exactly in the argument's type; ``math.pow`` of an int32
+  exponent as libdevice's ``powi`` (square-and-multiply); transcendental ones
+  through the C library's double-precision function (Python's ``math``, which calls
+  it, except ``gamma``/``lgamma``, CPython's own), rounded once to the result type:
+  within an ulp or so of the correctly rounded value, where libdevice's are within
+  its documented bounds (2 ulp for most; see :data:`TRANSCENDENTAL`);
 * ``cuda.fma`` and ``cuda.fp16.hfma``: one rounding of the exact ``a * b + c``
   (:func:`fma`).
 """
@@ -231,7 +233,9 @@ def static_power(dtype: str, exponent: int) -> Callable[[Any], Any]:
 
 
 def int_power(dtype: str) -> Callable[[Any, Any], Any]:
-    """``x ** n`` for an integer variable ``n`` (Numba's ``int_power_impl``)."""
+    """``x ** n`` for an integer variable ``n`` (Numba's ``int_power_impl``), and
+    ``math.pow(x, n)`` for an int32 ``n`` (libdevice's ``powi``: the same
+    square-and-multiply, each product rounded)."""
     make = np.dtype(dtype).type
     is_int = np.dtype(dtype).kind in "iu"
     low = make(np.iinfo(np.dtype(dtype)).min) if is_int else None
@@ -250,8 +254,8 @@ def int_power(dtype: str) -> Callable[[Any, Any], Any]:
         else:
             invert = False
             exp = int(b)
-        if exp > 0x10000:
-            return make(math.pow(float(a), float(b)))
+        if exp > 0x10000:  # Numba's cutoff: math.pow (libdevice's pow), then converted
+            return converter(dtype, "float64", False)(math_function("pow", "float64")(F64(a), F64(b)))
         while exp != 0:
             if exp & 1:
                 r = r * a
@@ -321,7 +325,8 @@ _DOUBLE: dict[str, tuple[Callable[..., float], Callable[..., Any]]] = {
     "erf": (math.erf, lambda x: np.float64(math.erf(x))), "erfc": (math.erfc, lambda x: np.float64(math.erfc(x))),
     "gamma": (math.gamma, lambda x: np.copysign(np.inf, x) if x == 0 or x > 171 else np.float64(np.nan)),
     "lgamma": (_lgamma, lambda x: np.float64(np.inf)),
-    "atan2": (math.atan2, np.arctan2), "hypot": (math.hypot, np.hypot), "pow": (math.pow, np.power),
+    "atan2": (math.atan2, np.arctan2), "hypot": (lambda x, y: float(np.hypot(x, y)), np.hypot),  # C's hypot
+    "pow": (math.pow, np.power),
     "cbrt": (getattr(math, "cbrt", None) or np.cbrt, np.cbrt),
 }
 if hasattr(math, "exp2"):
