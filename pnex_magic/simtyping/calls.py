@@ -104,12 +104,13 @@ class Calls:
     def signature(self, f: Val, args: list, kws: dict) -> Any:
         return T.resolve_call(f.ty, tuple(v.ty for _, v in args), {k: v.ty for k, (_, v) in kws.items()})
 
-    def value_of(self, ty: Any, exact: bool) -> Val:
-        """A result of type ``ty`` (``exact``: held exactly in its type)."""
+    def value_of(self, ty: Any, exact: bool, py: bool = False) -> Val:
+        """A result of type ``ty`` (``exact``: held exactly in its type; ``py``: as a
+        Python number)."""
         t = T.nb()
         if isinstance(ty, t.BaseTuple):
-            return Val(ty, elems=tuple(self.value_of(e, exact) for e in ty))
-        return Val(ty, exact=exact and T.is_scalar(ty))
+            return Val(ty, elems=tuple(self.value_of(e, exact, py) for e in ty))
+        return Val(ty, exact=exact and T.is_scalar(ty), py=py and T.is_scalar(ty))
 
     def rebuilt(self, node: ast.Call, func_node: ast.expr, args: list[ast.expr], kws: dict | None = None) -> ast.Call:
         keywords = [ast.keyword(arg=k, value=v) for k, v in (kws or {}).items()]
@@ -125,8 +126,8 @@ class Calls:
         sig = self.signature(f, args, kws)
         new = self.rebuilt(node, func_node, [n for n, _ in args], {k: n for k, (n, _) in kws.items()})
         if f.const is builtins.len and isinstance(args[0][1].ty, T.nb().BaseTuple):
-            return new, Val(sig.return_type, const=len(args[0][1].ty))
-        return new, self.value_of(sig.return_type, False)
+            return new, Val(sig.return_type, const=len(args[0][1].ty), py=True)
+        return new, self.value_of(sig.return_type, False, py=f.const is builtins.len)
 
     def b_abs(self, node, func_node, f, args, kws):
         sig = self.signature(f, args, kws)
@@ -222,13 +223,20 @@ class Calls:
                 arg_types[k] = float_result
             elif T.is_integer(ty) and name in ("isnan", "isinf", "isfinite"):
                 arg_types[k] = T.nb().float64
-        converted = self.converted(args, tuple(arg_types))
         dtype = type_name(arg_types[0])
         if name == "pow" and T.is_integer(arg_types[1]):  # libdevice's powi: square-and-multiply, exact products
+            converted = self.converted(args, tuple(arg_types))
             helper = self.em.helper(("ipow", dtype), lambda: runtime.int_power(dtype), f"powi_{dtype}")
             return self.em.call(helper, converted, node), self.value_of(result, True)
+        # A float64 argument may stay a Python number: the C library's function takes its double
+        double = dtype == "float64" and name not in ("fabs", "ldexp", "frexp", "modf", "floor", "ceil", "trunc",
+                                                     "copysign", "fmod", "nextafter", "radians", "degrees")
+        converted = [n if double and v.py and ty == T.nb().float64 else
+                     (self.em.convert(n, v, ty) if v.scalar and T.is_scalar(ty) else n)
+                     for (n, v), ty in zip(args, arg_types)]
         helper = self.em.helper(("math", name, dtype), lambda: runtime.math_function(name, dtype), f"math_{name}")
-        return self.em.call(helper, converted, node), self.value_of(result, True)
+        py = runtime.python_result(name, dtype)
+        return self.em.call(helper, converted, node), self.value_of(result, not py, py)
 
     # ------------------------------------------------------------------ cuda.*
 
@@ -238,7 +246,7 @@ class Calls:
         plain = [n for n, _ in args]
         if name in _CUDA_UNCHANGED or name in _WARP:
             new = self.rebuilt(node, func_node, plain, {k: n for k, (n, _) in kws.items()})
-            return new, self.value_of(result, False)
+            return new, self.value_of(result, False, py=name in ("grid", "gridsize"))
         if kws:
             raise SimulationError(f"cuda.{name} with keyword arguments")
         if name.startswith("atomic."):

@@ -72,6 +72,51 @@ def _numpy_result(op: Any, left: str, right: str | None) -> np.dtype:
 _FOLDABLE = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.operator, ast.unaryop, ast.expr_context)
 
 
+_SAMPLES = {"int": 3, "float": 1.5, "bool": True}
+_ARITH = (operator.add, operator.sub, operator.mul)
+_ORDER = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
+#: What a Python number converts to, in NumPy's promotion with a NumPy scalar, exactly
+#: as Numba converts it (a Python int to int64 or float64: in range, correctly rounded).
+_WEAK_TARGETS = {"int": ("int64", "float64"), "float": ("float64",), "bool": ("int64", "float64", "bool"), "uint": ()}
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_computes(fn: Any, left: tuple | None, right: tuple | None, args: tuple, result: str) -> str | None:
+    """Whether ``fn`` of operands held as ``left``/``right`` (:attr:`Val.rep`) is
+    computed by Python/NumPy exactly as Numba computes it with signature ``args``
+    -> ``result``: ``"np"`` (NumPy converts both operands to ``args``' type, and its
+    result has ``result``'s), ``"py"`` (two Python floats: IEEE double arithmetic, or
+    a comparison of two Python numbers of one kind), else ``None``."""
+    if left is None or right is None or args[0] != args[1]:
+        return None
+    if left[0] == "py" and right[0] == "py":
+        floats = "float" in (left[1], right[1]) and {left[1], right[1]} <= {"float", "int", "bool"}
+        if floats and args[0] == "float64" and result == "float64" and fn in _ARITH:
+            return "py"  # IEEE double arithmetic; an int converted to the nearest double, as Numba does
+        if fn in _ORDER and left[1] == right[1] and result == "bool" and (
+                (left[1] == "float" and args[0] == "float64") or (left[1] == "int" and args[0].startswith("int"))):
+            return "py"
+        return None
+    for rep in (left, right):
+        if rep[0] == "py" and args[0] not in _WEAK_TARGETS[rep[1]]:
+            return None
+    a = np.dtype(left[1]).type(1) if left[0] == "np" else _SAMPLES[left[1]]
+    b = np.dtype(right[1]).type(1) if right[0] == "np" else _SAMPLES[right[1]]
+    with np.errstate(all="ignore"):
+        try:
+            common = np.add(a, b).dtype if not (left[1] == right[1] == "bool") else np.dtype(bool)
+            got = np.asarray(fn(a, b)).dtype
+        except Exception:  # noqa: BLE001 - NumPy refuses: not this way
+            return None
+    if str(common) != args[0] or str(got) != result:
+        return None
+    return "np"
+
+
+def _literal(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
 def const_of(node: ast.expr) -> Any:
     """The constant CPython's compiler makes of ``node`` (``-1``, ``100000 ** 3``,
     ``(1, 2)``: Numba sees the folded constant), found by compiling it; else NOCONST."""
@@ -144,12 +189,12 @@ class Expressions:
         if value is None:
             return node, Val(t.none, const=None)
         if isinstance(value, float):
-            return node, Val(t.float64, const=value)
+            return node, Val(t.float64, const=value, py=True)
         if isinstance(value, complex):
             return node, Val(t.complex128, const=value)
         if isinstance(value, tuple):  # a folded tuple of constants: typed as a value, not as literals
             elems = tuple(self.e_Constant(ast.Constant(value=v), state)[1] for v in value)
-            return node, Val(T.resolve_value(value), elems=tuple(Val(T.unliteral(e.ty), const=e.const)
+            return node, Val(T.resolve_value(value), elems=tuple(Val(T.unliteral(e.ty), const=e.const, py=e.py)
                                                                   for e in elems), const=value)
         try:
             lit = t.maybe_literal(value)
@@ -157,7 +202,7 @@ class Expressions:
             raise T.TypingFailure(str(exc)) from None
         if lit is None:
             raise SimulationError(f"the constant {value!r}")
-        return node, Val(lit, const=value)
+        return node, Val(lit, const=value, py=isinstance(value, (int, bool)))
 
     def e_Name(self, node: ast.Name, state: dict) -> tuple[ast.expr, Val]:
         found = state.get(node.id)
@@ -194,7 +239,7 @@ class Expressions:
             return Val(T.typeof_value(value), elems=elems, const=value)
         ty = T.typeof_value(value)
         exact = isinstance(value, np.generic) and T.is_scalar(ty) and not T.is_bf16(ty)
-        return Val(ty, exact=exact, const=value)
+        return Val(ty, exact=exact, const=value, py=isinstance(value, (int, float, bool)) and T.is_scalar(ty))
 
     # ------------------------------------------------------------------ attributes and subscripts
 
@@ -217,21 +262,24 @@ class Expressions:
                 raise self.em.fail(node, f"{base.const.__name__!r} has no attribute {attr!r}", typing=True)
             val = self.global_val(getattr(base.const, attr), attr)
             path = f"{base.path}.{attr}" if base.path else None
-            return new, Val(val.ty, val.exact, val.elems, val.const, path)
+            return new, Val(val.ty, val.exact, val.elems, val.const, path, val.py)
         ty = T.resolve_getattr(base.ty, attr)
         if ty is None:
             raise T.TypingFailure(f"{base.ty} has no attribute {attr!r}")
         t = T.nb()
-        if isinstance(base.ty, t.Array) and attr == "shape":
-            return new, Val(ty, elems=tuple(Val(t.intp) for _ in range(base.ty.ndim)))
+        if isinstance(base.ty, t.Array) and attr in ("shape", "strides"):  # Python ints (the simulator's arrays are NumPy's)
+            return new, Val(ty, elems=tuple(Val(t.intp, py=True) for _ in range(base.ty.ndim)))
+        if isinstance(base.ty, t.Array) and attr in ("size", "ndim", "itemsize", "nbytes"):
+            return new, Val(ty, py=True)
         exact = isinstance(base.ty, t.Record) and T.is_scalar(ty)
         return new, Val(ty, exact=exact)
 
     def _cuda_attribute(self, ty: Any, path: str) -> Val:
+        """``cuda.threadIdx.x``, ``cuda.warpsize``, ...: Python ints in the simulator."""
         t = T.nb()
         if isinstance(ty, t.BaseTuple):
-            return Val(ty, elems=tuple(Val(e) for e in ty), path=path)
-        return Val(ty, path=path)
+            return Val(ty, elems=tuple(Val(e, py=T.is_scalar(e)) for e in ty), path=path)
+        return Val(ty, path=path, py=T.is_scalar(ty))
 
     def e_Subscript(self, node: ast.Subscript, state: dict) -> tuple[ast.expr, Val]:
         base_node, base = self.expr(node.value, state)
@@ -252,7 +300,8 @@ class Expressions:
         result = sig.return_type
         if isinstance(base.ty, t.BaseTuple):
             exact = base.elems is not None and all(e.exact for e in base.elems)
-            return new, Val(result, exact=exact and T.is_scalar(result))
+            py = base.elems is not None and all(e.py for e in base.elems)
+            return new, Val(result, exact=exact and T.is_scalar(result), py=py and T.is_scalar(result))
         return new, Val(result, exact=T.is_scalar(result))
 
     def e_Slice(self, node: ast.Slice, state: dict) -> tuple[ast.expr, Val]:
@@ -302,14 +351,74 @@ class Expressions:
                 return new, Val(result, elems=elems)
             raise SimulationError(f"{fn.__name__} of {left.ty} and {right.ty}")
         a_ty, b_ty = (T.unliteral(x) for x in sig.args)
+        helper = self._arith_helper(fn, a_ty, b_ty, result, right)
+        op = next((k for k, v in BINARY.items() if v is fn), None)
+        if helper is None and op is not None and not T.is_bf16(result):
+            chosen = self.operands(fn, (a_ty, b_ty), result, [(left_node, left), (right_node, right)])
+            if chosen is not None:  # NumPy computes it in Numba's types as the operands are
+                (a, b), py = chosen
+                new = ast.copy_location(ast.BinOp(left=a, op=op(), right=b), node)
+                return new, Val(result, exact=not py, py=py)
         a = self.em.convert(left_node, left, a_ty)
         b = self.em.convert(right_node, right, b_ty)
-        helper = self._arith_helper(fn, a_ty, b_ty, result, right)
         if helper is not None:
             return self.em.call(helper, [a, b], node), Val(result, exact=True)
-        op = next(k for k, v in BINARY.items() if v is fn)()
-        new = ast.copy_location(ast.BinOp(left=a, op=op, right=b), node)
+        new = ast.copy_location(ast.BinOp(left=a, op=op(), right=b), node)
         return self.fix_result(new, fn, (a_ty, b_ty), result), Val(result, exact=True)
+
+    def operands(self, fn: Any, arg_types: tuple, result: Any, items: list[tuple[ast.expr, Val]]
+                 ) -> tuple[list[ast.expr], bool] | None:
+        """The operands of ``fn``, converted as :meth:`conversions` chooses, and whether
+        the result is a Python number (``None`` where no choice makes NumPy compute it)."""
+        chosen = self.conversions(fn, arg_types, result, items)
+        if chosen is None:
+            return None
+        how, py = chosen
+        return [self.convert_as(n, v, arg_types[k], how[k]) for k, (n, v) in enumerate(items)], py
+
+    def convert_as(self, node: ast.expr, val: Val, ty: Any, how: str) -> ast.expr:
+        """``node`` kept (``"keep"``), converted to a NumPy scalar of ``ty`` (``"np"``)
+        or to a Python float (``"py"``: a float64 value, by ``float()``)."""
+        if how == "keep":
+            return node
+        if how == "np":
+            return self.em.convert(node, val, ty)
+        if isinstance(node, ast.Constant):
+            return ast.copy_location(ast.Constant(value=float(node.value)), node)
+        return self.em.call(self.em.name_of(float, "float"), [node], node)
+
+    def conversions(self, fn: Any, arg_types: tuple, result: Any, items: list[tuple[ast.expr, Val]]
+                    ) -> tuple[tuple[str, str], bool] | None:
+        """How to convert each operand of ``fn`` (``"keep"``, ``"np"``: to a NumPy
+        scalar of the signature's type ``arg_types``, ``"py"``: to a Python float, for
+        float64) for Python/NumPy to compute it exactly as Numba does, at the least
+        cost (a literal's conversion costs nothing: a typed constant; ``float()`` is
+        cheaper than a NumPy scalar), and whether the result is then a Python number;
+        ``None`` where no way does (the caller converts both)."""
+        names = tuple(type_name(a) for a in arg_types)
+        if not all(T.is_scalar(a) for a in arg_types) or any(T.is_bf16(a) for a in arg_types):
+            return None
+        choices = []
+        for k, (n, v) in enumerate(items):
+            ways = [("keep", 0.0, v.rep)]
+            literal = _literal(n)
+            ways.append(("np", 0.0 if literal else 1.0, ("np", names[k])))
+            if names[k] == "float64" and v.scalar and not T.is_bf16(v.ty) and not (v.rep or ("",))[0] == "py":
+                ways.append(("py", 0.3, ("py", "float")))
+            choices.append(ways)
+        best = None
+        for left in choices[0]:
+            for right in choices[1]:
+                verdict = _numpy_computes(fn, left[2], right[2], names, type_name(result))
+                if verdict is None:
+                    continue
+                # What the operation itself costs: Python's float arithmetic least, NumPy's on
+                # two scalars of one dtype (or one and a Python number) more, on two dtypes most.
+                mixed = left[2][0] == right[2][0] == "np" and left[2][1] != right[2][1]
+                cost = left[1] + right[1] + (0.1 if verdict == "py" else 1.0 if mixed else 0.4)
+                if best is None or cost < best[0]:
+                    best = (cost, (left[0], right[0]), verdict == "py")
+        return None if best is None else (best[1], best[2])
 
     def _arith_helper(self, fn: Any, a_ty: Any, b_ty: Any, result: Any, right: Val) -> ast.expr | None:
         """A :mod:`.runtime` helper for the operations NumPy computes otherwise."""
@@ -355,6 +464,9 @@ class Expressions:
         if not (operand.scalar and T.is_scalar(sig.return_type)):
             raise SimulationError(f"{fn.__name__} of {operand.ty}")
         arg_ty = T.unliteral(sig.args[0])
+        if operand.rep == ("py", "float") and fn in (operator.neg, operator.pos) and type_name(arg_ty) == "float64":
+            return ast.copy_location(ast.UnaryOp(op=node.op, operand=operand_node), node), \
+                Val(sig.return_type, py=True)  # exact on a double
         value = self.em.convert(operand_node, operand, arg_ty)
         new = ast.copy_location(ast.UnaryOp(op=node.op, operand=value), node)
         if T.is_bf16(sig.return_type):  # negation and + of a bfloat16 are exact
@@ -394,7 +506,7 @@ class Expressions:
         operands = [self.expr(node.left, state)] + [self.expr(c, state) for c in node.comparators]
         targets: list[tuple[Any, Any]] = []  # per pair: what its left and right operands become (None: as they are)
         for k, op in enumerate(node.ops):
-            (_, lv), (_, rv) = operands[k], operands[k + 1]
+            (ln, lv), (rn, rv) = operands[k], operands[k + 1]
             fn = COMPARE[type(op)]
             if fn is operator.contains:
                 T.resolve_call(fn, (rv.ty, lv.ty))
@@ -408,11 +520,13 @@ class Expressions:
             if T.is_integer(a_ty) and T.is_integer(b_ty) and not (T.is_float(lv.ty) or T.is_float(rv.ty)):
                 targets.append((None, None))  # integers compare by value, in Python, NumPy and Numba alike
                 continue
-            targets.append((a_ty, b_ty))
+            chosen = self.conversions(fn, (a_ty, b_ty), T.nb().boolean, [(ln, lv), (rn, rv)])
+            how = chosen[0] if chosen is not None else ("np", "np")
+            targets.append(((a_ty, how[0]) if how[0] != "keep" else None, (b_ty, how[1]) if how[1] != "keep" else None))
         boolean = Val(T.nb().boolean)
 
-        def side(k: int, ty: Any, node_: ast.expr) -> ast.expr:
-            return node_ if ty is None else self.em.convert(node_, operands[k][1], ty)
+        def side(k: int, target: Any, node_: ast.expr) -> ast.expr:
+            return node_ if target is None else self.convert_as(node_, operands[k][1], target[0], target[1])
 
         if len(node.ops) == 1:
             new = ast.Compare(left=side(0, targets[0][0], operands[0][0]), ops=list(node.ops),

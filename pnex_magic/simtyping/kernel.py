@@ -43,8 +43,8 @@ def param_val(ty: Any) -> Val:
     if isinstance(ty, t.Omitted):
         value = ty.value
         lit = T.typeof_value(value)
-        return Val(lit, const=value, elems=tuple(Val(T.typeof_value(v), const=v) for v in value)
-                   if isinstance(value, tuple) else None)
+        return Val(lit, const=value, elems=tuple(Val(T.typeof_value(v), const=v, py=True) for v in value)
+                   if isinstance(value, tuple) else None, py=isinstance(value, (int, float, bool)))
     if isinstance(ty, t.NoneType):
         return Val(ty, const=None)
     if T.is_scalar(ty):
@@ -98,11 +98,27 @@ class Build:
         for name, val in param_vals.items():
             walker.record(name, val.ty)
         body, _ = walker.block(fdef.body, dict(param_vals))
+        if not returns:
+            body = self._unwrapped(names, params, em, fdef) + body
         fdef.body = body or [ast.Pass()]
         ast.fix_missing_locations(fdef)
         new = rebuild(fn, fdef, em.globals, what=what)
         self.checked.append((device, numba_sig if numba_sig is not None else tuple(v.ty for v in params), walker))
         return new, walker, return_type
+
+    def _unwrapped(self, names: list[str], params: list[Val], em: Emitter, fdef: ast.FunctionDef) -> list[ast.stmt]:
+        """``a = unwrap(a)`` for each array parameter: the NumPy array the simulator's
+        wrapper holds (its indexing costs microseconds a call; NumPy's, a tenth).  An
+        array of records keeps its wrapper, whose elements' fields read as attributes."""
+        t = T.nb()
+        out = []
+        for name, val in zip(names, params):
+            if isinstance(val.ty, t.Array) and not isinstance(val.ty.dtype, t.Record):
+                call = ast.Call(func=em.name_of(_unwrap, "unwrap"), args=[ast.Name(id=name, ctx=ast.Load())],
+                                keywords=[])
+                out.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call),
+                                             fdef.body[0] if fdef.body else fdef))
+        return out
 
     def _return_type(self, walker: Walker, fdef: ast.FunctionDef, em: Emitter) -> Any:
         t = T.nb()
@@ -177,6 +193,12 @@ class Build:
                         f"({', '.join(sorted(str(t) for t in numba_types))}), so it would not compute what the GPU "
                         f"computes; please report this kernel to pnex_magic. It runs on a GPU as it is"
                     )
+
+
+def _unwrap(array: Any) -> Any:
+    """The NumPy array of a simulator's array argument (itself for anything else)."""
+    item = getattr(array, "_item", None) if type(array).__name__ == "FakeWithinKernelCUDAArray" else None
+    return getattr(item, "_ary", array) if item is not None else array
 
 
 def typed_kernel(fn: types.FunctionType, argtypes: tuple, name: str, cross_check: bool = True) -> types.FunctionType:

@@ -42,7 +42,7 @@ import numpy as np
 __all__ = [
     "converter", "round_bf16", "int_floordiv", "int_mod", "float_mod", "float_floordiv", "static_power", "int_power",
     "float_power", "minmax", "math_function", "fma", "bit_function", "TRANSCENDENTAL", "EXACT_MATH", "rint_to_int",
-    "round_ndigits", "half_minmax", "half_function",
+    "round_ndigits", "half_minmax", "half_function", "python_result",
 ]
 
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -108,6 +108,8 @@ def converter(target: str, source: str, weak: bool) -> Callable[[Any], Any]:
     ``int64``, ``bool``, ``bfloat16`` and so on."""
     src_float = source.startswith(("float", "bfloat"))
     through = None if not weak or src_float or source == "bool" else np.dtype(source).type
+    if through is not None and target == "float64" and np.dtype(source).kind == "i":
+        return F64  # a Python int in int64's range: NumPy rounds it to nearest, as sitofp does
     if target == "bfloat16":
         if through is not None:
             return lambda v: round_bf16(int(v))
@@ -297,17 +299,26 @@ def minmax(which: str, steps: Sequence[tuple[Callable | None, Callable | None]])
 # ----------------------------------------------------------------------------- math.*
 
 
-def _guarded(fn: Callable[..., float], fallback: Callable[..., Any]) -> Callable[..., float]:
+def _guarded(fn: Callable[..., float], fallback: Callable[..., Any], make: Any = None) -> Callable[..., Any]:
     """``fn`` of the C library (through Python's ``math``), whose range and domain
-    errors become what C returns (inf, nan): NumPy's function, computed again."""
+    errors become what C returns (inf, nan): NumPy's function, computed again;
+    ``make``: the result converted to it (else a Python float)."""
+    def again(*args: Any) -> float:
+        with np.errstate(all="ignore"):
+            return float(fallback(*(F64(a) for a in args)))
 
-    def call(*args: float) -> float:
-        try:
-            return fn(*args)
-        except (OverflowError, ValueError):
-            with np.errstate(all="ignore"):
-                return float(fallback(*(F64(a) for a in args)))
-
+    if make is None:
+        def call(*args: Any) -> float:
+            try:
+                return fn(*args)
+            except (OverflowError, ValueError):
+                return again(*args)
+    else:
+        def call(*args: Any) -> Any:
+            try:
+                return make(fn(*args))
+            except (OverflowError, ValueError):
+                return make(again(*args))
     return call
 
 
@@ -334,13 +345,12 @@ if hasattr(math, "exp2"):
 
 
 def _exact(name: str, make: type) -> Callable[..., Any] | None:
-    if name == "sqrt":
-        return lambda x: np.sqrt(x)
+    if name == "sqrt":  # the double square root, rounded once: exact for float32 and float16 too
+        return _guarded(math.sqrt, np.sqrt, None if make is F64 else make)
     if name == "fabs":
-        return lambda x: np.abs(x)
+        return abs
     if name in ("floor", "ceil", "trunc", "copysign", "fmod", "nextafter", "ldexp", "frexp", "modf"):
-        ufunc = getattr(np, name)
-        return ufunc
+        return getattr(np, name)
     if name in ("isnan", "isinf", "isfinite"):
         return getattr(np, name)
     if name == "remainder":
@@ -352,20 +362,24 @@ def _exact(name: str, make: type) -> Callable[..., Any] | None:
     return None
 
 
+def python_result(name: str, dtype: str) -> bool:
+    """Whether :func:`math_function` gives a Python float (a float64 from the C
+    library: the simulator holds float64 values either way) rather than a NumPy scalar."""
+    return dtype == "float64" and (name in _DOUBLE or name == "sqrt")
+
+
 @functools.lru_cache(maxsize=None)
 def math_function(name: str, dtype: str) -> Callable[..., Any]:
-    """``math.<name>`` for arguments of NumPy dtype ``dtype`` (already converted to
-    the signature Numba resolved), returning that dtype: exact functions computed in
-    it, transcendental ones in double precision and rounded once."""
+    """``math.<name>`` for arguments of dtype ``dtype`` (converted to the signature
+    Numba resolved; a float64 may be a Python float), returning that dtype (a Python
+    float for float64 where :func:`python_result` says so): exact functions computed
+    in it, transcendental ones in double precision and rounded once."""
     make = np.dtype(dtype).type
     exact = _exact(name, make)
     if exact is not None:
         return exact
     fn, fallback = _DOUBLE[name]
-    guarded = _guarded(fn, fallback)
-    if make is F64:
-        return lambda *args: F64(guarded(*args))
-    return lambda *args: make(guarded(*(float(a) for a in args)))
+    return _guarded(fn, fallback, None if make is F64 else make)
 
 
 # ----------------------------------------------------------------------------- fused multiply-add
@@ -479,7 +493,7 @@ def half_minmax(which: str) -> Callable[[Any, Any], Any]:
 def half_function(name: str) -> Callable[..., Any]:
     """A ``cuda.fp16`` function of float16 arguments not among ``math``'s."""
     if name == "exp10":
-        return lambda x: F16(_guarded(lambda v: 10.0**v, lambda v: np.power(10.0, v))(float(x)))
+        return _guarded(lambda v: 10.0 ** float(v), lambda v: np.power(10.0, v), F16)
     if name == "rsqrt":
         return lambda x: F16(1.0 / math.sqrt(float(x))) if float(x) > 0 else F16(np.float32(1.0) / np.sqrt(F32(x)))
     if name == "rcp":

@@ -82,9 +82,10 @@ class Walker(Calls, Expressions):
                                           "which Numba cannot unify", typing=True)
             self.record(name, unified, merge=True)
             if T.is_scalar(unified):
-                changes = any(T.unliteral(v.ty) != T.unliteral(unified) for v in vals)
-                exact = changes or all(v.exact for v in vals)
-                out[name] = Val(unified, exact=exact)
+                # Where the paths bring it held differently, it is converted on them to a NumPy scalar
+                # of its type (once per path taken), so that its uses need no conversion.
+                py = all(v.py for v in vals) and not any(T.unliteral(v.ty) != T.unliteral(unified) for v in vals)
+                out[name] = Val(unified, exact=not py, py=py)
             elif isinstance(unified, T.nb().BaseTuple):
                 out[name] = Val(unified, elems=tuple(Val(e) for e in unified))
             else:
@@ -271,7 +272,9 @@ class Walker(Calls, Expressions):
             sig = T.resolve_setitem(base.ty, idx.ty, val.ty)
             dtype = getattr(base.ty, "dtype", None)
         value = node
-        if val.scalar and T.is_scalar(sig.args[2]):
+        if dtype is not None and _stores_exactly(val, dtype):
+            pass  # NumPy's store converts it as Numba does
+        elif val.scalar and T.is_scalar(sig.args[2]):
             value = self.em.convert(node, val, sig.args[2])
             if dtype is not None and T.is_scalar(dtype) and T.unliteral(dtype) != T.unliteral(sig.args[2]):
                 value = self.em.convert(value, Val(sig.args[2], exact=True), dtype)
@@ -335,9 +338,10 @@ class Walker(Calls, Expressions):
         sig = T.resolve_call("getiter", (it.ty,))
         item = sig.return_type.yield_type
         exact = isinstance(it.ty, t.Array) and T.is_scalar(item)
+        py = isinstance(it.ty, t.RangeType)  # range() of NumPy or Python ints yields Python ints
         if isinstance(item, t.BaseTuple):
             return Val(item, elems=tuple(Val(e, exact=exact and T.is_scalar(e)) for e in item))
-        return Val(item, exact=exact)
+        return Val(item, exact=exact, py=py and T.is_scalar(item))
 
     def loop(self, s: ast.For | ast.While, entry: dict, item: Val | None, iter_node: ast.expr | None):
         is_for = isinstance(s, ast.For)
@@ -393,6 +397,31 @@ class Walker(Calls, Expressions):
             test, _ = self.condition(s.test, head)
             new = ast.While(test=test, body=body or [ast.Pass()], orelse=orelse)
         return pre + [ast.copy_location(new, s)], exit_state
+
+
+def _stores_exactly(val: Val, dtype: Any) -> bool:
+    """Whether NumPy's store of ``val`` into an array of ``dtype`` converts it as
+    Numba's does: the same type; a float into a float array (rounded to nearest); a
+    Python float; a Python int (or bool) whose type's range the array's holds."""
+    import numpy as np
+
+    rep = val.rep
+    if rep is None or not T.is_scalar(dtype) or T.is_bf16(dtype):
+        return False
+    target = np.dtype(T.runtime_dtype(dtype))
+    if rep[0] == "np":
+        source = np.dtype(rep[1])
+        return source == target or (source.kind == "f" and target.kind == "f")
+    if rep[1] == "float":
+        return target.kind == "f"
+    if rep[1] == "bool":
+        return target.kind in "iub"
+    if target.kind not in "iu":
+        return False
+    ty = T.unliteral(val.ty)
+    info = np.iinfo(target)
+    source = np.iinfo(T.runtime_dtype(ty))
+    return info.min <= source.min and source.max <= info.max
 
 
 def _simple(node: ast.AST) -> bool:

@@ -49,13 +49,34 @@ class Val:
     const: Any = NOCONST
     #: For ``cuda.*`` and ``math.*`` names: the dotted path (``"cuda.atomic.add"``).
     path: str | None = None
+    #: Held as a Python int, float or bool of the value (a literal, a thread index, a
+    #: shape, a loop index, a float64 from math.*): NumPy treats it as "weak".
+    py: bool = False
 
     @property
     def scalar(self) -> bool:
         return T.is_scalar(self.ty)
 
+    @property
+    def rep(self) -> tuple | None:
+        """How the simulator holds the value, for NumPy's promotion rules:
+        ``("np", dtype)`` (a NumPy scalar of exactly that dtype), ``("py", kind)``
+        (a Python ``int``/``float``/``bool``), ``None`` (unknown: convert to be sure)."""
+        if not self.scalar or T.is_bf16(self.ty):
+            return None
+        if self.exact:
+            return ("np", str(T.runtime_dtype(self.ty)))
+        if self.py:
+            ty = T.unliteral(self.ty)
+            if isinstance(ty, T.nb().Boolean):
+                return ("py", "bool")
+            if T.is_float(ty):
+                return ("py", "float")
+            return ("py", "int" if ty.signed else "uint")  # a Python int beyond int64 must not meet NumPy's int64
+        return None
+
     def same_type(self, other: Val) -> bool:
-        return self.ty == other.ty and self.exact == other.exact
+        return self.ty == other.ty and self.exact == other.exact and self.py == other.py
 
 
 def same_state(a: dict[str, Val], b: dict[str, Val]) -> bool:
