@@ -72,7 +72,8 @@ class Walker(Calls, Expressions):
         for name in dict.fromkeys(k for s in live for k in s):
             vals = [s[name] for s in live if name in s]
             first = vals[0]
-            if all(v is first for v in vals):
+            unbound = len(vals) < len(live) or any(v.unbound for v in vals)
+            if all(v is first for v in vals) and not (unbound and not first.unbound):
                 out[name] = first
                 continue
             unified = T.unify(*(v.ty for v in vals))
@@ -81,7 +82,10 @@ class Walker(Calls, Expressions):
                 raise self.em.fail(where, f"the variable {name!r} has types {shown} on the paths that meet here, "
                                           "which Numba cannot unify", typing=True)
             self.record(name, unified, merge=True)
-            if T.is_scalar(unified):
+            if unbound:  # held however each path left it: its uses convert it
+                out[name] = Val(unified, unbound=True, elems=tuple(Val(e) for e in unified)
+                                if isinstance(unified, T.nb().BaseTuple) else None)
+            elif T.is_scalar(unified):
                 # Where the paths bring it held differently, it is converted on them to a NumPy scalar
                 # of its type (once per path taken), so that its uses need no conversion.
                 py = all(v.py for v in vals) and not any(T.unliteral(v.ty) != T.unliteral(unified) for v in vals)
@@ -99,7 +103,7 @@ class Walker(Calls, Expressions):
         out = []
         for name, to in target.items():
             src = source.get(name)
-            if src is None or src is to:
+            if src is None or src is to or src.unbound or to.unbound:
                 continue
             if to.scalar and to.exact and src.scalar and self.em.needs(src, to.ty):
                 value = self.em.convert(ast.Name(id=name, ctx=ast.Load()), src, to.ty)

@@ -52,6 +52,9 @@ class Val:
     #: Held as a Python int, float or bool of the value (a literal, a thread index, a
     #: shape, a loop index, a float64 from math.*): NumPy treats it as "weak".
     py: bool = False
+    #: The variable may have no value here (assigned on some paths only, or in a loop
+    #: that may not run): nothing converts it where paths join; its uses do.
+    unbound: bool = False
 
     @property
     def scalar(self) -> bool:
@@ -76,7 +79,8 @@ class Val:
         return None
 
     def same_type(self, other: Val) -> bool:
-        return self.ty == other.ty and self.exact == other.exact and self.py == other.py
+        return (self.ty == other.ty and self.exact == other.exact and self.py == other.py
+                and self.unbound == other.unbound)
 
 
 def same_state(a: dict[str, Val], b: dict[str, Val]) -> bool:
