@@ -268,42 +268,54 @@ def poisoned_outputs() -> dict[str, np.ndarray]:
     return {name: np.full(N, fill[k], dtype=NUMPY[k]) for name, k in OUTPUTS.items()}
 
 
-def simulate(kernel: RandomKernel, module, values: dict) -> dict[str, np.ndarray]:
-    """The kernel run by the CUDA simulator through pnex's typed rewrite (as pnex runs
-    a kernel on CPU tensors, without the op around it)."""
+def simulate(kernel: RandomKernel, module, values: dict) -> tuple[dict[str, np.ndarray], dict[str, set[str]]]:
+    """The kernel run by the CUDA simulator through pnex's typed rewrite (as pnex runs a
+    kernel on CPU tensors, without the op around it), and the types the rewrite gave
+    its variables (checked against Numba-CUDA's own on the way)."""
+    import warnings
+
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    from pnex_magic.simtyping import typed_kernel
+    from pnex_magic.simtyping import numba_types
+    from pnex_magic.simtyping.kernel import Build, param_val
     from pnex_magic.snapshot import freeze, simulable
 
-    fn = getattr(module, kernel.name)
+    fn = freeze(getattr(module, kernel.name)).function
     sig = argtypes(kernel)
-    typed = typed_kernel(freeze(fn).function, sig, kernel.name)
+    numba_types.refresh()
+    build = Build(kernel.name)
+    typed, walker, _ = build.function(fn, [param_val(t) for t in sig], "the kernel", returns=False)
+    build.cross_check(fn, sig)
     outs = poisoned_outputs()
-    args = [FakeCUDAArray(values[n]) for n in ARRAYS]
-    args += [ty.cast_python_value(values[n]) if hasattr(ty, "cast_python_value") else values[n]
-             for n, ty in zip(SCALARS, sig[len(ARRAYS):])]
-    args = [FakeCUDAArray(values[n]) for n in ARRAYS] + [
-        NUMPY[{"float": "f32", "int": "i64"}.get(kernel.scalar_kinds[n], kernel.scalar_kinds[n])](values[n])
-        for n in SCALARS] + [FakeCUDAArray(outs[n]) for n in OUTPUTS]
-    import warnings
-
+    args = [FakeCUDAArray(values[n]) for n in ARRAYS] + [NUMPY[_kind(kernel, n)](values[n]) for n in SCALARS]
+    args += [FakeCUDAArray(outs[n]) for n in OUTPUTS]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero|underflow) encountered",
                                 RuntimeWarning)
         FakeCUDAKernel(simulable(typed, kernel.name), device=False)[math.ceil(N / TPB), TPB](*args)
-    return outs
+    types = {name: {str(t) for t in tys} for name, tys in walker.assigned.items()}
+    return outs, types
 
 
-def reference(kernel: RandomKernel, module, values: dict) -> dict[str, np.ndarray]:
-    """The kernel's body run by ``numba.njit`` (Numba's CPU target)."""
+def _kind(kernel: RandomKernel, scalar: str) -> str:
+    kind = kernel.scalar_kinds[scalar]
+    return {"float": "f32", "int": "i64"}.get(kind, kind)
+
+
+def reference(kernel: RandomKernel, module, values: dict) -> tuple[dict[str, np.ndarray], dict[str, set[str]]]:
+    """The kernel's body run by ``numba.njit`` (Numba's CPU target), and the types
+    Numba's CPU target gave its variables."""
     fn = getattr(module, kernel.name + "_reference")
     outs = poisoned_outputs()
-    scalars = [NUMPY[{"float": "f32", "int": "i64"}.get(kernel.scalar_kinds[n], kernel.scalar_kinds[n])](values[n])
-               for n in SCALARS]
+    scalars = [NUMPY[_kind(kernel, n)](values[n]) for n in SCALARS]
     fn(*[values[n] for n in ARRAYS], *scalars, *[outs[n] for n in OUTPUTS])
-    return outs
+    typemap = next(iter(fn.overloads.values())).type_annotation.typemap
+    types: dict[str, set[str]] = {}
+    for key, ty in typemap.items():
+        if not key.startswith(("$", "arg.")):
+            types.setdefault(key.split(".")[0], set()).add(str(ty))
+    return outs, types
 
 
 def differences(got: dict, expected: dict) -> list[str]:
