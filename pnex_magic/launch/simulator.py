@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import KernelLaunchError, PnexError
+from ..simtyping.runtime import round_bf16
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import checks, grid_simulator
 from .hidden import hidden_tensors
@@ -90,8 +91,6 @@ class SimulatorLauncher:
                 args.append(FakeCUDAArray(value.numpy().view(np.uint64)))
             elif isinstance(param, ScalarParam):  # a NumPy scalar of the declared type, as the GPU's argument
                 if param.dtype.numpy is None:  # bfloat16: its value, held in a float32
-                    from ..simtyping.runtime import round_bf16
-
                     args.append(round_bf16(value))
                 else:
                     args.append(param.dtype.numpy.type(value))

@@ -14,6 +14,8 @@ module                      what it holds
 :mod:`.numba_types`         Numba-CUDA's typing context, asked one operation at a time
 :mod:`.runtime`             conversions and operations computed as the GPU computes them
 :mod:`.values`              a value as the rewrite sees it; the code that converts one
+:mod:`.promotion`           when NumPy computes an operation as Numba does, and the
+                            fewest conversions that make it
 :mod:`.expressions`         operators, comparisons, attributes, subscripts; the
                             branches Numba prunes at compile time
 :mod:`.calls`               calls: math.*, cuda.*, builtins, conversions, device
@@ -23,6 +25,8 @@ module                      what it holds
 :mod:`.kernel`              one typed kernel and its device functions
 :mod:`.crosscheck`          Numba's own typing of the same functions, which every
                             rewrite is checked against
+:mod:`.stored`              a typed kernel as the disk cache keeps it, made again
+                            without Numba
 ==========================  ===========================================================
 
 What the rewrite promises and what it does not is in :mod:`pnex_magic.launch.simulator`.
@@ -31,5 +35,6 @@ What the rewrite promises and what it does not is in :mod:`pnex_magic.launch.sim
 from __future__ import annotations
 
 from .kernel import typed_kernel
+from .stored import loads
 
-__all__ = ["typed_kernel"]
+__all__ = ["typed_kernel", "loads"]

@@ -158,13 +158,13 @@ class Calls:
                 return self.em.convert(n, v, target), Val(target, exact=True)
             arg = self.converted(args, sig.args)
             name = type_name(target)
-            helper = self.em.helper(("rint", name), lambda: runtime.rint_to_int(name), "round")
+            helper = self.em.helper(("rint", name), "round")
             return self.em.call(helper, arg, node), Val(target, exact=True)
         if not T.is_float(sig.args[0]) or T.is_bf16(sig.args[0]):
             raise SimulationError(f"round of {v.ty}")
         x = self.em.convert(n, v, T.unliteral(sig.args[0]))
         name = type_name(sig.args[0])
-        helper = self.em.helper(("round_ndigits", name), lambda: runtime.round_ndigits(name), "round_ndigits")
+        helper = self.em.helper(("round_ndigits", name), "round_ndigits")
         return self.em.call(helper, [x, args[1][0]], node), Val(target, exact=True)
 
     def b_pow(self, node, func_node, f, args, kws):
@@ -193,7 +193,7 @@ class Calls:
             ty = T.unify(acc.ty, v.ty)
             if ty is None:
                 raise T.TypingFailure(f"min/max of {acc.ty} and {v.ty}")
-            steps.append((self.em.converter_for(acc, ty), self.em.converter_for(v, ty)))
+            steps.append((self.em.converter_key(acc, ty), self.em.converter_key(v, ty)))
             exact = acc.exact and T.unliteral(acc.ty) == T.unliteral(ty) or self.em.needs(acc, ty)
             exact = exact and (v.exact and T.unliteral(v.ty) == T.unliteral(ty) or self.em.needs(v, ty))
             acc = Val(T.unliteral(ty), exact=exact)
@@ -201,7 +201,7 @@ class Calls:
         if not steps:
             return self.em.convert(nodes[0], values[0], result), Val(result, exact=True)
         which = "max" if f.const is builtins.max else "min"
-        helper = self.em.name_of(runtime.minmax(which, steps), which)
+        helper = self.em.helper(("minmax", which, tuple(steps)), which)
         call_args = [ast.Starred(value=nodes[0], ctx=ast.Load())] if star else nodes
         new = self.em.call(helper, call_args, node)
         return self.em.convert(new, acc, result), Val(result, exact=True)
@@ -226,7 +226,7 @@ class Calls:
         dtype = type_name(arg_types[0])
         if name == "pow" and T.is_integer(arg_types[1]):  # libdevice's powi: square-and-multiply, exact products
             converted = self.converted(args, tuple(arg_types))
-            helper = self.em.helper(("ipow", dtype), lambda: runtime.int_power(dtype), f"powi_{dtype}")
+            helper = self.em.helper(("ipow", dtype), f"powi_{dtype}")
             return self.em.call(helper, converted, node), self.value_of(result, True)
         # A float64 argument may stay a Python number: the C library's function takes its double
         double = dtype == "float64" and name not in ("fabs", "ldexp", "frexp", "modf", "floor", "ceil", "trunc",
@@ -234,7 +234,7 @@ class Calls:
         converted = [n if double and v.py and ty == T.nb().float64 else
                      (self.em.convert(n, v, ty) if v.scalar and T.is_scalar(ty) else n)
                      for (n, v), ty in zip(args, arg_types)]
-        helper = self.em.helper(("math", name, dtype), lambda: runtime.math_function(name, dtype), f"math_{name}")
+        helper = self.em.helper(("math", name, dtype), f"math_{name}")
         py = runtime.python_result(name, dtype)
         return self.em.call(helper, converted, node), self.value_of(result, not py, py)
 
@@ -259,13 +259,13 @@ class Calls:
         converted = self.converted(args, sig.args)
         dtype = type_name(sig.args[0]) if sig.args else ""
         if name == "fma":
-            helper = self.em.helper(("fma", dtype), lambda: runtime.fma(dtype), "fma")
+            helper = self.em.helper(("fma", dtype), "fma")
         elif name == "cbrt":
-            helper = self.em.helper(("math", "cbrt", dtype), lambda: runtime.math_function("cbrt", dtype), "cbrt")
+            helper = self.em.helper(("math", "cbrt", dtype), "cbrt")
         elif name in ("popc", "brev", "clz", "ffs"):
             bits = T.runtime_dtype(sig.args[0]).itemsize * 8
             res = type_name(result)
-            helper = self.em.helper(("bits", name, bits, res), lambda: runtime.bit_function(name, bits, res), name)
+            helper = self.em.helper(("bits", name, bits, res), name)
         elif name.startswith("fp16."):
             return self.half_call(node, name[5:], converted, result)
         else:
@@ -281,18 +281,18 @@ class Calls:
         elif name == "hneg":
             new = ast.UnaryOp(op=ast.USub(), operand=args[0])
         elif name == "habs":
-            new = ast.Call(func=self.em.name_of(builtins.abs, "abs"), args=args, keywords=[])
+            new = ast.Call(func=self.em.helper(("builtin", "abs"), "abs"), args=args, keywords=[])
         elif name == "hfma":
-            new = ast.Call(func=self.em.helper(("fma", "float16"), lambda: runtime.fma("float16"), "hfma"),
+            new = ast.Call(func=self.em.helper(("fma", "float16"), "hfma"),
                            args=args, keywords=[])
         elif name in ("hmax", "hmin"):
             which = name[1:]
-            new = ast.Call(func=self.em.helper(("hminmax", which), lambda: runtime.half_minmax(which), name),
+            new = ast.Call(func=self.em.helper(("hminmax", which), name),
                            args=args, keywords=[])
         elif name.startswith("h") and name[1:] in ("sin", "cos", "log", "log2", "log10", "exp", "exp2", "exp10",
                                                     "sqrt", "rsqrt", "rcp", "ceil", "floor", "trunc", "rint"):
             fn = name[1:]
-            new = ast.Call(func=self.em.helper(("half", fn), lambda: runtime.half_function(fn), name),
+            new = ast.Call(func=self.em.helper(("half", fn), name),
                            args=args, keywords=[])
         else:
             raise SimulationError(f"cuda.fp16.{name}")
@@ -322,12 +322,8 @@ class Calls:
             elts = [self.em.convert(n, v, dtype) if v.scalar else n for n, v in zip(node.elts, val.elems)]
             return ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), node)
         elems = val.elems or tuple(Val(e) for e in val.ty)
-        convs = tuple(self.em.converter_for(v, dtype) for v in elems)
-
-        def convert(values: tuple, _convs: tuple = convs) -> tuple:
-            return tuple(v if c is None else c(v) for c, v in zip(_convs, values))
-
-        return self.em.call(self.em.name_of(convert, "tuple_to"), [node], node)
+        keys = tuple(self.em.converter_key(v, dtype) for v in elems)
+        return self.em.call(self.em.helper(("tuple", keys), "tuple_to"), [node], node)
 
     def opaque_call(self, node, func_node, f, args, kws):
         sig = self.signature(f, args, kws)
@@ -336,7 +332,7 @@ class Calls:
 
     def device_call(self, node, device, args):
         typed, params, result = self.unit.device(node, device, [v for _, v in args])
-        callee = self.em.name_of(typed, typed.function.__name__)
+        callee = self.em.name_of(typed, typed.function.__name__, ("device", *self.unit.identity(typed)))
         converted = [self.em.convert(n, v, p) if v.scalar and T.is_scalar(p) else n
                      for (n, v), p in zip(args, params)]
         return self.em.call(callee, converted, node), result

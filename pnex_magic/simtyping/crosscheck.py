@@ -16,6 +16,7 @@ import logging
 import types
 from typing import Any
 
+from ..compiler import numba_error_line
 from ..errors import KernelTypingError
 from ..lazycuda import resolve as resolve_lazy_cuda
 from ..snapshot import DeviceFunction, derive
@@ -111,8 +112,6 @@ def numba_variable_types(kernel: types.FunctionType, argtypes: tuple, functions:
         _unavailable(exc)
         return None
     except Exception as exc:  # Numba's typing errors come in many classes
-        from ..compiler import numba_error_line  # lazy: the compile stage's reading of Numba's errors
-
         line = numba_error_line(exc, kernel.__code__.co_filename)
         at = f" (line {line})" if line else ""
         first = T._first_line(exc)

@@ -28,6 +28,7 @@ from ..errors import KernelLaunchError, KernelTypingError
 from ..snapshot import DeviceFunction
 from . import numba_types as T
 from .statements import Walker
+from .stored import dumps, function_identity
 from .values import Emitter, Val
 
 __all__ = ["typed_kernel", "Build", "param_val"]
@@ -63,6 +64,10 @@ class Build:
         self._busy: set[tuple] = set()
         #: (device function or None for the kernel, Numba's signature, walker): what the cross-check compares
         self.checked: list[tuple[DeviceFunction | None, tuple, Walker]] = []
+        #: (the original function's identity, None for the kernel; rewritten def; recipe of its
+        #: extra globals), callees first: what :mod:`.stored` keeps
+        self.records: list[tuple[tuple | None, ast.FunctionDef, dict]] = []
+        self._index: dict[int, int] = {}  # id of a typed device function -> its place in records
 
     def function(self, fn: types.FunctionType, params: list[Val], what: str, returns: bool,
                  device: DeviceFunction | None = None, numba_sig: tuple | None = None,
@@ -74,7 +79,7 @@ class Build:
             fdef = copy.deepcopy(tree)
             lines = dict(getattr(fn, "__pnex_lines__", {}))
         else:
-            source = kernel_source(fn, what, "a kernel run on CPU tensors")
+            source = kernel_source(fn, f"the CUDA simulator's typed form of {what}", "running it on CPU tensors")
             fdef, lines = source.fdef, dict(source.lines)
         plain_signature(fdef)
         args = fdef.args
@@ -104,6 +109,7 @@ class Build:
         ast.fix_missing_locations(fdef)
         new = rebuild(fn, fdef, em.globals, what=what)
         self.checked.append((device, numba_sig if numba_sig is not None else tuple(v.ty for v in params), walker))
+        self.records.append((None if device is None else function_identity(device.function), fdef, dict(em.recipe)))
         return new, walker, return_type
 
     def _unwrapped(self, names: list[str], params: list[Val], em: Emitter, fdef: ast.FunctionDef) -> list[ast.stmt]:
@@ -114,7 +120,7 @@ class Build:
         out = []
         for name, val in zip(names, params):
             if isinstance(val.ty, t.Array) and not isinstance(val.ty.dtype, t.Record):
-                call = ast.Call(func=em.name_of(_unwrap, "unwrap"), args=[ast.Name(id=name, ctx=ast.Load())],
+                call = ast.Call(func=em.helper(("unwrap",), "unwrap"), args=[ast.Name(id=name, ctx=ast.Load())],
                                 keywords=[])
                 out.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call),
                                              fdef.body[0] if fdef.body else fdef))
@@ -168,7 +174,12 @@ class Build:
             result = Val(ret, exact=T.is_scalar(ret)) if not isinstance(ret, T.nb().BaseTuple) else \
                 Val(ret, elems=tuple(Val(e) for e in ret))
             found = self._devices[key] = (DeviceFunction(new, device.options, device.original), tuple(types_), result)
+            self._index[id(found[0])] = len(self.records) - 1
         return found
+
+    def identity(self, typed: DeviceFunction) -> tuple:
+        """How a stored form names a typed device function: its place among the records."""
+        return (self._index[id(typed)],)
 
     # ------------------------------------------------------------------ cross-check
 
@@ -195,19 +206,17 @@ class Build:
                     )
 
 
-def _unwrap(array: Any) -> Any:
-    """The NumPy array of a simulator's array argument (itself for anything else)."""
-    item = getattr(array, "_item", None) if type(array).__name__ == "FakeWithinKernelCUDAArray" else None
-    return getattr(item, "_ary", array) if item is not None else array
-
-
-def typed_kernel(fn: types.FunctionType, argtypes: tuple, name: str, cross_check: bool = True) -> types.FunctionType:
+def typed_kernel(fn: types.FunctionType, argtypes: tuple, name: str, cross_check: bool = True,
+                 stored: list | None = None) -> types.FunctionType:
     """Kernel ``fn`` rewritten so that the CUDA simulator computes with Numba-CUDA's
-    types for parameters of Numba types ``argtypes`` (see the module docstring)."""
+    types for parameters of Numba types ``argtypes`` (see the module docstring);
+    ``stored``: a list the form to store (:func:`.stored.dumps`) is appended to."""
     T.refresh()
     build = Build(name)
     params = [param_val(ty) for ty in argtypes]
     new, _, _ = build.function(fn, params, "the kernel", returns=False)
     if cross_check:
         build.cross_check(fn, tuple(argtypes))
+    if stored is not None:
+        stored.append(dumps(build.records))
     return new

@@ -25,6 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import random as kernel_random
+from .. import vector
+from ..compiler import target_device
+
 __all__ = [
     "nb", "context", "refresh", "typing_lock", "is_scalar", "is_float", "is_integer", "is_bf16", "runtime_dtype", "unliteral",
     "literal_value", "typeof_value", "unify", "resolve_call", "resolve_value", "TypingFailure",
@@ -56,9 +60,6 @@ def refresh() -> None:
     """Install every typing registry, and any registered since (pnex's checked-access
     helpers, ``pnex.random``): about 2 s the first time in a process, as for a GPU
     compile; nothing much after."""
-    from .. import random as kernel_random
-    from .. import vector
-
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     kernel_random.register_cuda()  # pnex.random in kernels
     with typing_lock():
@@ -72,8 +73,6 @@ def typing_lock():
     pnex's compile stage stands a target device in (``compiler.target_device``); and
     the ``cuda`` target is the current one, as while Numba-CUDA compiles."""
     from numba.cuda.utils import numba_target_override
-
-    from ..compiler import target_device  # lazy: the compile stage's stand-in device, needed only while typing
 
     with _LOCK, target_device((7, 5)), numba_target_override():
         yield

@@ -42,7 +42,7 @@ import numpy as np
 __all__ = [
     "converter", "round_bf16", "int_floordiv", "int_mod", "float_mod", "float_floordiv", "static_power", "int_power",
     "float_power", "minmax", "math_function", "fma", "bit_function", "TRANSCENDENTAL", "EXACT_MATH", "rint_to_int",
-    "round_ndigits", "half_minmax", "half_function", "python_result",
+    "round_ndigits", "half_minmax", "half_function", "python_result", "make", "unwrap",
 ]
 
 F16, F32, F64 = np.float16, np.float32, np.float64
@@ -501,3 +501,48 @@ def half_function(name: str) -> Callable[..., Any]:
     if name in ("ceil", "floor", "trunc", "rint"):
         return getattr(np, name)
     return math_function(name, "float16")
+
+
+# ----------------------------------------------------------------------------- by key
+
+
+def unwrap(array: Any) -> Any:
+    """The NumPy array of a simulator's array argument (itself for anything else): its
+    wrapper's indexing costs microseconds a call, NumPy's a tenth of that."""
+    item = getattr(array, "_item", None) if type(array).__name__ == "FakeWithinKernelCUDAArray" else None
+    return getattr(item, "_ary", array) if item is not None else array
+
+
+def _tuple_converter(converters: tuple) -> Callable[[tuple], tuple]:
+    def convert(values: tuple) -> tuple:
+        return tuple(v if c is None else c(v) for c, v in zip(converters, values))
+
+    return convert
+
+
+def make(key: tuple) -> Any:
+    """The helper a rewritten kernel binds to a global name, made from its key (what a
+    stored simulated form keeps instead of the object): ``("convert", to, from,
+    weak)``, ``("math", name, dtype)``, ``("const", dtype, hex)``, ...."""
+    kind, args = key[0], key[1:]
+    if kind == "convert":
+        return converter(*args)
+    if kind in ("floordiv", "mod"):
+        integer = np.dtype(args[0]).kind in "iu"
+        return {("floordiv", True): int_floordiv, ("mod", True): int_mod, ("floordiv", False): float_floordiv,
+                ("mod", False): float_mod}[(kind, integer)](args[0])
+    if kind == "const":
+        return np.frombuffer(bytes.fromhex(args[1]), dtype=np.dtype(args[0]))[0]
+    if kind == "minmax":
+        steps = tuple(tuple(None if k is None else make(k) for k in step) for step in args[1])
+        return minmax(args[0], steps)
+    if kind == "tuple":
+        return _tuple_converter(tuple(None if k is None else make(k) for k in args[0]))
+    if kind == "builtin":
+        import builtins
+
+        return getattr(builtins, args[0])
+    makers = {"ipow": int_power, "fpow": float_power, "rint": rint_to_int, "round_ndigits": round_ndigits,
+              "math": math_function, "fma": fma, "bits": bit_function, "hminmax": half_minmax,
+              "half": half_function, "bf16": lambda: round_bf16, "unwrap": lambda: unwrap}
+    return makers[kind](*args)

@@ -116,12 +116,8 @@ class Walker(Calls, Expressions):
 
     def tuple_cast(self, node: ast.expr, src: Val, to: Any) -> ast.expr:
         elems = src.elems or tuple(Val(e) for e in src.ty)
-        convs = tuple(self.em.converter_for(v, t) if T.is_scalar(t) else None for v, t in zip(elems, to))
-
-        def convert(values: tuple, _convs: tuple = convs) -> tuple:
-            return tuple(v if c is None else c(v) for c, v in zip(_convs, values))
-
-        return self.em.call(self.em.name_of(convert, "tuple_cast"), [node], node)
+        keys = tuple(self.em.converter_key(v, t) if T.is_scalar(t) else None for v, t in zip(elems, to))
+        return self.em.call(self.em.helper(("tuple", keys), "tuple_cast"), [node], node)
 
     # ------------------------------------------------------------------ blocks
 

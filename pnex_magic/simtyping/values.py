@@ -108,35 +108,38 @@ class Emitter:
         self.filename = filename
         self.lines = lines
         self.globals: dict[str, Any] = {}
+        #: name -> how to make the global again (see :meth:`name_of`)
+        self.recipe: dict[str, tuple] = {}
         self._keys: dict[Any, str] = {}
         self._count = itertools.count()
 
     # ----------------------------------------------------------------- names
 
-    def name_of(self, obj: Any, hint: str, key: Any = None) -> ast.Name:
-        """A global name bound to ``obj`` (one per ``key``, default: the object)."""
-        key = ("obj", id(obj)) if key is None else key
+    def name_of(self, obj: Any, hint: str, key: tuple) -> ast.Name:
+        """A global name bound to ``obj``, one per ``key``: the recipe the stored form
+        makes it again from (:func:`.runtime.make`, or a device function's identity)."""
         name = self._keys.get(key)
         if name is None:
             safe = "".join(c if c.isalnum() else "_" for c in hint)[:40]
             name = f"{PREFIX}{safe}_{next(self._count)}"
             self._keys[key] = name
             self.globals[name] = obj
+            self.recipe[name] = key
         return ast.Name(id=name, ctx=ast.Load())
 
-    def helper(self, key: tuple, make: Any, hint: str) -> ast.Name:
-        """A name for the helper ``make()`` builds, made once per ``key``."""
-        name = self._keys.get(("helper", key))
+    def helper(self, key: tuple, hint: str) -> ast.Name:
+        """A name for the :mod:`.runtime` helper ``make(key)`` builds, one per ``key``."""
+        name = self._keys.get(key)
         if name is None:
-            return self.name_of(make(), hint, ("helper", key))
+            return self.name_of(runtime.make(key), hint, key)
         return ast.Name(id=name, ctx=ast.Load())
 
     def constant(self, value: Any, ty: Any) -> ast.Name:
         """A typed constant: ``value`` converted to scalar type ``ty`` now, as Numba
         converts a literal (an int literal is an int64, a float one a float64)."""
         converted = self.convert_value(value, ty)
-        bits = converted.tobytes() if isinstance(converted, np.generic) else repr(converted)
-        return self.name_of(converted, f"c_{_type_name(ty)}", ("const", _type_name(ty), bits))
+        key = ("const", str(converted.dtype), converted.tobytes().hex())
+        return self.name_of(converted, f"c_{_type_name(ty)}", key)
 
     def convert_value(self, value: Any, ty: Any) -> Any:
         source = "bool" if isinstance(value, (bool, np.bool_)) else (
@@ -165,17 +168,15 @@ class Emitter:
             return ast.copy_location(self.constant(node.value, target), node)
         if not val.scalar:
             raise SimulationError(f"a value of type {val.ty} where a number of type {target} is expected")
-        source = _type_name(val.ty)
-        weak = not val.exact
-        key = ("convert", _type_name(target), source, weak)
-        fn = self.helper(key, lambda: runtime.converter(_type_name(target), source, weak), f"to_{_type_name(target)}")
+        fn = self.helper(self.converter_key(val, target), f"to_{_type_name(target)}")
         return ast.copy_location(ast.Call(func=fn, args=[node], keywords=[]), node)
 
-    def converter_for(self, val: Val, target: Any) -> Any:
-        """The conversion function itself (``None`` where none is needed)."""
+    def converter_key(self, val: Val, target: Any) -> tuple | None:
+        """The :func:`.runtime.make` key of the conversion of ``val`` to ``target``
+        (``None`` where none is needed)."""
         if not self.needs(val, target):
             return None
-        return runtime.converter(_type_name(target), _type_name(val.ty), not val.exact)
+        return ("convert", _type_name(target), _type_name(val.ty), not val.exact)
 
     def call(self, fn: ast.expr, args: list[ast.expr], like: ast.AST) -> ast.Call:
         return ast.copy_location(ast.Call(func=fn, args=args, keywords=[]), like)
