@@ -28,6 +28,7 @@ The same kernel is written three ways from one description (:class:`RandomKernel
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -52,6 +53,10 @@ INT_LITERALS = ["3", "-7", "1", "100000", "3000000000", "-2"]
 #: math.* functions rewritten in the reference (their float32 forms: double, then rounded once)
 TRANSCENDENTAL = ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "erf", "atan2", "hypot", "pow")
 _CPU_FLOAT_OPS = [op for op in UNARY + BINARY if op != "mod"]
+#: The tree's operations the GPU computes exactly (sqrt, division, powers of 2 and 3 by
+#: multiplication, NVVM's remainder): the simulator must agree bit for bit.
+GPU_EXACT_OPS = ["pos", "neg", "reciprocal", "sqrt", "fabs", "abs", "cast", "add", "sub", "mul", "div", "pow_int",
+                 "min", "max", "mod"]
 
 
 def tree(rng: random.Random, depth: int, leaves: list[str], ops: list[str]):
@@ -145,7 +150,8 @@ class RandomKernel:
             parts.append(f'{name}: pnex.In("{kind}", (None,))' if annotated else name)
         for name in SCALARS:
             kind = self.scalar_kinds[name]
-            parts.append(f"{name}: {kind}" if annotated else name)
+            annotation = kind if kind in ("float", "int") else f'pnex.Scalar("{kind}")'
+            parts.append(f"{name}: {annotation}" if annotated else name)
         for name, kind in OUTPUTS.items():
             parts.append(f'{name}: pnex.Out("{kind}", "a")' if annotated else name)
         return ", ".join(parts)
@@ -194,9 +200,12 @@ _names = itertools.count()
 
 
 def random_kernel(rng: random.Random, gpu: bool = False, seed: int = 0) -> RandomKernel:
-    """A random kernel (see the module docstring); ``gpu``: also the operations whose
-    GPU semantics Numba's CPU target does not share (float ``%``)."""
-    float_ops = UNARY + BINARY if gpu else _CPU_FLOAT_OPS
+    """A random kernel (see the module docstring); ``gpu``: for the comparison with the
+    GPU, bit for bit: also the operations whose GPU semantics Numba's CPU target does
+    not share (float ``%``, float to integer conversions out of range), and no
+    transcendental function (libdevice's differ by ulps; ``tests/test_simulator_gpu.py``
+    checks them one by one)."""
+    float_ops = GPU_EXACT_OPS if gpu else _CPU_FLOAT_OPS
     scalar_kinds = {"sf": rng.choice(["f32", "float"]), "sd": "f64", "si": "i32", "sl": rng.choice(["i64", "int"])}
     floats = ["a[i]", "b[i]", "sf", "sd", rng.choice(FLOAT_LITERALS)]
     ints = ["c[i]", "d[i]", "si", "sl", "i", rng.choice(INT_LITERALS), rng.choice(INT_LITERALS)]
@@ -349,5 +358,39 @@ def finite_fraction(values: dict) -> float:
     return float(np.mean([np.isfinite(v).mean() for v in values.values() if v.dtype.kind == "f"]))
 
 
+@contextlib.contextmanager
+def no_contraction():
+    """Kernels compiled in this block have NVVM's floating-point contraction off
+    (``-fma=0``: ``mul.rn``/``add.rn`` in the PTX, which ptxas may not fuse either).
+    By default NVVM fuses ``a * b + c`` into ``fma.rn`` and emits ``mul``/``add``
+    without a rounding mode, which ptxas may fuse: one rounding where the simulator,
+    like Numba's CPU target, rounds twice.  The comparison with the GPU is bit for bit
+    on kernels compiled without it; compile them into a cache of their own."""
+    from numba.cuda.cudadrv import nvvm
+
+    original = nvvm.compile_ir
+
+    def compile_ir(llvmir, **options):
+        options["fma"] = False
+        return original(llvmir, **options)
+
+    nvvm.compile_ir = compile_ir
+    try:
+        yield
+    finally:
+        nvvm.compile_ir = original
+
+
+def run_op(kernel: RandomKernel, op, values: dict, device: str) -> dict[str, np.ndarray]:
+    """The kernel's pnex op on ``values`` (tensors on ``device``): its outputs."""
+    import torch
+
+    args = [torch.from_numpy(values[n]).to(device) for n in ARRAYS]
+    args += [float(values[n]) if _kind(kernel, n).startswith("f") else int(values[n]) for n in SCALARS]
+    outs = op(*args)
+    return {name: t.cpu().numpy() for name, t in zip(OUTPUTS, outs)}
+
+
 __all__ = ["RandomKernel", "random_kernel", "int_tree", "render", "load", "simulate", "reference", "differences",
-           "argtypes", "ulp_distance", "N", "TPB", "ARRAYS", "SCALARS", "OUTPUTS", "math"]
+           "argtypes", "ulp_distance", "no_contraction", "run_op", "GPU_EXACT_OPS", "N", "TPB", "ARRAYS", "SCALARS",
+           "OUTPUTS"]

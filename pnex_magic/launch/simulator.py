@@ -5,7 +5,17 @@ shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
 (:mod:`.grid_simulator`).  It is slow: keep problem sizes small.  An
-autotuned op runs its first candidate here (first block, first ``Tune`` choices)."""
+autotuned op runs its first candidate here (first block, first ``Tune`` choices).
+
+The source it runs is the kernel's, rewritten once per definition so that it
+computes with Numba-CUDA's types (:mod:`pnex_magic.simtyping`): literals, scalars as
+declared, promotions, integer wrap-around, ``//`` and ``%``, ``math.*``, float16
+and bfloat16 as on the GPU, each operation rounded as there (bit for bit for
+IEEE-exact operations; ``math.*`` within libdevice's error bounds plus an ulp).
+Not simulated: timing; the order of atomics and of unsynchronised shared-memory
+accesses (threads run one block at a time, in no promised order); warp-level
+behaviour; the GPU's fusing of ``a * b + c`` into one ``fma`` (the simulator rounds
+twice, as with ``-fma=0``)."""
 
 from __future__ import annotations
 

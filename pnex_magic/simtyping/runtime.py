@@ -53,7 +53,7 @@ F16, F32, F64 = np.float16, np.float32, np.float64
 TRANSCENDENTAL: dict[str, tuple[int, int]] = {
     "exp": (2, 1), "exp2": (2, 1), "expm1": (1, 1), "log": (1, 1), "log2": (1, 1), "log10": (2, 1), "log1p": (1, 1),
     "sin": (2, 2), "cos": (2, 2), "tan": (4, 2), "asin": (2, 2), "acos": (2, 2), "atan": (2, 2), "atan2": (3, 2),
-    "sinh": (3, 2), "cosh": (2, 1), "tanh": (2, 2), "asinh": (3, 3), "acosh": (4, 3), "atanh": (3, 2),
+    "sinh": (3, 2), "cosh": (2, 1), "tanh": (2, 1), "asinh": (3, 3), "acosh": (4, 3), "atanh": (3, 2),
     "erf": (2, 2), "erfc": (4, 5), "gamma": (5, 10), "lgamma": (6, 4), "hypot": (3, 2), "pow": (4, 2), "cbrt": (1, 1),
 }
 #: math.* functions the GPU computes exactly (one IEEE rounding or none).
