@@ -7,11 +7,9 @@ background after ``%load_ext``, unseen, and a compile racing it is correct."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 import numpy as np
@@ -28,16 +26,10 @@ from pnex_magic.spec import build_spec
 
 
 def run(code: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    # A script file, not -c: a kernel run on CPU tensors is rewritten from its source.
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
-        script.write(textwrap.dedent(code))
-    try:
-        result = subprocess.run(
-            [sys.executable, "-X", "faulthandler", script.name],
-            env=env, capture_output=True, text=True, timeout=timeout,
-        )
-    finally:
-        os.unlink(script.name)
+    result = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )
     assert result.returncode == 0, f"subprocess failed:\n{result.stdout}\n{result.stderr}"
     return result
 
