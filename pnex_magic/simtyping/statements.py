@@ -294,15 +294,25 @@ class Walker(Calls, Expressions):
             self.record(target.id, val.ty)
             return [ast.copy_location(ast.Assign(targets=[ast.Name(id=target.id, ctx=ast.Store())], value=node), s)], \
                 state
-        if isinstance(target, ast.Subscript) and _simple(target):
+        if isinstance(target, ast.Subscript):
+            pre: list[ast.stmt] = []
+            if not _simple(target):  # the array and the index evaluated once, first, as Python does
+                parts = []
+                for part in (target.value, target.slice):
+                    name = f"__pnex_sim_part_{next(_temp_names)}"
+                    node, val = self.expr(part, state)
+                    pre.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=node), s))
+                    state[name] = val
+                    parts.append(ast.copy_location(ast.Name(id=name, ctx=ast.Load()), part))
+                target = ast.copy_location(ast.Subscript(value=parts[0], slice=parts[1], ctx=ast.Store()), target)
+                value_node, value = self.expr(s.value, state)
             load = ast.copy_location(ast.Subscript(value=target.value, slice=target.slice, ctx=ast.Load()), target)
             cur_node, cur = self.expr(load, state)
             sig = T.resolve_call(fn, (cur.ty, value.ty))
             node, val = self.binop(s, fn, sig, cur_node, cur, value_node, value)
             store_target, stored = self.store(target, node, val, state)
-            return [ast.copy_location(ast.Assign(targets=[store_target], value=stored), s)], state
-        raise SimulationError("an augmented assignment to an element whose index calls a function; "
-                              "write it as x[i] = x[i] + ...")
+            return pre + [ast.copy_location(ast.Assign(targets=[store_target], value=stored), s)], state
+        raise SimulationError(f"an augmented assignment to a {type(target).__name__}")
 
     # ------------------------------------------------------------------ control flow
 
