@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dtypes import round_bf16
 from ..errors import KernelLaunchError, PnexError
-from ..simtyping.runtime import round_bf16
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import checks, grid_simulator
 from .hidden import hidden_tensors

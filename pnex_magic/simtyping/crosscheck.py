@@ -16,7 +16,7 @@ import logging
 import types
 from typing import Any
 
-from ..compiler import numba_error_line
+from ..numbadriver import numba_error_line
 from ..errors import KernelTypingError
 from ..lazycuda import resolve as resolve_lazy_cuda
 from ..snapshot import DeviceFunction, derive
@@ -135,7 +135,12 @@ def numba_variable_types(kernel: types.FunctionType, argtypes: tuple, functions:
     return out
 
 
-@functools.lru_cache(maxsize=1)
+_SAID: list[str] = []
+
+
 def _unavailable(exc: BaseException) -> None:
-    log.warning("pnex: this numba-cuda's compiler cannot be stopped after typing (%s: %s); the CUDA simulator's "
-                "types are not checked against Numba's", type(exc).__name__, exc)
+    """Say once that this numba-cuda's pipeline cannot be driven to check the rewrite."""
+    if not _SAID:
+        _SAID.append(str(exc))
+        log.warning("pnex: this numba-cuda's compiler cannot be stopped after typing (%s: %s); the CUDA simulator's "
+                    "types are not checked against Numba's", type(exc).__name__, exc)

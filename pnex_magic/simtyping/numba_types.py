@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import random as kernel_random
 from .. import vector
-from ..compiler import target_device
+from ..numbadriver import target_device
 
 __all__ = [
     "nb", "context", "refresh", "typing_lock", "is_scalar", "is_float", "is_integer", "is_bf16", "runtime_dtype", "unliteral",
@@ -70,7 +70,7 @@ def refresh() -> None:
 def typing_lock():
     """Serialises typing: numba-cuda compiles the operators of float16 and bfloat16
     while it types them, for the current device, which a CPU machine has none of:
-    pnex's compile stage stands a target device in (``compiler.target_device``); and
+    pnex's compile stage stands a target device in (``numbadriver.target_device``); and
     the ``cuda`` target is the current one, as while Numba-CUDA compiles."""
     from numba.cuda.utils import numba_target_override
 

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import round_bf16
+
 __all__ = [
     "converter", "round_bf16", "int_floordiv", "int_mod", "float_mod", "float_floordiv", "static_power", "int_power",
     "float_power", "minmax", "math_function", "fma", "bit_function", "TRANSCENDENTAL", "EXACT_MATH", "rint_to_int",
@@ -64,20 +66,6 @@ EXACT_MATH = frozenset({
 
 
 # ----------------------------------------------------------------------------- conversions
-
-
-def round_bf16(value: Any) -> np.float32:
-    """``value`` rounded once to bfloat16 (8 significant bits, float32's exponent
-    range, subnormals, ties to even), held in a float32."""
-    f = float(value)
-    if f != f or f in (math.inf, -math.inf) or f == 0.0:
-        return F32(f)
-    m, e = math.frexp(f)  # f = m * 2**e, 0.5 <= |m| < 1
-    bits = min(8, e + 133)  # below 2**-126 the spacing stays 2**-133
-    r = math.ldexp(round(math.ldexp(m, bits)), e - bits)  # round(): ties to even, exactly
-    if abs(r) >= 2.0**128:
-        return F32(math.copysign(math.inf, f))
-    return F32(r)
 
 
 def _float_to_int(dtype: np.dtype) -> Callable[[Any], Any]:
