@@ -7,7 +7,10 @@ thread per CUDA thread).  Two forms of the same op are timed in one process:
 * ``typed``: what pnex runs, the kernel rewritten by :mod:`pnex_magic.simtyping`
   (literals, conversions, joins, ``math.*`` as Numba types them);
 * ``untyped``: the kernel as the simulator ran it before (its Python source on
-  NumPy scalars, NumPy's promotion rules): ``typed_kernel`` replaced by the identity.
+  NumPy scalars, NumPy's promotion rules, the simulator's array wrappers): the
+  definition's typed form replaced by the snapshot's function, as before issue 34.
+  In a checkout without the typed rewrite (``main`` before it) only this form runs:
+  an independent "before".
 
 Per workload: the median of ``--repeats`` calls (the two forms alternating, so that
 the machine's load drifts alike for both) after the first call, the ratio typed /
@@ -19,6 +22,9 @@ reduction) and ``math.*``.
 
     python benchmarks/simulator_speed.py            # all workloads
     python benchmarks/simulator_speed.py --repeats 3 --only loop
+
+Run it with a cache folder of its own (``PNEX_CACHE_DIR``): the typed form's first
+call then includes the typing, not a cache hit.
 
 Writes ``benchmarks/results/simulator-speed-<date>.json`` (no GPU needed).
 """
@@ -111,39 +117,45 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_common
 
-    import pnex_magic.simtyping as simtyping
+    from pnex_magic import definition
 
-    typed_kernel = simtyping.typed_kernel
+    typed_function = getattr(definition.KernelDefinition, "_typed_function", None)
+    forms_wanted = ("typed", "untyped") if typed_function is not None else ("untyped",)  # main: untyped only
     chosen = args.only or list(WORKLOADS)
     forms: dict[str, dict] = {}
     first: dict[tuple[str, str], float] = {}
-    for form in ("typed", "untyped"):
-        # The untyped form: the kernel as the simulator ran it before issue 34 (pnex's
-        # definition reads simtyping.typed_kernel when it first simulates a kernel).
-        simtyping.typed_kernel = typed_kernel if form == "typed" else (lambda fn, argtypes, name: fn)
+    for form in forms_wanted:
+        # The untyped form: the kernel as the simulator ran it before issue 34 (the snapshot's
+        # function, not rewritten, no cache): what KernelDefinition made of it then.
+        if typed_function is not None:
+            definition.KernelDefinition._typed_function = typed_function if form == "typed" else (
+                lambda self, checked, variant: self._kernel_function(checked))
         forms[form] = _ops()
         for name in chosen:  # the first call: the simulated form is made (typed: rewritten, checked)
             op, op_args = forms[form][name]
             start = time.perf_counter()
             op(*op_args)
             first[(form, name)] = time.perf_counter() - start
-    simtyping.typed_kernel = typed_kernel
+    if typed_function is not None:
+        definition.KernelDefinition._typed_function = typed_function
     times: dict[tuple[str, str], list[float]] = {key: [] for key in first}
     for _ in range(args.repeats):  # the two forms alternate, so that the machine's load drifts alike for both
         for name in chosen:
-            for form in ("typed", "untyped"):
+            for form in forms_wanted:
                 op, op_args = forms[form][name]
                 start = time.perf_counter()
                 op(*op_args)
                 times[(form, name)].append(time.perf_counter() - start)
     table = []
+    nan = float("nan")
     for name in chosen:
-        typed, untyped = statistics.median(times[("typed", name)]), statistics.median(times[("untyped", name)])
+        ms = {form: statistics.median(times[(form, name)]) * 1e3 for form in forms_wanted}
         table.append({
-            "workload": name, "typed_ms": typed * 1e3, "untyped_ms": untyped * 1e3, "ratio": typed / untyped,
-            "typed_first_call_ms": first[("typed", name)] * 1e3, "untyped_first_call_ms": first[("untyped", name)] * 1e3,
-            "typed_all_ms": [t * 1e3 for t in times[("typed", name)]],
-            "untyped_all_ms": [t * 1e3 for t in times[("untyped", name)]],
+            "workload": name, "typed_ms": ms.get("typed", nan), "untyped_ms": ms["untyped"],
+            "ratio": ms.get("typed", nan) / ms["untyped"],
+            "typed_first_call_ms": first.get(("typed", name), nan) * 1e3,
+            "untyped_first_call_ms": first[("untyped", name)] * 1e3,
+            "all_ms": {form: [t * 1e3 for t in times[(form, name)]] for form in forms_wanted},
         })
     print(f"{'workload':12s} {'typed ms':>10s} {'untyped ms':>11s} {'ratio':>7s} {'first call ms (typed/untyped)':>31s}")
     for row in table:
