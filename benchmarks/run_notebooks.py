@@ -1,6 +1,6 @@
 """Execute the notebooks headless, top to bottom, with this Python.
 
-    python benchmarks/run_notebooks.py                  # on a GPU: all six notebooks/0[1-6]*, outputs saved in place
+    python benchmarks/run_notebooks.py                  # on a GPU: every notebook, notebooks/0[1-7]*, outputs saved in place
     python benchmarks/run_notebooks.py notebooks/03_lltm.ipynb
     python benchmarks/run_notebooks.py --check          # anywhere: execute, save nothing (what CI does)
 
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("0[1-6]_*.ipynb"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("0[1-7]_*.ipynb"))
 KERNEL_NAME = "pnex-notebook-python"
 
 __all__ = ["execute_notebook", "static_outputs", "this_python_kernel", "NOTEBOOKS", "main"]
@@ -133,9 +133,25 @@ def _device() -> str:
     return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
 
 
+def _xla_handler() -> str:
+    """Build pnex's XLA FFI handler where JAX is installed (06_jax also loads it before its
+    first trace: a function traced before the handler is ready launches through a Python
+    callback for as long as JAX keeps the trace)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return "no JAX here (06_jax needs it)"
+    from pnex_magic.launch import xla
+
+    try:
+        return f"built, {xla.build_library()}"
+    except Exception as exc:  # noqa: BLE001 -- say why, and let 06_jax report it too
+        return f"not built: {type(exc).__name__}: {exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/0[1-6]_*.ipynb")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/0[1-7]_*.ipynb")
     parser.add_argument("--check", action="store_true", help="execute only; save nothing")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell (default 1800)")
     parser.add_argument("--fresh", action="store_true",
@@ -155,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench_common import launcher_ready
 
         print(f"C++ launcher: {launcher_ready()}", flush=True)
+        print(f"XLA FFI handler: {_xla_handler()}", flush=True)
     failed = 0
     for path in paths:
         start = time.perf_counter()

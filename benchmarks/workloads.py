@@ -123,6 +123,23 @@ def time_per_call(
     return measure(fn, _timer_for(device), repeat=repeat, loops=loops, warmup=warmup)
 
 
+def host_seconds(fn: Callable[[], Any], device: torch.device | str, loops: int = 10) -> float:
+    """Wall-clock seconds the host takes to issue one call of ``fn()`` (``loops`` calls
+    back to back, the GPU idle before them, their end not waited for): where it is close
+    to the time per call, the host sets the pace, not the GPU.  Few enough calls that
+    CUDA's launch queue does not fill (a full queue would make the host wait for the GPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    issued = time.perf_counter() - start
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return issued / loops
+
+
 def copy_time(nbytes_moved: int, device: torch.device | str, *, repeat: int = 10, loops: int = 20) -> float:
     """Seconds a ``torch`` copy takes to move ``nbytes_moved`` bytes (read half, write
     half): the memory floor of a kernel that reads and writes that much once."""
@@ -152,6 +169,7 @@ class Row:
     check: str = ""  #: how its result compares with the eager reference
     note: str = ""
     rounds: list[float | None] = dataclasses.field(default_factory=list)  #: each round's median (None: failed)
+    host_seconds: float | None = None  #: host time to issue one call (:func:`host_seconds`; measured on a GPU)
 
     @property
     def us(self) -> float | None:
@@ -176,6 +194,9 @@ class Workload:
     goal: str = ""
     goal_met: bool | None = None
     device: str = ""
+    #: why the goal was missed, from the measured times (what failed, by how much, and the cause where the
+    #: figures show it); "" where it was met or not judged
+    goal_why: str = ""
 
     def seconds(self, variant: str) -> float | None:
         for row in self.rows:
@@ -213,9 +234,16 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
+#: The time column: each variant's time is the median of its runs within a round, and the table
+#: gives its fastest round's (see :func:`_run_rounds`).
+TIME_COLUMN = "time (fastest round's median)"
+#: The ratio columns: all of them speeds, another time over this one, so each reads the same way:
+#: above 1.00 this variant is faster.
+SPEED_COLUMNS = ("× eager's speed", "× torch.compile's speed", "× the memory floor's speed")
+
+
 def _table_rows(workloads: list[Workload]) -> tuple[list[str], list[list[str]]]:
-    header = ["workload", "variant", "time (min of rounds)", "speed-up vs eager", "vs torch.compile", "vs floor", "goal",
-              "check"]
+    header = ["workload", "variant", TIME_COLUMN, *SPEED_COLUMNS, "goal", "check"]
     rows = []
     for w in workloads:
         eager = w.seconds(EAGER)
@@ -225,23 +253,58 @@ def _table_rows(workloads: list[Workload]) -> tuple[list[str], list[list[str]]]:
             goal = ""
             if r.variant == w.headline and w.goal:
                 verdict = {True: "MET", False: "NOT MET", None: "not judged"}[w.goal_met]
-                goal = f"{verdict}: {w.goal}"
+                goal = f"{verdict}: {w.goal}" + (f"; {w.goal_why}" if w.goal_why else "")
             rows.append([
                 f"{w.name} {w.size} ({w.unit})",
                 r.variant + (f" [{r.note}]" if r.note else ""),
                 _fmt_us(r.seconds),
                 "" if r.variant in (EAGER, FLOOR) else _ratio(eager, r.seconds),
                 "" if r.variant in (COMPILED, FLOOR) else _ratio(compiled, r.seconds),
-                "" if r.variant == FLOOR else _ratio(r.seconds, floor),
+                "" if r.variant == FLOOR else _ratio(floor, r.seconds),
                 goal,
                 r.check,
             ])
     return header, rows
 
 
+def goal_line(w: Workload) -> str:
+    """The goal of ``w`` and whether this run met it, with why not (``w.goal_why``)."""
+    if not w.goal:
+        return f"{w.name} {w.size}: no goal judged (goals are judged on a GPU at full size)"
+    verdict = {True: "MET", False: "NOT MET", None: "not judged"}[w.goal_met]
+    return f"{w.name} {w.size}: goal {verdict}: {w.goal}" + (f"; {w.goal_why}" if w.goal_why else "")
+
+
+#: Two times within this factor of each other are a tie: the rounds' spread is of this order.
+TIE = 1.03
+
+
+def versus(w: Workload, a: str, b: str) -> str:
+    """``a`` against ``b`` in ``w``, in words computed from their times: which is faster
+    and by how much, or a tie (within :data:`TIE`)."""
+    ta, tb = w.seconds(a), w.seconds(b)
+    if ta is None or tb is None:
+        return f"{a} against {b}: not both timed"
+    if max(ta, tb) <= TIE * min(ta, tb):
+        how = "a tie"
+    else:
+        how = f"{tb / ta:.2f}x its speed: {'faster' if ta < tb else 'slower'}"
+    return f"{a}: {_fmt_us(ta)} against {b}: {_fmt_us(tb)}; {how}"
+
+
+def host_share(r: Row) -> str:
+    """What share of ``r``'s time per call the host took to issue it, and what sets the pace."""
+    if r.host_seconds is None or not r.seconds:
+        return f"{r.variant}: host time not measured"
+    share = r.host_seconds / r.seconds
+    pace = "the host sets the pace (host-bound)" if share >= 0.8 else "the GPU sets the pace"
+    return f"{r.variant}: the host takes {_fmt_us(r.host_seconds)} to issue a call of {_fmt_us(r.seconds)}: {pace}"
+
+
 def format_table(workloads: list[Workload]) -> str:
-    """The results as a plain-text table.  "speed-up vs eager" is eager time / this
-    time (above 1: faster), "vs floor" is this time / the memory floor (1.00: at it)."""
+    """The results as a plain-text table.  Every ratio is a speed, another variant's
+    time over this one's: above 1.00, this variant is the faster ("× the memory floor's
+    speed" 1.00: at the floor)."""
     header, rows = _table_rows(workloads)
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
@@ -313,11 +376,13 @@ def same_kernel(op: Any, reference: Any) -> bool:
 
 
 def _check_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float) -> tuple[bool, str]:
+    """Whether ``actual`` is within ``rtol`` of ``expected``'s largest value everywhere, and
+    the largest difference in those words."""
     a = actual.detach().double().cpu()
     e = expected.detach().double().cpu()
     scale = float(e.abs().max()) or 1.0
     err = float((a - e).abs().max()) / scale
-    return err <= rtol, f"max |diff| / max |ref| = {err:.1e}"
+    return err <= rtol, f"largest difference {err:.1e} of the largest reference value"
 
 
 _TRACEBACKS = False  # the command line prints the traceback of a failed variant
@@ -718,7 +783,7 @@ def bench_diffusion(
         field = results.get(keys.get(row.variant, ""))
         if field is not None and row.seconds is not None:
             ok, text = _check_close(field, reference, 1e-3)
-            row.check = ("matches float64: " if ok else "DIFFERS from float64: ") + text
+            row.check = (f"{'matches' if ok else 'DIFFERS from'} float64 after {total:,} steps: ") + text
             if row.variant.startswith("raw") and not ok:
                 row.check += " (the documentation's kernel updates the field in place: blocks race on halos)"
 
@@ -730,6 +795,12 @@ def bench_diffusion(
         w.goal = "fastest pnex variant <= raw numba-cuda loop and >= 7x faster than eager"
         if None not in (mine, raw_s, eager):
             w.goal_met = mine <= raw_s and eager / mine >= 7
+            missed = []
+            if mine > raw_s:
+                missed.append(f"{w.headline} takes {_fmt_us(mine)}, the raw loop {_fmt_us(raw_s)}")
+            if eager / mine < 7:
+                missed.append(f"{w.headline} is {eager / mine:.2f}x eager's speed")
+            w.goal_why = "; ".join(missed)
     return w
 
 
@@ -1004,10 +1075,11 @@ def bench_lltm(
             if check:
                 got = once(rnn, graphs)
                 oks, errs = zip(*(_check_close(a, e, 1e-4) for a, e in zip(got, expected)))
-                worst = max(errs, key=lambda s: float(s.rsplit("=", 1)[1]))
+                worst = max(errs, key=lambda s: float(s.split("largest difference ", 1)[1].split()[0]))
                 text = ("matches eager: " if all(oks) else "DIFFERS from eager: ") + worst + " (outputs and grads)"
             m = time_per_call(lambda: fwd_bwd(rnn, graphs), device, repeat=repeat, loops=loops, warmup=5)
-            return Row(name, m.median, check=text)
+            host = host_seconds(lambda: fwd_bwd(rnn, graphs), device) if device.type == "cuda" else None
+            return Row(name, m.median, check=text, host_seconds=host)
 
         return run
 
@@ -1047,11 +1119,35 @@ def bench_lltm(
             verdicts = _each_round(w, ours, theirs)
             w.goal_met = None if not verdicts or None in verdicts else all(verdicts)
             w.goal += f" ({sum(v is True for v in verdicts)} of {len(verdicts)} rounds)"
+            if w.goal_met is False:
+                w.goal_why = _rounds_lost(w, ours, theirs)
         else:
             w.goal = "fastest pnex variant no slower than eager"
             if None not in (mine, eager):
                 w.goal_met = mine <= eager
+                if not w.goal_met:
+                    w.goal_why = f"{w.headline} takes {_fmt_us(mine)}, eager {_fmt_us(eager)}"
     return w
+
+
+def _rounds_lost(w: Workload, ours: list[str], theirs: list[str]) -> str:
+    """The rounds the pnex variants lost, and to which variant: "lost round 2:
+    torch.compile 512.0 µs against 518.3 µs"."""
+    by_name = {r.variant: r.rounds for r in w.rows}
+
+    def at(name: str, i: int) -> float | None:
+        times = by_name.get(name) or []
+        return times[i] if i < len(times) else None
+
+    lost = []
+    for i in range(max((len(v) for v in by_name.values()), default=0)):
+        mine = [at(n, i) for n in ours if at(n, i) is not None]
+        if not mine:
+            continue
+        beaten = sorted((at(n, i), n) for n in theirs if at(n, i) is not None and at(n, i) <= min(mine))
+        if beaten:
+            lost.append(f"round {i + 1}: {beaten[0][1]} {_fmt_us(beaten[0][0])} against {_fmt_us(min(mine))}")
+    return "lost " + ", ".join(lost) if lost else ""
 
 
 # =============================================================================================
@@ -1209,10 +1305,33 @@ def bench_kmeans(
     w.headline, mine = w.best("pnex")
     if device.type == "cuda":
         floor, compiled = w.seconds(FLOOR), w.seconds(COMPILED)
-        w.goal = "within 1.3x of the memory floor and faster than torch.compile"
+        w.goal = "within 1.3x of the memory floor's time and faster than torch.compile"
         if None not in (mine, floor, compiled):
             w.goal_met = mine <= 1.3 * floor and mine < compiled
+            w.goal_why = _kmeans_why(mine, floor, compiled) if not w.goal_met else ""
     return w
+
+
+#: A time within this factor of the memory floor's is at the floor: no kernel moving the same
+#: bytes can be measurably faster.
+AT_FLOOR = 1.05
+
+
+def _kmeans_why(mine: float, floor: float, compiled: float) -> str:
+    """Why the k-means goal was missed, from the times: too far from the floor, or not
+    faster than torch.compile, and whether torch.compile was at the floor already."""
+    why = []
+    if mine > 1.3 * floor:
+        why.append(f"the pnex kernel takes {mine / floor:.2f}x the floor's time")
+    if mine >= compiled:
+        if mine <= AT_FLOOR * floor and compiled <= AT_FLOOR * floor:
+            why.append(f"a tie with torch.compile ({_fmt_us(mine)} against {_fmt_us(compiled)}): both run at the "
+                       f"memory floor's speed ({floor / mine:.2f}x and {floor / compiled:.2f}x): a kernel moving these "
+                       f"bytes cannot get much faster than a copy of them")
+        else:
+            why.append(f"torch.compile is faster: {_fmt_us(compiled)} against {_fmt_us(mine)} "
+                       f"({floor / compiled:.2f}x the floor's speed against the pnex kernel's {floor / mine:.2f}x)")
+    return "; ".join(why)
 
 
 # =============================================================================================

@@ -47,10 +47,11 @@ if TYPE_CHECKING:
     from .adjoint import derive_backward
     from .autograd import attach_backward, backward_of
     from .frontends.jit import jit
-    from . import random
+    from . import random, tc
     from .op import PnexOp
     from .random import xoroshiro128p_states
     from .report import KernelReport, build_report, inspect
+    from .profiling import KernelProfile, profile
 
 # Imported on first use (PEP 562), so that ``import pnex_magic`` stays cheap: the
 # definition path (jit) does not need the report, the artifact format or autograd,
@@ -63,12 +64,14 @@ _LAZY = {
     "KernelReport": ".report",
     "save": ".artifact",
     "load": ".artifact",
+    "profile": ".profiling",
+    "KernelProfile": ".profiling",
     "attach_backward": ".autograd",
     "backward_of": ".autograd",
     "xoroshiro128p_states": ".random",
     "derive_backward": ".adjoint",
 }
-_SUBMODULES = frozenset({"autograd", "random"})
+_SUBMODULES = frozenset({"autograd", "random", "tc"})
 
 
 def __getattr__(name: str) -> Any:
@@ -98,11 +101,14 @@ __all__ = [
     "Tune",
     "Seed",
     "random",
+    "tc",
     "xoroshiro128p_states",
     "vload",
     "vstore",
     "inspect",
     "build_report",
+    "profile",
+    "KernelProfile",
     "save",
     "load",
     "attach_backward",

@@ -8,7 +8,7 @@ import re
 
 from .errors import KernelDefinitionError
 
-__all__ = ["DEFAULT_ARCH", "parse_arch", "arch_name", "default_arch"]
+__all__ = ["DEFAULT_ARCH", "parse_arch", "arch_name", "default_arch", "default_is_stand_in"]
 
 DEFAULT_ARCH = "sm_75"  # the oldest architecture CUDA 13 targets; Colab's T4
 
@@ -35,17 +35,27 @@ def arch_name(cc: tuple[int, int]) -> str:
 def default_arch() -> str:
     """The architecture to compile for: ``$PNEX_ARCH``, else the current GPU's,
     else ``sm_75``."""
+    return _default()[0]
+
+
+def default_is_stand_in() -> bool:
+    """Whether :func:`default_arch` is a stand-in (no ``$PNEX_ARCH`` and no GPU): a
+    kernel that needs a newer architecture may then be compiled for that one."""
+    return _default()[1]
+
+
+def _default() -> tuple[str, bool]:
     env = os.environ.get("PNEX_ARCH")
     if env:
-        return arch_name(parse_arch(env))
+        return arch_name(parse_arch(env)), False
     try:
         import torch
 
         if torch.cuda.is_available():
-            return arch_name(_current_capability(torch))
+            return arch_name(_current_capability(torch)), False
     except Exception:  # a broken CUDA set-up still allows CPU use
         pass
-    return DEFAULT_ARCH
+    return DEFAULT_ARCH, True
 
 
 def _current_capability(torch) -> tuple[int, int]:

@@ -397,7 +397,9 @@ def attach_backward(
 def backward_of(
     forward: PnexOp, *, setup_context: Callable[[Any, tuple, Any], None] | None = None
 ) -> Callable[[PnexOp], PnexOp]:
-    """Decorator form of :func:`attach_backward`; returns the backward op unchanged::
+    """Decorator form of :func:`attach_backward`; returns the backward op unchanged.
+
+    Above ``@pnex.jit``, with the backward's parameters named as for :func:`attach_backward`::
 
         @backward_of(square)
         @pnex.jit(n_threads="x.numel()")

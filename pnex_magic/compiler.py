@@ -17,17 +17,21 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
-from .errors import KernelCompileError, KernelTypingError
+from .cubin import kernel_entry
+from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelTypingError
 from .linking import (
-    has_external_calls, link_cubin, linker_classes, object_code, probe_linker, ptx_entry, uses_grid_sync,
+    arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
+    ptx_entry, uses_grid_sync,
 )
 from .numbadriver import numba_error_line, target_device
 from .spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
+from .tc import lowering as tc_lowering
 
 __all__ = [
     "ResourceUsage",
@@ -208,6 +212,7 @@ def _numba_ptx(
 
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     kernel_random.register_cuda()  # pnex.random in kernels
+    tc_lowering.register_cuda()  # pnex.tc (tensor cores) in kernels
     sig = numba_signature(spec, layout, variant, hidden)
     try:
         with warnings.catch_warnings(), target_device(cc):
@@ -246,8 +251,7 @@ def _numba_ptx(
             sig_text = ", ".join(f"{name}: {t}" for name, t in zip(names, sig))
             raise KernelTypingError(
                 f"kernel {spec.name!r}{at}: Numba could not compile the kernel body for the declared "
-                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n"
-                f"(the full message is in this exception's .compiler_log)",
+                f"parameter types ({sig_text}):\n  {_condense_numba_error(exc)}{hint}\n{COMPILER_LOG_NOTE}",
                 compiler_log=str(exc),
                 lineno=line,
             ) from None
@@ -302,11 +306,13 @@ def _parse_resources(log: str) -> ResourceUsage | None:
 
 
 def ltoir_objects(
-    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = ()
+    fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = (),
+    ptx: str = "",
 ) -> list[Any]:
     """The kernel and the code it links against (float16/bfloat16 operators,
-    ``declare_device`` functions with ``link=``), as LTO-IR objects for nvJitLink: the
-    kernel through NVVM, CUDA C++ sources through NVRTC (neither needs a driver)."""
+    ``declare_device`` functions with ``link=``, and the Numba-CUDA helpers its ``ptx``
+    calls), as LTO-IR objects for nvJitLink: the kernel through NVVM, CUDA C++ sources
+    through NVRTC (neither needs a driver)."""
     warmup.wait()
     from numba import cuda
 
@@ -326,7 +332,7 @@ def ltoir_objects(
             compiler_log=str(exc),
         ) from None
     kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
-    return [kernel, *(object_code(code, spec.name) for code in codes[1:])]
+    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *_numba_helpers(ptx, cc, spec.name)]
 
 
 @contextlib.contextmanager
@@ -362,7 +368,30 @@ def _link_dependencies(
     a kernel whose PTX declares external functions pays for this second pass."""
     if not has_external_calls(ptx):
         return []
-    return ltoir_objects(fn, spec, cc, layout, variant, hidden)[1:]
+    return ltoir_objects(fn, spec, cc, layout, variant, hidden, ptx)[1:]
+
+
+# Numba-CUDA's own device helpers, which its dispatcher links when a kernel's code calls
+# them (numba/cuda/dispatcher.py, link_to_library_functions) and cuda.compile_all does not
+# list: the copy-free ``reshape`` of an array (a tile carved from a shared array, say).
+_NUMBA_HELPERS = {"reshape_funcs.cu": ("numba_attempt_nocopy_reshape", "nocopy_empty_reshape")}
+
+
+def _numba_helpers(ptx: str, cc: tuple[int, int], kernel: str) -> list[Any]:
+    """LTO-IR (through NVRTC) of the Numba-CUDA helper sources the kernel's PTX calls."""
+    wanted = [source for source, names in _NUMBA_HELPERS.items() if any(name in ptx for name in names)]
+    if not wanted:
+        return []
+    from numba import cuda
+    from numba.cuda.cudadrv import nvrtc
+
+    _, _, ObjectCode = linker_classes()
+    folder = Path(cuda.__file__).resolve().parent
+    objects = []
+    for source in wanted:
+        code, _ = nvrtc.compile((folder / source).read_text(), source, cc, ltoir=True)
+        objects.append(ObjectCode.from_ltoir(code) if isinstance(code, bytes) else object_code(code, kernel))
+    return objects
 
 
 def compile_kernel(
@@ -426,10 +455,16 @@ def compile_kernel(
             compiler_log=ptx,
         )
     cubin: bytes | None
+    ptx, link_arch = arch_specific(ptx, arch)  # wgmma: sm_90a
     try:
-        cubin, log = link_cubin(
-            ptx, arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)
-        )
+        if link_arch != arch:  # wgmma: linked from LTO-IR, as one program (see link_lto_cubin)
+            cubin, log = link_lto_cubin(ltoir_objects(fn, spec, cc, layout, variant, hidden), link_arch,
+                                        max_registers, spec.name)
+            entry_name = kernel_entry(cubin, entry_name)  # a second compile: Numba's mangled name differs
+        else:
+            cubin, log = link_cubin(
+                ptx, link_arch, max_registers, spec.name, _link_dependencies(fn, spec, cc, ptx, layout, variant, hidden)
+            )
     except KernelCompileError:
         raise
     except (ImportError, RuntimeError, OSError) as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["EM_CUDA", "cubin_arch"]
+__all__ = ["EM_CUDA", "cubin_arch", "cubin_functions", "kernel_entry"]
 
 EM_CUDA = 190
 _ELF64 = 2
@@ -39,3 +39,41 @@ def cubin_arch(image: bytes) -> str:
     (flags,) = struct.unpack_from("<I", image, 48)
     sm = (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF
     return f"sm_{sm}"
+
+
+def cubin_functions(image: bytes) -> list[str]:
+    """The functions whose code a cubin holds: the names of its ``.text.<name>``
+    sections, in section order (``ValueError`` if ``image`` is not a cubin)."""
+    cubin_arch(image)  # validates the header
+    shoff, = struct.unpack_from("<Q", image, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 58)
+    sections = [struct.unpack_from("<IIQQQQ", image, shoff + i * shentsize) for i in range(shnum)]
+    strtab_offset, strtab_size = sections[shstrndx][4], sections[shstrndx][5]
+    names = bytes(image[strtab_offset:strtab_offset + strtab_size])
+    found = []
+    for name_offset, *_ in sections:
+        end = names.find(b"\0", name_offset)
+        name = names[name_offset:end].decode("ascii", "replace")
+        if name.startswith(".text."):
+            found.append(name[len(".text."):])
+    return found
+
+
+def kernel_entry(image: bytes, expected: str) -> str:
+    """The name under which a cubin holds the kernel whose PTX entry was ``expected``:
+    that name, or, where the cubin was compiled again from the same function (Numba
+    numbers each compile of a function in its mangled name: ``...B2v1B...`` then
+    ``...B2v2B...``), the function with the longest name prefix in common."""
+    functions = cubin_functions(image)
+    if expected in functions or not functions:
+        return expected
+
+    def common(name: str) -> int:
+        n = 0
+        for a, b in zip(name, expected):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    return max(functions, key=common)

@@ -37,6 +37,7 @@ from typing import Any
 from .definition import JitOptions, KernelDefinition
 from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
+from .roofline import parse_flops
 from .spec import build_spec
 
 __all__ = ["definition", "registered"]
@@ -51,14 +52,21 @@ def definition(
     options: JitOptions | None = None,
     name: str | None = None,
     tune: dict[str, Any] | None = None,
+    flops: str | int | None = None,
+    shared_bytes: Any = 0,
 ) -> KernelDefinition:
     """Check ``fn``'s annotations and the launch options (no compiling yet).  ``tune``
-    replaces the choices of ``Tune`` parameters by name."""
+    replaces the choices of ``Tune`` parameters by name; ``flops`` is the FLOP count of
+    a call, an expression over the parameters (:func:`pnex_magic.roofline.parse_flops`);
+    ``shared_bytes`` is the dynamic shared memory per block (an int, or an expression
+    over ``Tune`` parameters)."""
     spec = build_spec(
         fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
-        tune=tune,
+        tune=tune, shared_bytes=shared_bytes,
     )
-    return KernelDefinition(fn, spec, options or JitOptions())
+    found = KernelDefinition(fn, spec, options or JitOptions())
+    found.flops = parse_flops(spec, flops)
+    return found
 
 
 @dataclasses.dataclass
@@ -177,8 +185,10 @@ def _print_summary(d: KernelDefinition, start: float) -> None:
         print(f"pnex: {compiled.arch}, {how}, key {compiled.key[:16]}")
         if compiled.resources is not None:
             r = compiled.resources
+            dynamic = spec.shared_of(0)
             print(
-                f"pnex: {r.registers} registers/thread, {r.shared_bytes} B shared, "
-                f"{r.local_bytes} B local, spills {r.spill_store_bytes}/{r.spill_load_bytes} B"
+                f"pnex: {r.registers} registers/thread, {r.shared_bytes} B shared"
+                + (f" + {dynamic} B dynamic (shared_bytes)" if dynamic else "")
+                + f", {r.local_bytes} B local, spills {r.spill_store_bytes}/{r.spill_load_bytes} B"
             )
     print(f"pnex: ready in {time.perf_counter() - start:.2f} s")

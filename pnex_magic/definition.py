@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache, simtyping
 from ._version import __version__, installed_versions
-from .arch import arch_name, default_arch, parse_arch
+from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
-from .fingerprint import function_fingerprint
+from .fingerprint import closure_token, function_fingerprint
+from .hardware import max_shared_per_block
 from .snapshot import HiddenArray, compilable, freeze, simulable
 from .spec import KernelSpec
 
@@ -161,6 +162,7 @@ class KernelDefinition:
         self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
         self._forms: dict[tuple[str, bool], types.FunctionType] = {}  # (for what, checked) -> function
         self.toolchain_error: str | None = None
+        self.flops: Any = None  # the FLOP count of a call (pnex_magic.roofline.FlopCount), from flops=
 
     @property
     def hidden_arrays(self) -> tuple[HiddenArray, ...]:
@@ -169,15 +171,47 @@ class KernelDefinition:
         launcher passes (:mod:`pnex_magic.snapshot`)."""
         return self.snapshot.hidden
 
-    @property
+    @functools.cached_property
     def op_name(self) -> str:
         """Deterministic operator name: the kernel's name plus a short hash of where
-        it was defined, so a re-run definition replaces its op."""
-        site = hashlib.sha256(f"{self.spec.module}.{self.spec.qualname}".encode()).hexdigest()[:8]
-        return f"{self.spec.name}_{site}"
+        it was defined, so a re-run definition replaces its op.  A kernel made by a
+        factory (``def make(dtype): @pnex.jit ... def k(...)``) is defined at one place
+        for every call: the values of its closure variables are part of its site, so
+        that ``make("f16")`` and ``make("bf16")`` are two ops, not one replacing the other."""
+        site = f"{self.spec.module}.{self.spec.qualname}"
+        if self.fn.__closure__:
+            site += "\n" + closure_token(self.fn)
+        return f"{self.spec.name}_{hashlib.sha256(site.encode()).hexdigest()[:8]}"
 
     def target_arch(self, arch: str | None = None) -> str:
-        return arch_name(parse_arch(arch or self.options.arch or default_arch()))
+        """The architecture to compile for: ``arch``, else the definition's, else the default
+        (:func:`~pnex_magic.arch.default_arch`).  A kernel that calls tensor-core primitives
+        (:mod:`pnex_magic.tc`) needs sm_80 or newer, one that calls ``wgmma`` sm_90 exactly:
+        where the default is a stand-in (no GPU) it becomes that; a named or present GPU
+        without the primitive is refused, naming it."""
+        explicit = arch or self.options.arch
+        cc = parse_arch(explicit or default_arch())
+        needed = self.required_cc
+        if needed is not None and cc < needed[0] and explicit is None and default_is_stand_in():
+            cc = needed[0]
+        if needed is not None:
+            from .tc.usage import arch_problem
+
+            problem = arch_problem(self.snapshot.function, cc)
+            if problem is not None:
+                raise KernelDefinitionError(
+                    f"kernel {self.spec.name!r} {problem}; it cannot be compiled for {arch_name(cc)}"
+                    + ("" if explicit else " (this GPU)")
+                )
+        return arch_name(cc)
+
+    @functools.cached_property
+    def required_cc(self) -> tuple[tuple[int, int], str] | None:
+        """The oldest architecture that has every tensor-core primitive the kernel calls,
+        and one that needs it (:func:`pnex_magic.tc.usage.required_cc`)."""
+        from .tc.usage import required_cc
+
+        return required_cc(self.snapshot.function)
 
     def cache_key(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> str:
         parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions(),
@@ -300,12 +334,38 @@ class KernelDefinition:
     def compiled_if_available(self) -> CompiledKernel | None:
         return next(iter(self._compiled.values()), None)
 
+    def check_shared_memory(self) -> None:
+        """Refuse a ``shared_bytes`` above what a block may use on the target GPU, where
+        that GPU is known (``arch=``, ``$PNEX_ARCH`` or the GPU present; without one the
+        kernel may be meant for a larger GPU, and the simulator runs it whatever its
+        size).  The launch checks the device's own limit less the kernel's static shared
+        memory, by the driver's figures (:mod:`pnex_magic.launch.shared`)."""
+        spec = self.spec
+        if not any(spec.shared_per_variant) or (self.options.arch is None and default_is_stand_in()):
+            return
+        arch = self.target_arch()
+        most = max_shared_per_block(arch)
+        if most is None:
+            return
+        for variant, asked in enumerate(spec.shared_per_variant):
+            if asked <= most:
+                continue
+            values = spec.tune_values(variant)
+            setting = ", ".join(f"{n}={values[n]!r}" for n in sorted(spec.shared_bytes.names()))
+            raise KernelDefinitionError(
+                f"kernel {spec.name!r}: shared_bytes = {spec.shared_bytes} gives {asked:,} B of dynamic shared memory "
+                f"per block{f' with the Tune choice {setting}' if setting else ''}, but a block may use at most "
+                f"{most:,} B on {arch}" + (" (this GPU)" if self.options.arch is None else "")
+                + "; use fewer pipeline stages or smaller tiles" + (", or remove that choice" if setting else "")
+            )
+
     def check_compiles(self) -> CompiledKernel | None:
         """Compile for the target architecture at definition time, so typing errors
         surface there.  A missing CUDA compiler (no NVVM wheel) is not an error: the
         op still runs on CPU tensors through the simulator (and it is said once)."""
         if self.options.check:
             self.checked_kernel()  # a kernel without source cannot be checked: say so now
+        self.check_shared_memory()
         if self.toolchain_error is not None:
             return None
         try:

@@ -44,10 +44,11 @@ from .hardware import (
 )
 from .spec import KernelSpec, TensorParam
 from .timing import TimingResult, format_bytes, format_rate, format_time, rate_unit
+from .tune_template import TUNE_SHAPE
 
 __all__ = [
     "FAR", "LaunchFacts", "Reason", "InFlight", "in_flight", "Efficiency", "reasons", "strided_along_x",
-    "input_bytes", "element_bytes", "assess", "TUNE_SHAPE", "UNEXPLAINED",
+    "input_bytes", "element_bytes", "assess", "TUNE_SHAPE", "UNEXPLAINED", "share_text", "GRAPH_GAIN",
 ]
 
 #: Below this fraction of the ceiling, the report says why the op may be slow.
@@ -71,23 +72,6 @@ BLOCK_RATE_SHARE = 0.85
 #: Bytes of one DRAM sector: a warp that uses less of each sector it reads wastes bandwidth.
 SECTOR_BYTES = 32
 
-#: The shape of a kernel that gives each thread ``ITEMS`` independent elements: block-strided
-#: (a warp's 32 threads read 32 neighbours at each step, as with one element per thread), every
-#: load issued before the first store, so that ``ITEMS`` loads per thread are in flight at once.
-TUNE_SHAPE = """\
-@pnex.jit(n_threads="(a.numel() + ITEMS - 1) // ITEMS", threads_per_block="auto")
-def kernel(a: In("f32", (None,)), r: Out("f32", "a"), ITEMS: pnex.Tune(1, 2, 4, 8)):
-    base = cuda.blockIdx.x * cuda.blockDim.x * ITEMS + cuda.threadIdx.x
-    v = cuda.local.array(ITEMS, float32)
-    for k in range(ITEMS):              # every load first: ITEMS loads in flight per thread
-        j = base + k * cuda.blockDim.x  # block-strided: a warp reads 32 neighbours
-        if j < a.shape[0]:
-            v[k] = a[j]
-    for k in range(ITEMS):              # then every store
-        j = base + k * cuda.blockDim.x
-        if j < a.shape[0]:
-            r[j] = v[k]
-# not j = i * ITEMS + k: a thread's consecutive elements make each warp load uncoalesced"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +80,7 @@ class LaunchFacts:
 
     arch: str
     registers: int | None
-    shared_bytes: int | None
+    shared_bytes: int | None  #: per block, static plus dynamic (shared_bytes=)
     spill_store_bytes: int | None
     spill_load_bytes: int | None
     block: tuple[int, int, int]
@@ -112,6 +96,11 @@ class LaunchFacts:
     latency: float | None = None  #: seconds (None: :func:`~pnex_magic.hardware.loaded_latency` of arch)
     tune: tuple[tuple[str, object], ...] = ()  #: the Tune values the call ran with, e.g. (("ITEMS", 4),)
     element_bytes: int | None = None  #: bytes of one element of the inputs x runs over (None: 4)
+    #: the kernel rewritten with more elements per thread (:func:`~pnex_magic.tune_template.tune_template`);
+    #: "" for the generic shape, :data:`TUNE_SHAPE`
+    template: str = ""
+    #: seconds per call of the op replayed in a CUDA graph (measured for a launch-bound call; None: not measured)
+    graph_seconds: float | None = None
 
     @property
     def threads_per_block(self) -> int:
@@ -193,6 +182,24 @@ def in_flight(f: LaunchFacts) -> InFlight | None:
     return InFlight(threads * per_thread, knee, per_thread, threads, from_grid < resident)
 
 
+#: CUDA graphs are advised for a launch-bound call only where a replay measured at most this share of a call.
+GRAPH_GAIN = 0.75
+
+
+def _launch_advice(f: LaunchFacts) -> str:
+    """What to do about a launch-bound call, from what was measured: CUDA graphs only
+    where a graph's replay of the call measured faster than a call."""
+    more = "give each call more work (batch several calls into one)"
+    g = f.graph_seconds
+    if g is None:
+        return f"a launch costs a few µs whatever the kernel does: {more}"
+    if g <= GRAPH_GAIN * f.op_seconds:
+        return (f"replayed in a CUDA graph, a call took {format_time(g)} (measured here): capture the calls in a CUDA "
+                f"graph (torch.cuda.graph, or torch.compile(mode='reduce-overhead')), or {more}")
+    return (f"replayed in a CUDA graph, a call took {format_time(g)} (measured here), no faster: a graph would not "
+            f"help; {more}")
+
+
 def _tuned(f: LaunchFacts) -> str:
     return ", ".join(f"{name}={value!r}" for name, value in f.tune)
 
@@ -220,7 +227,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         out.append(Reason(
             "launch",
             f"launch overhead dominates: a call takes {format_time(f.op_seconds)} for {format_bytes(f.bytes_moved)}",
-            "a launch costs a few µs whatever it does; give each call more work, or capture calls in a CUDA graph",
+            _launch_advice(f),
         ))
     few_blocks = blocks < f.sm_count
     if few_blocks:
@@ -238,6 +245,9 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
         ))
     how = ("block-strided (j = base + k * cuda.blockDim.x) so that a warp still reads 32 neighbours, and load them all "
            "before storing; never j = i * ITEMS + k, which makes every load uncoalesced")
+    if f.block[1] > 1 or f.grid[1] > 1:  # a 2-D launch: more rows per thread, x still along a row
+        how = ("rows block-strided (y = base + k * cuda.blockDim.y) so that a warp still reads 32 neighbours of a row, "
+               "and load them all before storing")
     tuned = _tuned(f)
     more_items = (f"it ran with {tuned}: offer more elements per thread among the Tune choices, {how}" if tuned
                   else f"give each thread several independent elements with pnex.Tune, {how}")
@@ -251,7 +261,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 f"{format_bytes(f.bytes_moved / blocks)} each, in {format_time(f.op_seconds)}: each SM starts one "
                 f"every {interval * 1e9:.0f} ns, about as fast as an SM of this GPU can (one every {start * 1e9:.0f} ns)",
                 f"give each block more work: {more_items}; or use larger blocks (threads_per_block='auto')",
-                TUNE_SHAPE,
+                f.template or TUNE_SHAPE,
             ))
     flight = in_flight(f)
     memory_bound = False
@@ -270,7 +280,7 @@ def reasons(f: LaunchFacts) -> tuple[Reason, ...]:
                 f"too few bytes in flight: each SM keeps about {format_bytes(flight.have)} of loads in flight "
                 f"({flight.threads:,} resident threads × {flight.per_thread:.3g} B read per thread), {allows}",
                 more_items,
-                TUNE_SHAPE,
+                f.template or TUNE_SHAPE,
             ))
         elif explains and flight.grid_capped and not (tiny or few_blocks):
             # The whole input is in flight at once: a bound on any kernel, memory-bound or not.
@@ -394,14 +404,16 @@ def element_bytes(spec: KernelSpec, args: Sequence[Any]) -> int | None:
     return min(sizes) if sizes else None
 
 
+def share_text(fraction: float) -> str:
+    """``73%``; ``<1%`` for a share that would round to 0%."""
+    return f"{fraction:.0%}" if fraction >= 0.005 else "<1%"
+
+
 #: What the report says when the op is far from the ceiling and no reason shows.
 UNEXPLAINED = Reason(
     "unexplained",
-    "none of the limits the report checks shows in its figures (launch overhead, blocks, coalescing, block starts, "
-    "bytes in flight, waves, occupancy, spills, block width)",
-    "profile the kernel with Nsight Compute (ncu) to see what holds it back; a kernel also stays below the copy when "
-    "it computes more per byte than memory delivers, or reads some bytes more than once (the bandwidth counts each "
-    "argument and output byte once)",
+    "no cause shows in the figures the report checks",
+    "run the cell again with --profile (in a script: pnex.profile(op, *args)) to measure what holds it back",
 )
 
 
@@ -475,6 +487,13 @@ class Efficiency:
         return fraction is not None and fraction < FAR and self.judged
 
     @property
+    def at_ceiling(self) -> bool:
+        """Whether the op reaches :data:`FAR` of the ceiling or more, on a call the DRAM
+        ceilings apply to: a success, shown as one."""
+        fraction = self.op_of_ceiling
+        return fraction is not None and fraction >= FAR and self.judged
+
+    @property
     def explanation(self) -> Reason | None:
         """Why the op is far from the ceiling (``None`` when it is not): the most likely
         :class:`Reason`, or :data:`UNEXPLAINED` when the figures show none."""
@@ -509,9 +528,9 @@ class Efficiency:
             return "n/a"
         parts = []
         if self.copy_bandwidth:
-            parts.append(f"{bandwidth / self.copy_bandwidth:.0%} of the device-to-device copy")
+            parts.append(f"{share_text(bandwidth / self.copy_bandwidth)} of the device-to-device copy")
         if self.peak_bandwidth:
-            parts.append(f"{bandwidth / self.peak_bandwidth:.0%} of peak")
+            parts.append(f"{share_text(bandwidth / self.peak_bandwidth)} of peak")
         return self.rate(bandwidth) + (" = " + ", ".join(parts) if parts else "")
 
     @property
@@ -539,7 +558,7 @@ class Efficiency:
                f"op        : {self.describe(self.op_bandwidth)}"]
         if self.eager_bandwidth is not None:
             out.append(f"eager     : {self.describe(self.eager_bandwidth)}")
-        if not self.judged:
+        if not self.judged or self.at_ceiling:
             out.append(f"verdict   : {self.verdict}")
         found = self.explanation
         if found is not None:

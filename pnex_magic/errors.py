@@ -20,7 +20,11 @@ __all__ = [
     "KernelLaunchError",
     "KernelIndexError",
     "ArtifactError",
+    "COMPILER_LOG_NOTE",
 ]
+
+#: The last line of a typing error's message outside a notebook: where the full log is.
+COMPILER_LOG_NOTE = "(the full message is in this exception's .compiler_log)"
 
 
 class PnexError(Exception):

@@ -30,7 +30,7 @@ from .lazycuda import is_lazy_cuda
 from .snapshot import (DeviceFunction, HiddenArray, device_options, is_dispatcher, is_foreign_function, is_user_module,
                        referenced_names)
 
-__all__ = ["function_fingerprint"]
+__all__ = ["function_fingerprint", "closure_token"]
 
 
 def _source(fn: types.FunctionType) -> str:
@@ -99,14 +99,21 @@ def _function_token(fn: types.FunctionType, depth: int, seen: set[int]) -> str:
                 if attr != name and hasattr(value, attr):
                     parts.append(f"global {name}.{attr}={_value_token(getattr(value, attr), depth, seen)}")
     if fn.__closure__:
-        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-            try:
-                contents = cell.cell_contents
-            except ValueError:
-                contents = "<empty cell>"
-            parts.append(f"closure {var}={_value_token(contents, depth, seen)}")
+        parts.append(closure_token(fn, depth, seen))
     if fn.__defaults__:
         parts.append(f"defaults={_value_token(fn.__defaults__, depth, seen)}")
+    return "\n".join(parts)
+
+
+def closure_token(fn: types.FunctionType, depth: int = 0, seen: set[int] | None = None) -> str:
+    """A stable text standing for the values of ``fn``'s closure variables."""
+    parts = []
+    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            contents = cell.cell_contents
+        except ValueError:
+            contents = "<empty cell>"
+        parts.append(f"closure {var}={_value_token(contents, depth, seen if seen is not None else {id(fn)})}")
     return "\n".join(parts)
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "occupancy_limiter",
     "resident_blocks",
     "max_threads_per_sm",
+    "max_shared_per_block",
+    "MAX_SHARED_PER_BLOCK",
     "block_problem",
     "LOADED_LATENCY",
     "loaded_latency",
@@ -44,25 +46,39 @@ __all__ = [
     "device_info",
     "copy_bandwidth",
     "peak_bandwidth",
+    "FLOPS_PER_CLOCK",
+    "PEAK_KINDS",
+    "PeakFlops",
+    "peak_flops",
 ]
 
 # Per-SM limits by compute capability major.minor (CUDA C Programming Guide, table
-# "Technical Specifications per Compute Capability").
+# "Technical Specifications per Compute Capability"): ``smem`` is the shared memory of
+# one SM, ``smem_block`` the most one block may use (static plus dynamic, the opt-in
+# maximum, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), ``reserved`` what
+# the system keeps per resident block that uses shared memory (cudaDeviceProp's
+# reservedSharedMemPerBlock: 1 KiB from Ampere on) beyond ptxas's figure.  For sm_90,
+# ptxas's figure already holds that 1 KiB (a kernel with dynamic shared memory only
+# reports 1,024 B of smem for sm_90, 0 B for sm_80 and sm_100; nvJitLink 13, 2026), so
+# it is not added again.
 SM_LIMITS = {
-    (7, 5): dict(threads=1024, blocks=16, regs=65536, smem=65536, warps=32),
-    (8, 0): dict(threads=2048, blocks=32, regs=65536, smem=167936, warps=64),
-    (8, 6): dict(threads=1536, blocks=16, regs=65536, smem=102400, warps=48),
-    (8, 7): dict(threads=1536, blocks=16, regs=65536, smem=167936, warps=48),
-    (8, 9): dict(threads=1536, blocks=24, regs=65536, smem=102400, warps=48),
-    (9, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (10, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64),
-    (12, 0): dict(threads=1536, blocks=32, regs=65536, smem=102400, warps=48),
+    (7, 5): dict(threads=1024, blocks=16, regs=65536, smem=65536, warps=32, smem_block=65536, reserved=0),
+    (8, 0): dict(threads=2048, blocks=32, regs=65536, smem=167936, warps=64, smem_block=166912, reserved=1024),
+    (8, 6): dict(threads=1536, blocks=16, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
+    (8, 7): dict(threads=1536, blocks=16, regs=65536, smem=167936, warps=48, smem_block=166912, reserved=1024),
+    (8, 9): dict(threads=1536, blocks=24, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
+    (9, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64, smem_block=232448, reserved=0),
+    (10, 0): dict(threads=2048, blocks=32, regs=65536, smem=233472, warps=64, smem_block=232448, reserved=1024),
+    (12, 0): dict(threads=1536, blocks=32, regs=65536, smem=102400, warps=48, smem_block=101376, reserved=1024),
 }
 
 #: Registers one block may use, on every architecture pnex targets.
 MAX_REGISTERS_PER_BLOCK = 65536
-#: Static shared memory one block may use.
+#: Static shared memory one block may use (more takes dynamic shared memory, opted in).
 MAX_STATIC_SHARED = 48 * 1024
+#: The most shared memory one block may use on any architecture pnex knows (227 KiB,
+#: sm_90 and sm_100): a ``shared_bytes`` above it fits no GPU.
+MAX_SHARED_PER_BLOCK = max(limits["smem_block"] for limits in SM_LIMITS.values())
 #: Blocks per grid on the X, Y and Z axes.
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
@@ -78,14 +94,29 @@ def _registers_per_block(registers: int, threads_per_block: int) -> int:
     return -(-max(registers, 1) * 32 // 256) * 256 * warps
 
 
+def max_shared_per_block(arch: str) -> int | None:
+    """The most shared memory (static plus dynamic) one block may use on ``arch``, in
+    bytes (``None``: an architecture pnex does not know)."""
+    limits = _limits(arch)
+    return None if limits is None else limits["smem_block"]
+
+
+def _shared_blocks(limits: dict[str, int], shared_bytes: int) -> int:
+    """Blocks using ``shared_bytes`` of shared memory (static plus dynamic) one SM holds."""
+    if shared_bytes > limits["smem_block"]:
+        return 0
+    return limits["smem"] // (shared_bytes + limits["reserved"])
+
+
 def _blocks_by(limits: dict[str, int], registers: int, shared_bytes: int, threads_per_block: int) -> dict[str, int]:
-    """Blocks of ``threads_per_block`` threads one SM holds, by each of its limits."""
+    """Blocks of ``threads_per_block`` threads one SM holds, by each of its limits
+    (``shared_bytes``: per block, static plus dynamic)."""
     unused = limits["blocks"] + 1  # a resource the kernel does not use limits nothing
     return {
         "blocks": limits["blocks"],
         "threads": limits["threads"] // threads_per_block,
         "registers": limits["regs"] // _registers_per_block(registers, threads_per_block) if registers else unused,
-        "shared memory": limits["smem"] // shared_bytes if shared_bytes else unused,
+        "shared memory": _shared_blocks(limits, shared_bytes) if shared_bytes else unused,
     }
 
 
@@ -132,10 +163,12 @@ def block_problem(
     shared_bytes: int | None,
     block: Sequence[int],
     n_threads: Sequence[int] | None = None,
+    dynamic_shared: int = 0,
 ) -> str | None:
     """Why ``block`` cannot launch this kernel (for a call launching ``n_threads``
     threads per axis), or ``None`` when it can.  ``registers`` and ``shared_bytes``
-    are ptxas's figures (``None`` where unknown: those checks are skipped)."""
+    (static) are ptxas's figures (``None`` where unknown: those checks are skipped);
+    ``dynamic_shared`` the launch's dynamic shared memory (``shared_bytes=``)."""
     threads = 1
     for size in block:
         threads *= size
@@ -148,7 +181,14 @@ def block_problem(
             )
     if shared_bytes and shared_bytes > MAX_STATIC_SHARED:
         return f"uses {shared_bytes:,} B of static shared memory per block, above CUDA's {MAX_STATIC_SHARED:,} B"
-    found = occupancy_limiter(arch, registers or 0, shared_bytes or 0, threads)
+    total = (shared_bytes or 0) + dynamic_shared
+    most = max_shared_per_block(arch)
+    if dynamic_shared and most is not None and total > most:
+        return (
+            f"uses {total:,} B of shared memory per block ({shared_bytes or 0:,} B static + {dynamic_shared:,} B "
+            f"dynamic, shared_bytes), above the {most:,} B a block may use on {arch}"
+        )
+    found = occupancy_limiter(arch, registers or 0, total, threads)
     if found is not None and found[0] <= 0:
         return f"not one block of {threads} threads fits on an SM of {arch} (limited by {found[1]})"
     for axis, n in enumerate(n_threads or ()):
@@ -259,6 +299,7 @@ class DeviceInfo:
     l2_bytes: int | None
     peak_bandwidth: float | None  #: bytes per second, from the memory clock and bus width
     peak_source: str  #: how the peak was obtained, or why it is unknown
+    sm_clock_hz: float | None = None  #: the SMs' maximum clock (the driver's "clock rate"), for the compute peaks
 
 
 def peak_bandwidth(memory_clock_khz: int | None, bus_width_bits: int | None) -> float | None:
@@ -308,7 +349,24 @@ def _device_info(index: int) -> DeviceInfo:
         l2_bytes=getattr(props, "L2_cache_size", None),
         peak_bandwidth=peak,
         peak_source=source,
+        sm_clock_hz=_sm_clock_hz(props, index),
     )
+
+
+def _sm_clock_hz(props: Any, index: int) -> float | None:
+    """The SMs' maximum clock in Hz: torch's ``clock_rate`` (kHz), else the driver's
+    ``CU_DEVICE_ATTRIBUTE_CLOCK_RATE`` (CUDA 13's runtime no longer reports it)."""
+    khz = getattr(props, "clock_rate", None)
+    if not khz:
+        try:
+            from cuda.bindings import driver
+
+            err, dev = driver.cuDeviceGet(index)
+            err, khz = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev)
+            khz = int(khz) if err == driver.CUresult.CUDA_SUCCESS else None
+        except Exception:
+            khz = None
+    return float(khz) * 1e3 if khz else None
 
 
 def _index(device: Any) -> int:
@@ -353,3 +411,75 @@ def copy_bandwidth(device: Any, nbytes: int = 256 << 20) -> float:
     written, per second), measured once per process and device: the practical ceiling
     of a memory-bound kernel (the size exceeds every L2, so the copy runs from DRAM)."""
     return _copy_bandwidth(_index(device), nbytes)
+
+
+# --------------------------------------------------------------------------- compute peaks
+
+#: What a kernel's arithmetic runs on, for its compute ceiling (:func:`peak_flops`).
+PEAK_KINDS = {
+    "fp32": "FP32 CUDA-core",
+    "fp64": "FP64 CUDA-core",
+    "fp16-tc": "FP16/BF16 tensor-core (dense, FP32 accumulate)",
+    "tf32-tc": "TF32 tensor-core (dense)",
+    "fp64-tc": "FP64 tensor-core",
+}
+
+# Floating-point operations per clock per SM (an FMA counts 2; tensor-core figures are
+# dense), by compute capability, from NVIDIA's architecture whitepapers (Volta GV100,
+# Turing, Ampere GA100 and GA102, Ada, Hopper H100) and checked against the datasheets'
+# peaks with the boost clocks they quote: V100 SXM2 125 TFLOP/s FP16 tensor (80 SMs ×
+# 1530 MHz × 1024); T4 65 (40 × 1590 × 1024); A100 312 FP16 and 156 TF32 tensor, 19.5
+# FP64 and FP64 tensor (108 × 1410 × 2048, 1024, 128 and 128); A40 149.7 FP16 tensor (84
+# × 1740 × 1024); L4 121 FP16 and 60 TF32 tensor (58 × 2040 × 1024 and 512); H100 SXM
+# 989 FP16 tensor (132 × 1830 × 4096), 67 FP32 (132 × 1980 × 256).  A datasheet quotes
+# the tensor-core peak at a lower clock than the FP32 one (H100: 1830 against 1980 MHz):
+# pnex multiplies by the one clock the driver reports, the SMs' maximum, so its
+# tensor-core peak is the ceiling at that clock (H100 SXM: 1070 TFLOP/s).  No figure yet
+# for sm_100 and sm_120's tensor cores and FP64.
+FLOPS_PER_CLOCK: dict[tuple[int, int], dict[str, int]] = {
+    (7, 0): {"fp32": 128, "fp64": 64, "fp16-tc": 1024},
+    (7, 5): {"fp32": 128, "fp64": 4, "fp16-tc": 1024},
+    (8, 0): {"fp32": 128, "fp64": 64, "fp16-tc": 2048, "tf32-tc": 1024, "fp64-tc": 128},
+    (8, 6): {"fp32": 256, "fp64": 4, "fp16-tc": 1024, "tf32-tc": 512},
+    (8, 9): {"fp32": 256, "fp64": 4, "fp16-tc": 1024, "tf32-tc": 512},
+    (9, 0): {"fp32": 256, "fp64": 128, "fp16-tc": 4096, "tf32-tc": 2048, "fp64-tc": 256},
+    (10, 0): {"fp32": 256},
+    (12, 0): {"fp32": 256},
+}
+
+#: GeForce cards run FP16/BF16 tensor-core products with FP32 accumulation, and TF32, at
+#: half their professional siblings' rate (RTX 3090: 71 TFLOP/s, 82 SMs × 1695 MHz ×
+#: 512; RTX 4090: 165, 128 × 2520 × 512).
+_HALF_RATE_TENSOR = ("GeForce",)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeakFlops:
+    """A compute ceiling: floating-point operations per second, and how it was found."""
+
+    kind: str  #: a key of :data:`PEAK_KINDS`
+    flops: float | None  #: per second (``None``: unknown, :attr:`source` says why)
+    source: str
+
+    @property
+    def label(self) -> str:
+        return PEAK_KINDS.get(self.kind, self.kind)
+
+
+def peak_flops(arch: str, kind: str, sm_count: int | None, clock_hz: float | None, name: str = "") -> PeakFlops:
+    """The peak of ``kind`` (:data:`PEAK_KINDS`) on a GPU of ``arch`` with ``sm_count``
+    SMs at ``clock_hz``: :data:`FLOPS_PER_CLOCK` × SMs × clock (only the architecture's
+    own row: a minor version may differ, sm_87 from sm_80).  ``name`` (the device's)
+    picks the GeForce cards' half-rate tensor cores."""
+    table = FLOPS_PER_CLOCK.get(parse_arch(arch), {})
+    per_clock = table.get(kind)
+    if per_clock is None:
+        return PeakFlops(kind, None, f"no {PEAK_KINDS.get(kind, kind)} figure for {arch} in pnex's table")
+    if kind.endswith("-tc") and kind != "fp64-tc" and any(word in name for word in _HALF_RATE_TENSOR):
+        per_clock //= 2
+    if not sm_count or not clock_hz:
+        return PeakFlops(kind, None, "unknown: the driver reported no SM clock")
+    return PeakFlops(
+        kind, per_clock * sm_count * clock_hz,
+        f"{per_clock:,} FLOP per clock per SM × {sm_count} SMs × {clock_hz / 1e6:.0f} MHz (the SMs' maximum clock)",
+    )

@@ -145,6 +145,20 @@ def ptx_entry(ptx: str) -> str | None:
     return m.group(1) if m else None
 
 
+# Instructions only the architecture-specific targets have (sm_90a: Hopper's warpgroup matrix
+# multiply and register reallocation), as they appear in PTX.
+_ARCH_SPECIFIC_RE = re.compile(r"^\s*(?:wgmma\.|setmaxnreg\.)", re.MULTILINE)
+
+
+def arch_specific(ptx: str, arch: str) -> tuple[str, str]:
+    """(PTX, architecture) to link: Numba targets ``sm_90``, but ``wgmma`` and
+    ``setmaxnreg`` exist only for ``sm_90a``, whose cubins run on sm_90 GPUs alone (every
+    H100 and H200).  PTX that uses them is retargeted; any other is returned as is."""
+    if arch == "sm_90" and _ARCH_SPECIFIC_RE.search(ptx):
+        return re.sub(r"^\.target\s+sm_90\b", ".target sm_90a", ptx, count=1, flags=re.MULTILINE), "sm_90a"
+    return ptx, arch
+
+
 def link_cubin(
     ptx: str, arch: str, max_registers: int | None, kernel: str, dependencies: list[Any] | tuple = ()
 ) -> tuple[bytes, str]:
@@ -160,6 +174,29 @@ def link_cubin(
     if uses_grid_sync(ptx):
         dependencies.append(ObjectCode.from_library(device_runtime()[0]))
     linker = Linker(ObjectCode.from_ptx(ptx.encode()), *dependencies, options=LinkerOptions(**options))
+    try:
+        cubin = linker.link("cubin")
+    except Exception as exc:
+        log = ""
+        try:
+            log = linker.get_error_log()
+        except Exception:
+            pass
+        raise _link_error(kernel, arch, log, exc) from None
+    return bytes(cubin.code), linker.get_info_log()
+
+
+def link_lto_cubin(objects: list[Any], arch: str, max_registers: int | None, kernel: str) -> tuple[bytes, str]:
+    """Link LTO-IR ``objects`` (the kernel first) into a cubin, optimised as one program.
+    For ``wgmma`` kernels: from PTX, nvJitLink assembles a relocatable object, and ptxas
+    then serialises every ``wgmma`` ("C7509: ... serialized due to the presence of Extern
+    calls"), waiting for each before the next; from LTO-IR it compiles the whole program
+    and keeps them in flight."""
+    Linker, LinkerOptions, _ = linker_classes()
+    options: dict[str, Any] = {"arch": arch, "verbose": True, "link_time_optimization": True}
+    if max_registers:
+        options["max_register_count"] = int(max_registers)
+    linker = Linker(*objects, options=LinkerOptions(**options))
     try:
         cubin = linker.link("cubin")
     except Exception as exc:

@@ -70,6 +70,8 @@ def build_images(
     :class:`~pnex_magic.errors.KernelCompileError` where nvJitLink cannot link an
     architecture."""
     archs = target_archs(archs)
+    for arch in archs:  # a tensor-core primitive some of them lack: refused by name, before any compile
+        definition.target_arch(arch)
     ptx_arch = archs[0]
     compiled = definition.compiled(ptx_arch, layout=layout, variant=variant)
     ptx, entry = compiled.ptx, compiled.entry
@@ -81,7 +83,7 @@ def build_images(
 
         objects = ltoir_objects(
             definition.compile_function(), definition.spec, parse_arch(ptx_arch), layout, variant,
-            definition.hidden_arrays,
+            definition.hidden_arrays, ptx,
         )
         ptx = link_ptx(objects, ptx_arch, name)
         found = ptx_entry(ptx)

@@ -404,7 +404,7 @@ def _name_pnex_files_for_inspect() -> None:
     known = getattr(inspect, "modulesbyfile", None)
     if not isinstance(known, dict):
         return
-    for name, module in list(sys.modules.items()):
+    for name, module in sys.modules.copy().items():  # a snapshot: the warm-up thread may import meanwhile
         if name.startswith("pnex_magic") and name not in _NAMED:
             file = getattr(module, "__file__", None)
             if not file:  # a namespace package: no file

@@ -18,25 +18,31 @@ import dataclasses
 import functools
 import inspect as _inspect
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from . import hardware
+from . import hardware, roofline
 from . import timing as _timing
-from .calls import LaunchInfo, launch_info
+from .calls import LaunchInfo, bind_arguments, launch_info, output_shapes
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, strided_along_x
+from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, reasons, strided_along_x
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault, switch
 from .launch.autotune import TuneResult
 from .op import NAMESPACE, PnexOp
+from .spec import TensorParam
 from .sass import Disassembly, PendingDisassembly, disassemble
+from .tune_template import tune_template
 
-__all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary"]
+__all__ = ["KernelReport", "build_report", "inspect", "occupancy", "sass_summary", "STAND_IN"]
+
+#: What the report says of the architecture it shows where no GPU is (``KernelReport.stand_in``).
+STAND_IN = "a stand-in compile target: no GPU here, the op runs in the CUDA simulator"
 
 
 def sass_summary(found: Disassembly) -> str:
@@ -87,6 +93,21 @@ class KernelReport:
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
     checked_run: str = ""  #: what a checked run on the example arguments found (``check_first``)
+    #: the FLOP count of a call and, when timed, its rate against the compute peak (example arguments)
+    compute: roofline.Compute | None = None
+    #: Nsight Compute's figures of one launch (``%%pnex --profile``: a pnex_magic.profiling.KernelProfile)
+    profile: Any = None
+    #: no CUDA GPU here and no architecture asked for: ``arch`` is a stand-in compile target (the PTX, SASS,
+    #: registers and occupancy are its), and the op runs in the CUDA simulator
+    stand_in: bool = False
+    #: dynamic shared memory per block (``shared_bytes=``) of the ``Tune`` variant shown, in bytes
+    dynamic_shared_bytes: int = 0
+    shared_bytes_text: str = "0"  #: the ``shared_bytes`` option as written (an expression over Tune parameters)
+
+    @property
+    def shared_total(self) -> int | None:
+        """Shared memory per block, static (ptxas) plus dynamic (``None``: static unknown)."""
+        return None if self.shared_bytes is None else self.shared_bytes + self.dynamic_shared_bytes
 
     @property
     def spills(self) -> bool:
@@ -117,15 +138,20 @@ class KernelReport:
             out.append(f"  grid      : {self.grid} blocks x {self.block} threads")
         if self.autotune is not None:
             out += ["  " + line for line in self.autotune.lines()]
+        how = "cache hit" if self.cache_hit else f"compiled in {self.compile_seconds:.2f} s"
+        if self.stand_in:
+            how = f"{STAND_IN}; {how}"
         out += [
-            f"  target    : {self.arch} ({'cache hit' if self.cache_hit else f'compiled in {self.compile_seconds:.2f} s'})",
+            f"  target    : {self.arch} ({how})",
             f"  registers : {fmt(self.registers, ' per thread')}"
             + (
                 f"  (max_registers={self.max_registers} is below ptxas's minimum for {self.arch})"
                 if self.max_registers and self.registers and self.registers > self.max_registers
                 else ""
             ),
-            f"  shared    : {fmt(self.shared_bytes, ' B')}",
+            f"  shared    : {fmt(self.shared_bytes, ' B')}" + (
+                f" static + {self.dynamic_shared_bytes:,} B dynamic (shared_bytes = {self.shared_bytes_text})"
+                if self.dynamic_shared_bytes else ""),
             f"  local     : {fmt(self.local_bytes, ' B')}"
             + (f"  (SPILLS: {self.spill_store_bytes} B stored, {self.spill_load_bytes} B loaded)" if self.spills else ""),
         ]
@@ -145,6 +171,10 @@ class KernelReport:
             out += ["  " + line for line in self.timing.lines(unit)]
         if self.efficiency is not None:
             out += ["  " + line for line in self.efficiency.lines()]
+        if self.compute is not None:
+            out += ["  " + line for line in self.compute.lines()]
+        if self.profile is not None:
+            out += ["  " + line for line in self.profile.lines()]
         return out
 
     def __str__(self) -> str:
@@ -155,6 +185,9 @@ class KernelReport:
 
 
 def _definition_of(op: Any, who: str) -> KernelDefinition:
+    inner = getattr(op, "op", None)  # a wrapper in front of an op (a JAX function, a shape check): the op
+    if not isinstance(op, PnexOp) and isinstance(inner, PnexOp):
+        op = inner
     definition = getattr(op, "_pnex", None)
     if not isinstance(op, PnexOp) or definition is None:
         raise KernelDefinitionError(f"{who} expects an op made by pnex.jit or %%pnex, got {op!r}")
@@ -332,13 +365,15 @@ def build_report(
             if through:
                 timing_result = dataclasses.replace(timing_result, device=f"{timing_result.device}, {through}")
             step("measuring the device's bandwidth ceiling")
-            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned)
+            efficiency = _efficiency(definition, ran, launch, timing_result, device_arch, tuned, op=op)
+        compute = _compute(definition, ran, launch, tuned, device_arch or arch, timing_result, efficiency)
+        efficiency = roofline.with_compute(efficiency, compute)
     step("inspecting the build")
     variant = tuned.variant if tuned is not None else 0  # the code that ran: its PTX, SASS and resources
     report = _static_report(definition, arch, variant)
     if launch is not None:
         report = dataclasses.replace(_with_launch(report, launch, tuned), timing=timing_result, efficiency=efficiency,
-                                     checked_run=checked_run)
+                                     checked_run=checked_run, compute=compute)
     if sass:
         compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
         if not compiled:
@@ -365,8 +400,44 @@ def inspect(op: PnexOp, *, arch: str | None = None, args: tuple | None = None) -
             definition.spec, tuple(args), tuned.block if tuned is not None else None,
             tuned.variant if tuned is not None else 0,
         )
-        report = _with_launch(report, launch, tuned)
+        report = dataclasses.replace(_with_launch(report, launch, tuned),
+                                     compute=_compute(definition, tuple(args), launch, tuned, report.arch))
     return report
+
+
+def _compute(
+    definition: Any, args: Sequence[Any], launch: LaunchInfo, tuned: TuneResult | None, arch: str | None,
+    timing: _timing.TimingResult | None = None, efficiency: Efficiency | None = None,
+) -> roofline.Compute | None:
+    """The FLOP count of the call on ``args`` (the author's, else inferred from the PTX)
+    and, for a call timed on the GPU, its rate against the compute peak; ``None``
+    where there is no count to give."""
+    spec = definition.spec
+    variant = tuned.variant if tuned is not None else 0
+    env = bind_arguments(spec, args)
+    env.update(spec.tune_values(variant))
+    env.update({p.name: torch.empty(shape, device="meta")
+                for p, shape in zip(spec.outputs, output_shapes(spec, env))})
+    compiled = definition.compiled(arch, variant=variant) if definition.compiles else None
+    flops, how, inferred, kind = roofline.count_flops(
+        spec, getattr(definition, "flops", None), env, launch.n_threads,
+        compiled.ptx if compiled else "", compiled.entry if compiled else "",
+    )
+    if not flops:  # no count (a loop, no compiler), or no floating-point work: nothing to show
+        return None
+    timed = timing is not None and timing.timed and efficiency is not None
+    device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"), None)
+    info = hardware.device_info(device) if timed and device is not None else None
+    sass_text = ""
+    if info is not None and compiled is not None and flops:
+        sass_text = disassemble(compiled.cubin, entry=compiled.entry).text or ""
+    return roofline.assess(
+        flops=flops, how=how, inferred=inferred, kind=kind,
+        seconds=timing.op.median if timed else None, bytes_moved=timing.bytes_moved if timing is not None else None,
+        info=info, bandwidth=efficiency.ceiling if efficiency is not None else None, sass=sass_text,
+        ptx=compiled.ptx if compiled else "", arch=arch or "",
+        dtypes=[p.dtype.name for p in spec.params if isinstance(p, TensorParam)],
+    )
 
 
 def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | None) -> KernelReport:
@@ -374,7 +445,7 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
     an autotuned op) and the occupancy of that block."""
     occ = report.occupancy
     if tuned is not None and report.registers is not None:
-        occ = occupancy(report.arch, report.registers, report.shared_bytes or 0, math.prod(launch.block))
+        occ = occupancy(report.arch, report.registers, report.shared_total or 0, math.prod(launch.block))
     return dataclasses.replace(
         report, grid=launch.grid, block=launch.block, n_threads_values=launch.n_threads, autotune=tuned, occupancy=occ
     )
@@ -382,7 +453,7 @@ def _with_launch(report: KernelReport, launch: LaunchInfo, tuned: TuneResult | N
 
 def _efficiency(
     definition: Any, args: Sequence[Any], launch: LaunchInfo, timing: _timing.TimingResult, device_arch: str,
-    tuned: TuneResult | None = None,
+    tuned: TuneResult | None = None, op: PnexOp | None = None,
 ) -> Efficiency:
     """The op's bandwidth against the GPU's ceilings, with the facts for the reasons."""
     device = next(a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda")
@@ -395,7 +466,7 @@ def _efficiency(
     facts = LaunchFacts(
         arch=device_arch,
         registers=res.registers if res else None,
-        shared_bytes=res.shared_bytes if res else None,
+        shared_bytes=res.shared_bytes + definition.spec.shared_of(variant) if res else None,  # static + dynamic
         spill_store_bytes=res.spill_store_bytes if res else None,
         spill_load_bytes=res.spill_load_bytes if res else None,
         block=launch.block,
@@ -409,8 +480,30 @@ def _efficiency(
         ceiling_bandwidth=copy or info.peak_bandwidth,
         tune=tuned.tune if tuned is not None else (),
         element_bytes=element_bytes(definition.spec, args),
+        template=tune_template(definition.spec, _source(definition)),
     )
+    if op is not None and any(r.kind == "launch" for r in reasons(facts)):
+        # CUDA graphs are advised only where a replay of the call measures faster than a call.
+        facts = dataclasses.replace(facts, graph_seconds=_graph_seconds(op, args, device))
     return assess(timing, info, copy, facts)
+
+
+def _graph_seconds(op: PnexOp, args: Sequence[Any], device: Any) -> float | None:
+    """Seconds per call of ``op`` on copies of ``args``, calls captured in a CUDA graph and
+    replayed (median of 5 replays of 20 calls); ``None`` where the op cannot be captured."""
+    copies = _timing.clone_args(args)
+    try:
+        with torch.no_grad():
+            return _timing.measure(lambda: op(*copies), _timing.cuda_graph_timer(device), repeat=5, loops=20).median
+    except _timing.CaptureRefused:
+        return None
+
+
+def _source(definition: Any) -> str:
+    try:
+        return _inspect.getsource(definition.fn)
+    except (OSError, TypeError, AttributeError):
+        return ""
 
 
 def _static_report(definition: Any, arch: str | None, variant: int = 0) -> KernelReport:
@@ -419,6 +512,7 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
     spec = definition.spec
     res = compiled.resources if compiled else None
     tpb = math.prod(spec.threads_per_block)
+    dynamic = spec.shared_of(variant)  # cuda.shared.array(0, dtype): counts toward occupancy like static
     try:
         source = _inspect.getsource(definition.fn)
     except (OSError, TypeError, AttributeError):
@@ -426,6 +520,8 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
     not_compiled = ""
     if compiled is None:
         not_compiled = f"no CUDA compiler ({definition.toolchain_error}); the op runs on CPU tensors through the simulator"
+    stand_in = (arch is None and definition.options.arch is None and not os.environ.get("PNEX_ARCH")
+                and not torch.cuda.is_available())
     return KernelReport(
         name=spec.name,
         op_name=f"{NAMESPACE}::{definition.op_name}",
@@ -443,7 +539,7 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         const_bytes=res.const_bytes if res else None,
         spill_store_bytes=res.spill_store_bytes if res else None,
         spill_load_bytes=res.spill_load_bytes if res else None,
-        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes, tpb) if compiled and res else None,
+        occupancy=occupancy(compiled.arch, res.registers, res.shared_bytes + dynamic, tpb) if compiled and res else None,
         cache_hit=compiled.cache_hit if compiled else False,
         compile_seconds=compiled.compile_seconds if compiled else 0.0,
         cache_key=compiled.key if compiled else "",
@@ -453,4 +549,7 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         not_compiled=not_compiled,
         candidates=spec.candidates,
         tune=tuple((p.name, p.choices) for p in spec.tune_params),
+        stand_in=stand_in,
+        dynamic_shared_bytes=dynamic,
+        shared_bytes_text=str(spec.shared_bytes),
     )

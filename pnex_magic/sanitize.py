@@ -378,7 +378,7 @@ def default_tools(definition: Any, arch: str) -> tuple[str, ...]:
         shared = None if resources is None else resources.shared_bytes
     except Exception:
         shared = None
-    if shared == 0:
+    if shared == 0 and not any(definition.spec.shared_per_variant):  # no static nor dynamic shared memory
         return ("memcheck", "initcheck")
     return ("memcheck", "racecheck", "synccheck", "initcheck")
 

@@ -25,6 +25,7 @@ from . import cache
 
 __all__ = [
     "Disassembly", "PendingDisassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE", "functions",
+    "NO_DISASSEMBLER",
 ]
 
 # Where each function's listing starts: cuobjdump's "Function : NAME" lines, nvdisasm's
@@ -129,6 +130,9 @@ def find_disassembler() -> tuple[str, str] | None:
     return None
 
 
+#: How a missing disassembler's reason starts.
+NO_DISASSEMBLER = "neither cuobjdump nor nvdisasm was found"
+
 SASS_ADVICE = (
     'pip install "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*" (the CUDA 13 disassemblers, '
     "which read the cubins of CUDA 12 builds too), or put a CUDA toolkit's bin/ on PATH"
@@ -195,7 +199,7 @@ _RECORD_KIND = "sass"
 def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembly:
     found = find_disassembler()
     if found is None:
-        return Disassembly(None, None, f"neither cuobjdump nor nvdisasm was found: {SASS_ADVICE}")
+        return Disassembly(None, None, f"{NO_DISASSEMBLER}: {SASS_ADVICE}")
     tool, path = found
     # The disassembler takes 0.2-0.5 s even for a tiny cubin: its listing is kept in the
     # cache folder, keyed by the cubin and the tool, for the next process (a re-run cell).

@@ -343,9 +343,20 @@ class _Freezer:
         frozen = FrozenModule(module.__name__, getattr(module, "__doc__", None))
         self.modules[id(module)] = frozen
         attributes = vars(module)
+        lazy = attributes.get("__getattr__")  # PEP 562: pnex_magic's own submodules (pnex.tc, pnex.random) load on use
         for attr in sorted(names):
-            if attr.startswith("__") or attr not in attributes:
+            if attr.startswith("__"):
                 continue
+            if attr not in attributes:
+                if lazy is None:
+                    continue
+                try:
+                    lazy(attr)
+                except AttributeError:
+                    continue
+                attributes = vars(module)
+                if attr not in attributes:
+                    continue
             value = attributes[attr]
             if is_device_array(value):
                 raise KernelDefinitionError(

@@ -61,24 +61,32 @@ def format_time(seconds: float | None, precision: int = 3) -> str:
 
 
 def format_bytes(n: float | None) -> str:
+    """``256 MiB``, ``8 KiB``: an amount of memory in binary units (KiB, MiB, GiB), as
+    capacities are given (an H200's L2: 60 MiB); rates stay decimal (GB/s, TB/s:
+    :func:`format_rate`), as bandwidths are given."""
     if n is None:
         return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{int(n)} B"
 
 
 def rate_unit(*values: float | None) -> tuple[float, str]:
-    """``(1e12, "TB/s")`` or ``(1e9, "GB/s")``: one unit for a set of rates, chosen by
-    the largest, so that figures shown side by side are read in the same unit."""
+    """``(1e12, "TB/s")``, ``(1e9, "GB/s")`` or ``(1e6, "MB/s")``: one unit for a set of
+    rates, chosen by the largest, so that figures shown side by side are read in the
+    same unit."""
     top = max((v for v in values if v), default=0.0)
-    return (1e12, "TB/s") if top >= 1e12 else (1e9, "GB/s")
+    return (1e12, "TB/s") if top >= 1e12 else (1e9, "GB/s") if top >= 1e9 else (1e6, "MB/s")
 
 
 def format_rate(bytes_per_second: float, unit: tuple[float, str] | None = None) -> str:
-    """``2.28 TB/s``, ``850 GB/s``: in ``unit`` (default: the rate's own, :func:`rate_unit`)."""
+    """``2.28 TB/s``, ``850 GB/s``: in ``unit`` (default: the rate's own, :func:`rate_unit`),
+    unless the rate is under a hundredth of that unit (``0.000841 TB/s``), which is
+    written in its own unit instead (``841 MB/s``)."""
     scale, name = unit or rate_unit(bytes_per_second)
+    if bytes_per_second < 0.01 * scale:
+        scale, name = rate_unit(bytes_per_second)
     return f"{bytes_per_second / scale:.3g} {name}"
 
 

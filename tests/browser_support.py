@@ -26,7 +26,7 @@ from pathlib import Path
 
 __all__ = [
     "CHROMIUM", "CHROMIUM_ARGS", "JupyterServer", "browser_context", "missing", "run_all_cells",
-    "wait_kernel_idle", "low_contrast", "visible_text", "console_errors",
+    "wait_kernel_idle", "low_contrast", "visible_text", "console_errors", "broken_words", "lines_of",
 ]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -246,6 +246,50 @@ _CONTRAST_JS = r"""
   return out;
 }
 """
+
+
+# Page-side: every word (a run of non-space characters) of the visible text under `root`
+# whose glyphs sit on more than one line: a word the browser broke (JupyterLab styles an
+# output's <pre> with `word-break: break-all`, which splits "largest" as "la" / "rgest").
+# A word wider than its box may have to break; those are reported apart.
+_BROKEN_WORDS_JS = r"""
+(root) => {
+  const broken = [], too_wide = [];
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || !el.getClientRects().length || getComputedStyle(el).visibility === 'hidden') continue;
+    const box = el.closest('pre, div, td, li, span') || el;
+    const re = /\S+/g;
+    let m;
+    while ((m = re.exec(n.textContent))) {
+      const range = document.createRange();
+      range.setStart(n, m.index);
+      range.setEnd(n, m.index + m[0].length);
+      const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0);
+      const lines = new Set(rects.map((r) => Math.round(r.top)));
+      if (lines.size > 1) {
+        const width = rects.reduce((w, r) => w + r.width, 0);
+        (width > box.getBoundingClientRect().width ? too_wide : broken).push(m[0]);
+      }
+    }
+  }
+  return {broken, too_wide};
+}
+"""
+
+
+def broken_words(locator) -> tuple[list[str], list[str]]:
+    """(words broken over two lines, words too wide for their box that had to break)."""
+    found = locator.evaluate(_BROKEN_WORDS_JS)
+    return found["broken"], found["too_wide"]
+
+
+def lines_of(locator) -> int:
+    """On how many lines the element's text lies (1: it did not wrap)."""
+    return locator.evaluate(
+        "e => { const r = document.createRange(); r.selectNodeContents(e); return new Set(Array.from("
+        "r.getClientRects()).filter(x => x.width > 0).map(x => Math.round(x.top))).size; }")
 
 
 def low_contrast(locator, minimum: float = 4.5) -> tuple[int, list[dict]]:

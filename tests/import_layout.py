@@ -22,8 +22,8 @@ From the graph:
 The **roof** is what sits above every stage by design: the package facade
 (``__init__.py`` of the package itself, whose PEP 562 ``__getattr__`` exports
 import the front ends when a name is first read) and the entry scripts of child
-processes (``__main__.py``, ``_sanitize_child.py``), which import the package as
-any user does.  Their lazy imports are not up arrows.
+processes (``__main__.py``, ``_sanitize_child.py``, ``_profile_child.py``), which
+import the package as any user does.  Their lazy imports are not up arrows.
 
 ``python tests/import_layout.py [package_dir]`` prints the figures.
 """
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 #: Modules above every stage by design (see the module's docstring), relative to the package.
-ROOF = ("", "__main__", "_sanitize_child")
+ROOF = ("", "__main__", "_sanitize_child", "_profile_child")
 
 
 @dataclasses.dataclass(frozen=True)

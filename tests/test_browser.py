@@ -10,7 +10,12 @@ names the cell line, an untrusted notebook shows each report as a compact text
 summary (no listings, no bars, at most 3,000 characters), and the browser logs no
 errors.  Screenshots of every tab go
 to a folder printed at the end of the run (``$PNEX_BROWSER_ARTIFACTS``, else a new
-temporary folder).
+temporary folder); with ``PNEX_DOCS_SCREENSHOTS=1`` the ones the documentation shows
+(``docs_support.DOC_SCREENSHOTS``) are also written into ``docs/_static/screenshots/``.
+
+The documentation site (built once per run with ``sphinx-build -W``, the ``docs`` extra) is
+opened too: a rendered notebook's ``%%pnex`` reports switch tabs on a click, without
+JavaScript, as in nbconvert, in furo's light and dark themes.
 
 Marked ``browser``; skipped with a reason where Chromium or the Jupyter packages
 are missing, except under CI (``CI`` set), where that is a failure: ``.ci/run``
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,9 +35,10 @@ from pathlib import Path
 import pytest
 
 from browser_support import (
-    JupyterServer, browser_context, console_errors, jupyter_env, low_contrast, missing, run_all_cells, visible_text,
-    wait_kernel_idle,
+    JupyterServer, broken_words, browser_context, console_errors, jupyter_env, lines_of, low_contrast, missing,
+    run_all_cells, visible_text, wait_kernel_idle,
 )
+import docs_support
 
 pytestmark = pytest.mark.browser
 
@@ -81,7 +88,12 @@ def artifacts(request) -> Path:
     folder = Path(os.environ.get("PNEX_BROWSER_ARTIFACTS") or tempfile.mkdtemp(prefix="pnex-browser-"))
     folder.mkdir(parents=True, exist_ok=True)
     request.config.pnex_browser_artifacts = folder  # printed by conftest's terminal summary
-    return folder
+    yield folder
+    if os.environ.get("PNEX_DOCS_SCREENSHOTS") == "1":  # the documentation's screenshots, taken afresh
+        absent = [shot for shot in docs_support.DOC_SCREENSHOTS.values() if not (folder / shot).is_file()]
+        assert not absent, f"PNEX_DOCS_SCREENSHOTS=1: run the whole file; not taken: {absent}"
+        for name, shot in docs_support.DOC_SCREENSHOTS.items():
+            shutil.copyfile(folder / shot, docs_support.SCREENSHOTS / name)
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +190,30 @@ def check_untrusted_summary(report) -> None:
     for listing in (".entry", ".version", "MOV ", "ld.global"):  # no PTX or SASS
         assert listing not in text, listing
     assert not [e for e in report.locator("span").all() if e.is_visible()]  # no bars, no badges, no tabs
+    # Long lines wrap between words: none is split ("la/rgest", "H20/0)") by the page's `word-break`.
+    summary = report.locator(".pnex-fallback")
+    assert lines_of(summary) > len(text.splitlines())  # its long lines did wrap
+    broken, too_wide = broken_words(summary)
+    assert broken == [] and too_wide == [], (broken, too_wide)
+
+
+def check_header_and_bars(report, share: str) -> None:
+    """Trusted: each header badge on one line, and in the Timing tab, bars whose labels
+    stay on one line, the DRAM peak's bar filled, and the 85% line drawn across them."""
+    badges = report.locator(".pnex-rich > div").nth(1).locator("span")
+    assert badges.count() >= 3 and share in visible_text(report.locator(".pnex-rich > div").nth(1))
+    assert [lines_of(badges.nth(i)) for i in range(badges.count())] == [1] * badges.count()
+    report.locator("label.pnex-tab:has-text('Timing')").click()
+    timing = report.locator(".pnex-p5")
+    labels = timing.locator("td > span[style*='nowrap']")
+    assert labels.count() == 4 and all(lines_of(labels.nth(i)) == 1 for i in range(4))
+    assert "at the ceiling" in visible_text(timing)
+    peak = timing.locator("tr", has_text="DRAM peak").locator("td").nth(1)
+    fill = peak.evaluate("td => getComputedStyle(td.querySelector('span > span')).backgroundColor")
+    track = peak.evaluate("td => getComputedStyle(td.querySelector('span')).backgroundColor")
+    assert fill != track and not fill.endswith(", 0)") and fill != "transparent", (fill, track)
+    marks = timing.locator("td span[style*='position:absolute']")
+    assert marks.count() == 4 and all(marks.nth(i).is_visible() for i in range(4))
 
 
 def _check_contrast(report, label: str) -> None:
@@ -192,6 +228,10 @@ def test_lab_shows_the_report_and_its_tabs(live, artifacts):
     page, errors = live
     report = page.locator(".pnex-report").first
     assert "copy_k" in visible_text(report) and "matches eager" in visible_text(report)
+    # The first screen (the header, above the tabs) of a run without a GPU says so.
+    first = visible_text(report.locator(".pnex-rich > div").nth(1)) + visible_text(report.locator(".pnex-rich > div").nth(2))
+    assert "sm_75 (stand-in target)" in first and "CUDA simulator" in first, first
+    assert "a stand-in compile target" in first and "No GPU here" in first, first
     assert page.locator("text=Loading widget").count() == 0
     _check_tabs(report, artifacts, "lab-light")
     _check_contrast(report, "JupyterLab light")
@@ -204,6 +244,7 @@ def test_lab_failing_cell_shows_the_short_error(live, artifacts):
     text = visible_text(error)
     assert "KernelTypingError" in text and "cell line 4" in text and "no_such_name" in text
     assert "Traceback" not in text and len(text.strip().splitlines()) <= 8, text
+    assert "(line 4)" not in text and "compiler_log" not in text, text  # the line once; the log is folded above
     error.screenshot(path=str(artifacts / "lab-failing-cell.png"))
     assert not errors, errors
 
@@ -313,16 +354,16 @@ def test_notebook7_renders_the_same_report(place, browser, artifacts):
 
 
 def _timed_notebook(path: Path, note: str = "") -> list[str]:
-    """A notebook holding three reports as GPU runs show them (recorded figures, made on CPU),
+    """A notebook holding four reports as GPU runs show them (recorded figures, made on CPU),
     after a markdown cell ``note`` if given; written here and so unsigned (untrusted).
     Returns the reports' kernel names."""
-    from report_samples import naive_copy_report, small_blocks_report, tuned_copy_report
+    from report_samples import gated_report, naive_copy_report, small_blocks_report, tuned_copy_report
 
     nb = nbformat.v4.new_notebook()
     if note:
         nb.cells.append(nbformat.v4.new_markdown_cell(note))
     names = []
-    for make in (tuned_copy_report, naive_copy_report, small_blocks_report):
+    for make in (tuned_copy_report, naive_copy_report, small_blocks_report, gated_report):
         report = make()
         cell = nbformat.v4.new_code_cell(f"%%pnex ... ({make.__name__}: a GPU run's report)")
         cell.outputs = [nbformat.v4.new_output("display_data", data=report._repr_mimebundle_())]
@@ -347,11 +388,12 @@ def _set_lab_theme(page, theme: str) -> None:
 
 
 def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab, browser, place, artifacts):
-    """Three GPU runs' reports in a notebook written by this test (unsigned: untrusted, as a
+    """Four GPU runs' reports in a notebook written by this test (unsigned: untrusted, as a
     cloned notebook opens) and in its signed copy, in JupyterLab's light and dark themes.
     Untrusted: each report is its summary (the kernel, signature, launch, registers and
     occupancy, the speed-up and the share of the ceiling), at most 3,000 characters, no
-    listings or bars.  Trusted: the tabs, with the reason in the Timing tab."""
+    listings or bars, its long lines wrapped between words.  Trusted: the tabs, with the
+    reason in the Timing tab, badges and bar labels on one line each."""
     _timed_notebook(place[0] / "timed-lab-trusted.ipynb")
     subprocess.run([sys.executable, "-m", "jupyter", "trust", str(place[0] / "timed-lab-trusted.ipynb")],
                    env=jupyter_env(place[1]), check=True, capture_output=True)
@@ -370,12 +412,13 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
             reports = page.locator(".pnex-report")
             reports.first.wait_for(timeout=60_000)
             _set_lab_theme(page, theme)
-            assert reports.count() == 3
-            texts = [visible_text(reports.nth(i)) for i in range(3)]
+            assert reports.count() == 4
+            texts = [visible_text(reports.nth(i)) for i in range(4)]
             if not trusted:
-                for i in range(3):
+                for i in range(4):
                     check_untrusted_summary(reports.nth(i))
-                tuned, naive, small = texts
+                tuned, naive, small, gated = texts
+                assert "largest difference 4.77e-07, 6.6e-08 of the largest reference value" in gated
                 assert "autotuned: 128, ITEMS=4" in tuned and "1.00× eager's speed" in tuned
                 assert "105% of the device-to-device copy: at or near the ceiling" in tuned
                 assert "0.65× eager's speed on cuda:0 (NVIDIA H200)" in naive
@@ -384,8 +427,9 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
                 assert "copy_naive(a: Tensor[float32, (None,)]) -> Tensor[float32, (a.size(0),)]" in naive
                 page.locator(".jp-Notebook").screenshot(path=str(artifacts / f"lab-untrusted-timed-{tag}.png"))
             else:
-                assert all(reports.nth(i).locator(".pnex-rich").is_visible() for i in range(3))
-                assert not any(reports.nth(i).locator(".pnex-fallback").is_visible() for i in range(3))
+                assert all(reports.nth(i).locator(".pnex-rich").is_visible() for i in range(4))
+                assert not any(reports.nth(i).locator(".pnex-fallback").is_visible() for i in range(4))
+                check_header_and_bars(reports.nth(0), "105% of the ceiling")
                 naive = reports.nth(1)
                 naive.locator("label.pnex-tab:has-text('Timing')").click()
                 timing = visible_text(naive.locator(".pnex-p5"))
@@ -396,7 +440,7 @@ def test_lab_shows_timed_reports_untrusted_as_summaries_and_trusted_as_tabs(lab,
                 small.locator("label.pnex-tab:has-text('Timing')").click()
                 assert "why below 85% of the ceiling: blocks of little work" in visible_text(small.locator(".pnex-p5"))
                 small.screenshot(path=str(artifacts / f"lab-trusted-timed-{tag}-small-blocks.png"))
-            for i in range(3):
+            for i in range(4):
                 checked, low = low_contrast(reports.nth(i))
                 assert checked >= (5 if trusted else 1) and not low, (name, tag, i, low[:8])
             assert not errors, (name, tag, errors)
@@ -443,4 +487,50 @@ def test_timed_report_shows_the_reason_and_the_tune_table(place, browser, artifa
         small_timing = visible_text(small.locator(".pnex-p5"))
         assert "why below 85% of the ceiling: blocks of little work" in small_timing
         assert "also:" in small_timing and "too few bytes in flight" in small_timing
+        page.close()
+
+
+def test_docs_notebook_pages_switch_report_tabs_without_javascript(browser, artifacts):
+    """The documentation's rendered quickstart notebook (MyST-NB, from its saved GPU run): each
+    report's tabs switch on a click with the page's scripts removed, one section at a time, and its text
+    stays readable in furo's light and dark themes."""
+    why = docs_support.missing()
+    if why:
+        pytest.skip(why)
+    site = docs_support.build_docs()
+    # The page without its scripts (furo's and Sphinx's): what switches the tabs is CSS alone.
+    built = (site.html / "notebooks" / "01_quickstart.html").read_text()
+    assert re.search(r"<script\b", built)
+    page_path = site.html / "notebooks" / "01_quickstart-no-scripts.html"
+    page_path.write_text(re.sub(r"<script\b.*?</script>", "", built, flags=re.DOTALL))
+    page = browser.new_page()
+    try:
+        errors = console_errors(page)
+        page.route(re.compile(r"^https?://"), lambda route: route.abort())  # the built site needs no network
+        page.goto(page_path.as_uri())
+        assert page.evaluate("document.scripts.length") == 0
+        reports = page.locator(".pnex-report")
+        assert reports.count() >= 4
+        assert page.locator(".pnex-fallback").first.is_hidden()  # the <style> block applies: tabs, not the summary
+        for r in range(reports.count()):
+            report = reports.nth(r)
+            panels = report.locator(".pnex-panel")
+            for i, title in enumerate(TABS):
+                report.locator(f"label.pnex-tab:has-text('{title}')").click()
+                shown = [j for j in range(panels.count()) if panels.nth(j).is_visible()]
+                assert shown == [i], f"report {r}: clicking {title} shows sections {shown}"
+                assert panels.nth(i).inner_text(timeout=5_000).strip(), (r, title)
+        first = reports.first
+        first.locator("label.pnex-tab:has-text('Timing')").click()
+        assert "NVIDIA H200" in visible_text(first)  # the saved GPU run, not a re-run
+        first.screenshot(path=str(artifacts / "docs-quickstart-timing.png"))
+        for theme in ("light", "dark"):
+            page.evaluate(f"document.body.dataset.theme = '{theme}'")
+            for title in TABS:
+                first.locator(f"label.pnex-tab:has-text('{title}')").click()
+                checked, low = low_contrast(first)
+                assert checked > 5 and not low, (theme, title, low[:8])
+        first.screenshot(path=str(artifacts / "docs-quickstart-timing-dark.png"))
+        assert not errors, errors
+    finally:
         page.close()

@@ -1,5 +1,6 @@
 """``.ci/run`` runs the README's test command verbatim, and that command installs the
-``sass`` extra (so the real SASS path is tested, not skipped) and prints skip reasons."""
+``sass`` extra (so the real SASS path is tested, not skipped) and the ``docs`` extra (so the
+documentation is built, tests/test_docs.py, not skipped), and prints skip reasons."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert command in lines, f".ci/run does not run the README's test command:\n{command}"
 
 
-def test_the_test_command_installs_the_sass_extra_and_prints_skip_reasons():
+def test_the_test_command_installs_the_sass_and_docs_extras_and_prints_skip_reasons():
     command = _readme_test_command()
     extras = re.search(r'pip install -e "\.\[([^\]]*)\]"', command).group(1).split(",")
-    assert {"test", "sass"} <= set(extras), command
+    assert {"test", "sass", "docs"} <= set(extras), command
     assert re.search(r"python -m pytest .*-rs\b", command), command

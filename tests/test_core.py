@@ -552,12 +552,22 @@ def test_opcheck(case):
 # --------------------------------------------------------------------------------------
 
 
+_SCALER_FACTOR = 1.0
+
+
 def make_scaler(factor: float):
+    """One definition re-run after its global constant changed (a notebook cell re-run
+    after editing a constant): one site, one op name, the new kernel replaces the old.
+    (A closure value instead makes one op per value: see
+    test_a_kernel_factory_makes_one_op_per_closure_value_and_a_rerun_replaces.)"""
+    global _SCALER_FACTOR
+    _SCALER_FACTOR = factor
+
     @pnex.jit(n_threads="a.numel()")
     def scaler(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
         i = cuda.grid(1)
         if i < a.shape[0]:
-            out[i] = a[i] * factor
+            out[i] = a[i] * _SCALER_FACTOR
 
     return scaler
 
@@ -580,12 +590,17 @@ import torch
 from numba import cuda
 import pnex_magic as pnex
 
-def make(factor):
+FACTOR = 0.0
+
+def make(factor):  # a re-run with another global constant: one op name, replaced
+    global FACTOR
+    FACTOR = factor
+
     @pnex.jit(n_threads="a.numel()")
     def rescaler(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
         i = cuda.grid(1)
         if i < a.shape[0]:
-            out[i] = a[i] * factor
+            out[i] = a[i] * FACTOR
     return rescaler
 
 a = torch.ones(3)
@@ -707,3 +722,26 @@ def cube_plus_one(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
     i = cuda.grid(1)
     if i < a.shape[0]:
         out[i] = _cube(a[i]) + 1
+
+
+def test_a_kernel_factory_makes_one_op_per_closure_value_and_a_rerun_replaces():
+    """``make(2.0)`` and ``make(3.0)`` define the same function at the same place: with
+    op names from the site alone, the second silently replaced the first (both ops then
+    ran the last kernel).  The closure's values are part of the site."""
+    def make(factor):
+        @pnex.jit(n_threads="a.numel()")
+        def scale(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                r[i] = a[i] * factor
+
+        return scale
+
+    a = torch.randn(40)
+    two, three = make(2.0), make(3.0)
+    assert two._pnex.op_name != three._pnex.op_name
+    torch.testing.assert_close(two(a), a * 2)
+    torch.testing.assert_close(three(a), a * 3)
+    again = make(2.0)  # a re-run with the same values replaces its op
+    assert again._pnex.op_name == two._pnex.op_name
+    torch.testing.assert_close(again(a), a * 2)

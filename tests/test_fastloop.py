@@ -555,14 +555,15 @@ def test_registering_an_op_scans_no_modules(tmp_path, pnex_env):
         with define.registered(d) as made:
             pass
         inspect.getabsfile = original
-        print("GETABSFILE", len(calls), len(sys.modules))
+        print("GETABSFILE", len(calls), len(sys.modules), sum(m.startswith("pnex_magic") for m in sys.modules))
         with torch._subclasses.fake_tensor.FakeTensorMode():
             assert made(torch.empty(7)).shape == (7,)
         """,
         env,
     )
-    calls, modules = map(int, result.stdout.split("GETABSFILE ")[1].split())
-    assert modules > 1000 and calls < 50, (calls, modules)
+    calls, modules, own = map(int, result.stdout.split("GETABSFILE ")[1].split())
+    # one lookup per pnex module (naming it), never a scan of every loaded module
+    assert modules > 1000 and calls <= own + 5, (calls, modules, own)
 
 
 def test_the_sass_listing_is_kept_for_the_next_process(fresh_cache, monkeypatch):

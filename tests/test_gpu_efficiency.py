@@ -17,12 +17,12 @@ from numba import cuda, float32
 
 import pnex_magic as pnex
 from pnex_magic import hardware
-from pnex_magic.efficiency import FAR, in_flight
+from pnex_magic.efficiency import FAR, GRAPH_GAIN, in_flight
 from pnex_magic.render.tuning import autotune_html, efficiency_html, has_tune
 
 pytestmark = pytest.mark.gpu
 
-N = 1 << 24  # 16 Mi float32: 64 MB per tensor, past every L2
+N = 1 << 24  # 16 Mi float32: 64 MiB per tensor, past every L2
 ITEMS8 = 8  # elements per thread of the block-strided copy (a constant, so the loops unroll)
 LIVE = 80  # values each thread of `heavy` keeps live: 93 registers on sm_90 (25% occupancy at 256 threads)
 SPILL_LIVE = 48  # with max_registers=32: about 470 B spilled per thread
@@ -158,7 +158,7 @@ def test_blocks_of_little_work_are_named_apart_from_bytes_in_flight():
 
 
 def test_a_call_that_fits_in_l2_is_not_judged():
-    """The quickstart's mymuladd: 3 × 2048² float32, 50.3 MB, in the 50 MiB L2 of an H100 or H200."""
+    """The quickstart's mymuladd: 3 × 2048² float32, 48 MiB, in the L2 of an H100 (50 MiB) or an H200 (60 MiB)."""
     @pnex.jit(n_threads=("r.size(1)", "r.size(0)"))
     def muladd2(a: pnex.In("f32", (None, None)), b: pnex.In("f32", "a"), c: float, r: pnex.Out("f32", "a")):
         x, y = cuda.grid(2)
@@ -246,8 +246,42 @@ def test_a_tiny_call_is_launch_bound():
     report, kinds = _report(copy1, torch.randn(1024, device="cuda"), eager=torch.clone)
     assert kinds[0] == "launch" and report.efficiency.far
     assert report.efficiency.explanation.kind == "launch"
+    # CUDA graphs are advised only as far as the report measured a graph's replay faster (issue 36).
+    facts = report.efficiency.facts
+    advice = report.efficiency.explanation.advice
+    print(f"a call {facts.op_seconds * 1e6:.2f} µs, replayed in a CUDA graph {facts.graph_seconds * 1e6:.2f} µs: {advice}")
+    assert facts.graph_seconds is not None and 0 < facts.graph_seconds
+    if facts.graph_seconds <= GRAPH_GAIN * facts.op_seconds:
+        assert advice.startswith("replayed in a CUDA graph, a call took") and "capture the calls" in advice
+    else:
+        assert "a graph would not help" in advice and "capture" not in advice
 
 
 def test_too_few_blocks():
     report, kinds = _report(few_blocks, torch.randn(N, device="cuda"), eager=torch.clone)
     assert report.grid == (16, 1, 1) and kinds[0] == "blocks"
+
+
+def muladd2d(a: pnex.In("f32", (None, None)), b: pnex.In("f32", "a"), c: float, result: pnex.Out("f32", "a")):
+    x, y = cuda.grid(2)
+    if y < result.shape[0] and x < result.shape[1]:
+        result[y, x] = a[y, x] * b[y, x] + c
+
+
+def test_the_report_s_two_dimensional_template_runs_and_is_no_slower():
+    """05_colab's 2-D muladd on 4096 x 4096 float32 (issue 36): the template in its report is
+    2-D; pasted and autotuned, it computes the same and moves its bytes at least as fast."""
+    import math
+
+    a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    naive_op = pnex.jit(n_threads=("result.size(1)", "result.size(0)"))(muladd2d)
+    naive, _ = _report(naive_op, a, b, 0.5, eager=lambda a, b, c: a * b + c)
+    code = naive.efficiency.facts.template
+    assert code.startswith("@pnex.jit(n_threads=('result.size(1)', '(result.size(0) + ITEMS - 1) // ITEMS')")
+    ns = {"pnex": pnex, "cuda": cuda, "float32": float32, "math": math}
+    exec(code, ns)  # noqa: S102 -- the report's template, pasted as a user would
+    tuned, _ = _report(ns["muladd2d"], a, b, 0.5, eager=lambda a, b, c: a * b + c)
+    assert tuned.timing.correctness.ok
+    print(f"naive {naive.timing.bandwidth / 1e12:.3g} TB/s ({naive.efficiency.op_of_copy:.0%} of the copy), the template "
+          f"{tuned.timing.bandwidth / 1e12:.3g} TB/s ({tuned.efficiency.op_of_copy:.0%}), chose {tuned.autotune.candidates[tuned.autotune.choice].label()}")
+    assert tuned.timing.bandwidth >= 0.97 * naive.timing.bandwidth

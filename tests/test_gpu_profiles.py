@@ -138,7 +138,7 @@ def test_the_one_element_copy_is_told_too_few_bytes_in_flight_where_that_is_its_
     if not SHORT_OF_BYTES[name]:
         slow = judged(p, copy(p, 0.6))  # far below what its bytes allow: something else binds
         assert slow.far and "in flight" not in [r.kind for r in slow.reasons]
-        assert slow.explanation is UNEXPLAINED and "Nsight Compute" in slow.explanation.advice
+        assert slow.explanation is UNEXPLAINED and "--profile" in slow.explanation.advice
 
 
 @pytest.mark.parametrize("name", list(PROFILES))

@@ -298,7 +298,13 @@ def test_64_bit_types_need_jax_x64():
         f(x, x, 1.0)
 
 
+_SCALE = 1.0
+
+
 def _define_scaled(scale, with_scalar):
+    """One definition re-run (its global constant changed, or its signature): one op name."""
+    global _SCALE
+    _SCALE = scale
     if with_scalar:
         def scaled(a: pnex.In("f32", (None,)), s: float, out: pnex.Out("f32", "a")):
             i = cuda.grid(1)
@@ -308,7 +314,7 @@ def _define_scaled(scale, with_scalar):
         def scaled(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
             i = cuda.grid(1)
             if i < a.shape[0]:
-                out[i] = a[i] * scale
+                out[i] = a[i] * _SCALE
     return pnex.jit(n_threads="a.numel()", threads_per_block=32)(scaled)
 
 
@@ -491,7 +497,7 @@ def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
     assert xla.build_library() == path  # built once
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
     for symbol in ("PnexJaxInstantiate", "PnexJaxLaunch", "pnex_jax_register", "pnex_jax_add_image", "pnex_jax_archs",
-                   "pnex_jax_state_type_id", "pnex_jax_state_type_info"):
+                   "pnex_jax_state_type_id", "pnex_jax_state_type_info", "pnex_jax_set_shared"):
         assert f" T {symbol}" in symbols
     kernel_id = xla.register_kernel(accumulate.definition, ["sm_90", "8.0"])
     assert xla.register_kernel(accumulate.definition, ["sm_90"]) == kernel_id
@@ -499,6 +505,7 @@ def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
     archs = (ctypes.c_int64 * 4)()
     assert lib.pnex_jax_archs(kernel_id, archs, 4) == 2 and sorted(archs[:2]) == [80, 90]
     assert lib.pnex_jax_archs(10**9, archs, 4) == -1
+    assert lib.pnex_jax_set_shared(kernel_id, 4096) == 0 and lib.pnex_jax_set_shared(10**9, 4096) == -1
 
 
 def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):

@@ -116,6 +116,7 @@ def test_spec_for_the_launcher():
     assert d["params"][0]["shape"] == [None, None]
     assert d["n_threads"][1] == [(size, 4, 0), (OPCODES["const"], 2, 0), (OPCODES["//"], 0, 0), (OPCODES["const"], 1, 0), (OPCODES["+"], 0, 0)]
     assert d["block"] == [32, 8, 1]
+    assert d["shared"] == [0]  # bytes of dynamic shared memory per Tune variant
 
 
 def test_a_killed_builds_folder_is_removed_once_nothing_works_in_it(monkeypatch, tmp_path):
@@ -193,7 +194,7 @@ def test_the_build_key_covers_every_launcher_source_and_header(monkeypatch, tmp_
     """The launcher is several translation units and headers (csrc/launcher*): each is
     built, and a change to any one of them makes a new build."""
     own = {p.name for p in build.CSRC.glob("launcher*")}
-    shared = {"cuda_driver.h", "cooperative.h"}  # headers the XLA handler includes too
+    shared = {"cuda_driver.h", "cooperative.h", "shared_memory.h"}  # headers the XLA handler includes too
     assert own == {p.name for p in (*native.SOURCES, *native.HEADERS)} - shared
     assert all(p.suffix == ".cpp" for p in native.SOURCES) and shared <= {p.name for p in native.HEADERS}
     copies = {}

@@ -12,7 +12,7 @@ left out), and:
   compiler and what only a compile needs).  The roof is not counted: the package
   facade (``pnex_magic/__init__.py``, whose exports import the front ends when a
   name is first read) and the child processes' entry scripts (``__main__.py``,
-  ``_sanitize_child.py``), which import the package as a user does;
+  ``_sanitize_child.py``, ``_profile_child.py``), which import the package as a user does;
 * no module of the package is over 600 lines.
 
 ``python tests/import_layout.py [package_dir]`` prints the same figures for any tree.

@@ -32,6 +32,7 @@ from pnex_magic.errors import (
 )
 from pnex_magic.launch import autotune
 from pnex_magic.op import PnexOp
+from pnex_magic.render.report import REDEFINED, SAME_OP
 
 IPython = pytest.importorskip("IPython")
 from IPython.core.error import UsageError  # noqa: E402
@@ -146,9 +147,26 @@ def test_rerun_reports_the_replaced_binding(ip):
     ip.user_ns["copy_k"] = "something else"
     run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY)
     assert ip.user_ns["rep"].previous == "a str"
+    first = ip.user_ns["copy_k"]
+    # The same cell again: the same kernel, the same op; it says so instead of "replacing" it by itself.
     run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY)
-    assert ip.user_ns["rep"].previous.startswith("the earlier pnex op pnex::copy_k_")
-    assert "(replacing the earlier pnex op pnex::copy_k_" in ip.user_ns["rep"].to_text()
+    assert ip.user_ns["copy_k"]._qualname == first._qualname
+    assert ip.user_ns["rep"].previous == SAME_OP
+    text = ip.user_ns["rep"].to_text()
+    assert f"bound     : copy_k = {first._qualname} (the same op it held before: the same kernel, bound again)" in text
+    assert "replacing" not in text and "replacing" not in ip.user_ns["rep"].header_html()
+    # Another kernel under the same name: the op of that name is redefined (an op's name comes from
+    # the kernel's name and module), and the report says so instead of "replacing" the op by itself.
+    run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY.replace("twice(a[i]) / SCALE", "-twice(a[i]) / SCALE"))
+    assert ip.user_ns["copy_k"]._qualname == first._qualname
+    assert ip.user_ns["rep"].previous == REDEFINED
+    assert f"copy_k = {first._qualname} (redefining the op of this name that it held, made from another definition)" \
+        in ip.user_ns["rep"].to_text()
+    # A name that held another pnex op: that op, by its own name.
+    ip.run_cell("other_k = copy_k")
+    run(ip, "--n-threads a.numel() --threads-per-block 32 -o rep", COPY.replace("def copy_k(", "def other_k("))
+    assert ip.user_ns["rep"].previous == f"the earlier pnex op {first._qualname}"
+    assert f"(replacing the earlier pnex op {first._qualname})" in ip.user_ns["rep"].to_text()
 
 
 def test_two_dimensional_launch_from_comma_separated_or_repeated_options(ip):
@@ -491,6 +509,12 @@ def test_typing_error_carries_the_full_compiler_log(ip, bound_copy):
     assert "candidate implementations" in info.value.compiler_log  # the full log, folded away
     assert "candidate implementations" not in str(info.value)  # the message stays short
     assert info.value.lineno is None or info.value.lineno == 6
+    # The cell line once (not "cell line 6: kernel 'copy_k' (line 6)"), and the log pointed at once:
+    # below the message outside a notebook (in a notebook it is folded above the error instead).
+    assert str(info.value).startswith("cell line 6: kernel 'copy_k': Numba could not compile"), str(info.value)
+    assert "(line 6)" not in str(info.value) and "compiler_log" not in str(info.value)
+    rendered = "\n".join(info.value._render_traceback_())
+    assert rendered.count("compiler_log") == 1 and "sys.last_value.compiler_log" in rendered
 
 
 def test_error_shows_concisely_through_ipython(ip, bound_copy, capsys):

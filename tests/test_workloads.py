@@ -112,10 +112,46 @@ def test_table_formats():
         wl.Row(wl.FLOOR, 7.6e-5), wl.Row("broken", None, note="FAILED: x"),
     ], headline="pnex kernel", goal="within 1.3x of the floor", goal_met=True)
     text = wl.format_table([w])
-    assert "25.00x" in text and "1.25x" in text and "1.05x" in text and "MET: within 1.3x" in text
+    # Every ratio is a speed (another time over this one): eager's 25.00x, torch.compile's 1.25x, and
+    # the floor's 0.95x (the kernel takes 1.05x the floor's time); the header says which is which.
+    assert "25.00x" in text and "1.25x" in text and "0.95x" in text and "MET: within 1.3x" in text
+    assert wl.TIME_COLUMN in text and all(column in text for column in wl.SPEED_COLUMNS)
     assert "broken [FAILED: x]" in text
     assert wl.markdown_table([w]).count("\n") == 6
     assert json.dumps(w.to_json())
+
+
+def test_a_missed_goal_says_why_from_the_times():
+    """04_kmeans on an H200: int64 labels tie with torch.compile at the floor; int32 labels lose to it."""
+    tie = wl._kmeans_why(79.0e-6, 80.1e-6, 79.0e-6)
+    assert tie == ("a tie with torch.compile (79.0 µs against 79.0 µs): both run at the memory floor's speed "
+                   "(1.01x and 1.01x): a kernel moving these bytes cannot get much faster than a copy of them")
+    assert wl._kmeans_why(73.6e-6, 61.4e-6, 60.0e-6) == (
+        "torch.compile is faster: 60.0 µs against 73.6 µs (1.02x the floor's speed against the pnex kernel's 0.83x)")
+    assert wl._kmeans_why(90e-6, 61.4e-6, 95e-6).startswith("the pnex kernel takes 1.47x the floor's time")
+    w = wl.Workload("LLTM", "batch 16", "forward+backward", [
+        wl.Row("pnex fused kernels (eager)", 5e-4, rounds=[5.1e-4, 5e-4, 5.2e-4]),
+        wl.Row(wl.EAGER, 7.6e-4, rounds=[7.6e-4, 4.9e-4, 7.7e-4]),
+    ], headline="pnex fused kernels (eager)", goal="faster than eager in every round", goal_met=False)
+    w.goal_why = wl._rounds_lost(w, ["pnex fused kernels (eager)"], [wl.EAGER])
+    assert w.goal_why == "lost round 2: eager PyTorch 490.0 µs against 500.0 µs"
+    assert wl.goal_line(w) == ("LLTM batch 16: goal NOT MET: faster than eager in every round; lost round 2: "
+                               "eager PyTorch 490.0 µs against 500.0 µs")
+
+
+def test_comparisons_in_words():
+    w = wl.Workload("LLTM", "batch 16", "forward+backward", [
+        wl.Row(wl.COMPILED, 765.4e-6), wl.Row(wl.COMPILED_GRAPHS, 774.0e-6, host_seconds=700e-6),
+        wl.Row("pnex fused kernels (eager)", 513.8e-6, host_seconds=100e-6),
+        wl.Row("pnex fused kernels in torch.compile", 960.7e-6),
+    ])
+    assert wl.versus(w, wl.COMPILED_GRAPHS, wl.COMPILED) == (
+        "torch.compile(mode='reduce-overhead'): 774.0 µs against torch.compile: 765.4 µs; a tie")
+    assert wl.versus(w, "pnex fused kernels in torch.compile", "pnex fused kernels (eager)").endswith(
+        "960.7 µs against pnex fused kernels (eager): 513.8 µs; 0.53x its speed: slower")
+    assert wl.host_share(w.rows[1]).endswith("the host sets the pace (host-bound)")
+    assert wl.host_share(w.rows[2]).endswith("the GPU sets the pace")
+    assert wl.host_share(w.rows[0]) == "torch.compile: host time not measured"
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ from ..expressions import BinOp, Expr, MinMax, Neg, Numel, Size
 from ..lazycuda import cuda as lazy_cuda
 from ..lazycuda import is_lazy_cuda
 from ..spec import KernelSpec, ScalarParam, TensorParam, TuneParam
+from ..tc.usage import primitive_sites
 from .emit import write_body
 from .ownership import GradPlan, plan_gradients
 from .program import Names, build_program
@@ -136,6 +137,17 @@ def _helpers(fn: types.FunctionType, fdef: ast.FunctionDef, namespace: dict) -> 
     return roles, inject, used | set(inject)
 
 
+def _refuse_tensor_cores(fn: types.FunctionType, refuse: Refusal) -> None:
+    """Tensor-core primitives (:mod:`pnex_magic.tc`) have no derivative rule: the first
+    call, in the kernel or in a device function it calls, is refused by its line."""
+    for primitive, where, line in primitive_sites(fn):
+        what = f"pnex.tc.{primitive} (tensor cores) has no derivative rule: derive_backward cannot differentiate it"
+        if where.__code__ is fn.__code__:
+            raise refuse(line, what)
+        raise refuse(None, f"{what} (the device function {where.__name__} calls it at "
+                           f"{where.__code__.co_filename}:{line})")
+
+
 def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool = False) -> DerivedKernel:
     """The backward of kernel ``fn`` (its spec ``spec``), derived from its source.
 
@@ -162,6 +174,7 @@ def derive_kernel(fn: types.FunctionType, spec: KernelSpec, *, atomic_only: bool
     namespace = namespace_of(fn)
     helpers, inject, used = _helpers(fn, fdef, namespace)
     refuse = Refusal(name, source.lines)
+    _refuse_tensor_cores(fn, refuse)
     ranges = IndexRanges(fdef, namespace, spec.block_candidates, tensor_dims(spec))
     scope = Scope(fdef, spec, namespace, refuse, helpers, ranges.bindings)
     names = Names(used | {grad_name(p.name) for p in spec.params} | set(dir(builtins)))

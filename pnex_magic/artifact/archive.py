@@ -35,7 +35,9 @@ FORMAT = "pnex_magic kernel artifact"
 #: have a "default", an InMut a "may_alias" list.
 #: 3: "tune" parameters with their "choices"; code per Tune variant ("tune_layouts");
 #: launch candidates name their variant.
-FORMAT_VERSION = 3
+#: 4: the spec's "shared_bytes" (dynamic shared memory per block, an expression over
+#: Tune parameters) and the launch description's "shared" (its bytes per Tune variant).
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

@@ -1,7 +1,8 @@
 """One op in an artifact's manifest, as JSON: its name and schema, its spec (the
 parameters with their role, dtype name, shape expression texts and ``init``, a
 scalar's ``default`` and an ``InMut``'s ``may_alias`` where given, a ``Tune``
-parameter's ``choices``; the ``n_threads`` texts and the block), the launch
+parameter's ``choices``; the ``n_threads`` texts, the block and, where there is any,
+the ``shared_bytes`` text: dynamic shared memory per block), the launch
 description the C++ launcher runs
 (:func:`~pnex_magic.launch.description.describe_launch`), and per input layout the
 PTX and cubin files: under ``layouts`` for the first ``Tune`` variant (the only one of
@@ -31,10 +32,12 @@ from ..launch.description import describe_launch
 from ..linking import uses_grid_sync
 from ..multiarch import LAYOUTS, ArchImages, target_archs
 from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
+from ..spec.validate import shared_bytes_expression
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
 _MEMORY_CHECKS = {"internal_overlap", "overlap"}  # launch description keys added in format 2
+_SHARED = "shared"  # the launch description's dynamic shared memory per variant, added in format 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,8 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         # Autotuning (absent from artifacts saved before it existed: a fixed block).
         "candidates": [list(c) for c in spec.candidates],
         "autotune_key": None if spec.autotune_key is None else [str(e) for e in spec.autotune_key],
+        # Dynamic shared memory per block (format 4; absent: none).
+        "shared_bytes": str(spec.shared_bytes),
     }
 
 
@@ -218,6 +223,13 @@ def _spec(d: Any) -> KernelSpec:
         parse_expression(t, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, t in enumerate(texts)
     )
     candidates, key = _tuning(d, kernel, tpb, len(texts), params, visible)
+    shared = d.get("shared_bytes", "0")  # saved before dynamic shared memory (format 3 and older): none
+    if not isinstance(shared, str):
+        raise _Malformed(f"shared_bytes {shared!r} is not an expression text")
+    try:
+        shared_bytes = shared_bytes_expression(kernel, shared, [p for p in params if isinstance(p, TuneParam)], visible)
+    except KernelDefinitionError as exc:
+        raise _Malformed(str(exc)) from None
     return KernelSpec(
         name=kernel,
         qualname=_get(d, "qualname", str, "the spec"),
@@ -227,6 +239,7 @@ def _spec(d: Any) -> KernelSpec:
         threads_per_block=tuple(tpb),
         candidates=candidates,
         autotune_key=key,
+        shared_bytes=shared_bytes,
     )
 
 
@@ -289,6 +302,9 @@ def read_op_entry(d: Any, files: Mapping[str, bytes], where: str) -> OpEntry:
         if isinstance(saved, dict) and not _MEMORY_CHECKS & saved.keys():
             # Format 1, from before the InMut memory checks: they follow from the spec.
             launch = {k: v for k, v in launch.items() if k not in _MEMORY_CHECKS}
+        if isinstance(saved, dict) and _SHARED not in saved and not any(spec.shared_per_variant):
+            # Formats 1 to 3, from before dynamic shared memory: none.
+            launch = {k: v for k, v in launch.items() if k != _SHARED}
         if isinstance(saved, dict) and "tune" not in saved and not spec.tune_params:
             # Formats 1 and 2, from before Tune: candidates are blocks, with no variant.
             launch = {k: v for k, v in launch.items() if k not in ("tune", "variants")}

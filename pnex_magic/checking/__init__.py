@@ -21,6 +21,9 @@ module                      what it holds
 :mod:`.helpers`             the helpers in Python: what the CUDA simulator runs
 :mod:`.lowering`            how a checked access is typed and emitted (LLVM IR)
 :mod:`.overloads`           the helpers' CUDA implementations, registered with Numba
+:mod:`.tc_helpers`          the tensor-core primitives' checked forms, in Python
+:mod:`.tc_overloads`        their CUDA implementations (the rules of
+                            :mod:`pnex_magic.tc.rules`)
 :mod:`.record`              the error record's layout and the error it becomes
 :mod:`.variant`             :func:`checked_kernel`: all of the above, for one kernel
 ==========================  ===========================================================

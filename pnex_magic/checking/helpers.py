@@ -21,7 +21,7 @@ from typing import Any
 
 from .record import FLAG, SHAPE_SLOTS
 
-__all__ = ["LOAD", "LOAD_ON_CHIP", "STORE", "CHECK", "ZERO", "VLOAD", "VSTORE", "HELPERS", "RESERVED"]
+__all__ = ["LOAD", "LOAD_ON_CHIP", "STORE", "CHECK", "ZERO", "VLOAD", "VSTORE", "HELPERS", "RESERVED", "record_fault"]
 
 #: Names starting with this are the checked variant's: a kernel may not use them.
 RESERVED = "__pnex_"
@@ -56,7 +56,9 @@ def _py_indices(idx: Any) -> tuple[int, ...] | None:
     return None if value is None else (value,)
 
 
-def _py_record(err: Any, site: int, axis: int, index: int, shape: tuple[int, ...]) -> None:
+def record_fault(err: Any, site: int, axis: int, index: int, shape: tuple[int, ...], rule: int = 0) -> None:
+    """Fill the record with a violation, unless one was recorded first (``rule``: the
+    record's rule slot, :mod:`pnex_magic.tc.rules`)."""
     thread = threading.current_thread()
     tid = getattr(thread, "threadIdx", None)
     bid = getattr(thread, "blockIdx", None)
@@ -67,6 +69,7 @@ def _py_record(err: Any, site: int, axis: int, index: int, shape: tuple[int, ...
         values += [shape[k] if k < len(shape) else 0 for k in range(SHAPE_SLOTS)]
         values += [tid.x, tid.y, tid.z] if tid is not None else [0, 0, 0]
         values += [bid.x, bid.y, bid.z] if bid is not None else [0, 0, 0]
+        values.append(rule)
         for slot, value in enumerate(values):
             err[slot] = value
 
@@ -80,7 +83,7 @@ def _py_check(x: Any, err: Any, site: int, idx: Any) -> bool:
         return True
     for axis, (i, n) in enumerate(zip(indices, shape)):
         if not -n <= i < n:
-            _py_record(err, site, axis, i, shape)
+            record_fault(err, site, axis, i, shape)
             return False
     return True
 
@@ -95,7 +98,7 @@ def _py_strict(x: Any, err: Any, site: int, i: int) -> bool:
     shape = _py_shape(x)
     if shape is None or 0 <= i < shape[0]:
         return True
-    _py_record(err, site, 0, i, shape)
+    record_fault(err, site, 0, i, shape)
     return False
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .record import AXIS, INDEX, RANK, SHAPE, SHAPE_SLOTS, SITE_SLOT, THREAD
+from .record import AXIS, INDEX, RANK, RULE, SHAPE, SHAPE_SLOTS, SITE_SLOT, THREAD
 
 __all__ = ["index_types", "checked_axes", "safe_load_fits", "can_cast", "emit_record", "index_bounds",
            "element_pointer"]
@@ -70,8 +70,10 @@ def can_cast(value: Any, dtype: Any) -> bool:
 # ----------------------------------------------------------------------------- code
 
 
-def emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank: Any, dims: list[Any]) -> None:
-    """The first violation wins slot 0 (compare-and-swap) and fills the record."""
+def emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank: Any, dims: list[Any],
+                rule: Any = None) -> None:
+    """The first violation wins slot 0 (compare-and-swap) and fills the record (``rule``:
+    the rule slot's value, :mod:`pnex_magic.tc.rules`; ``None`` leaves it 0)."""
     from llvmlite import ir
 
     i64 = ir.IntType(64)
@@ -96,6 +98,8 @@ def emit_record(builder: Any, rec: Any, site: Any, axis: Any, index: Any, rank: 
         put_small(RANK, builder.trunc(rank, i32))
         for k, dim in enumerate(dims):
             put(SHAPE + k, dim)
+        if rule is not None:
+            put(RULE, rule)
         # The thread's and block's coordinates are read here, by volatile inline PTX:
         # NVVM hoists the llvm.nvvm.read.ptx.sreg intrinsics of every cold block into
         # the kernel's entry, where they (and their zero high words) then hold

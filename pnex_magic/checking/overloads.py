@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import warmup
 from ..vector import vload, vstore
+from . import tc_overloads
 from .helpers import CHECK, HELPERS, LOAD, LOAD_ON_CHIP, STORE, VLOAD, VSTORE, ZERO
 from .lowering import can_cast, checked_axes, element_pointer, index_bounds, index_types, safe_load_fits
 
@@ -40,6 +41,7 @@ def register() -> None:
     found = _intrinsics()
     _register_accesses(found)
     _register_vectors(found)
+    tc_overloads.register()  # the tensor-core primitives' checked forms
 
 
 @dataclasses.dataclass(frozen=True)

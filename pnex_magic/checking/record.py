@@ -16,12 +16,14 @@ slot    content
 5..8    the array's shape, first four axes (0 beyond the rank)
 9..11   ``threadIdx`` x, y, z of the thread
 12..14  ``blockIdx`` x, y, z
-15      reserved (0)
+15      the rule broken: 0 for an index out of bounds; a tensor-core
+        primitive's span (:mod:`pnex_magic.tc.rules`: code, numbers)
 ======  ==========================================================
 
 :func:`violation_error` turns a filled record into :class:`~pnex_magic.errors.KernelIndexError`,
 an ``IndexError`` whose message names the array, the index, the axis, the shape, the
-thread and block and the line (:func:`describe_violation`).
+thread and block and the line (:func:`describe_violation`); for an operand of a
+``pnex.tc`` primitive, the primitive, the operand and the rule it breaks.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from typing import Any
 from ..dtypes import resolve_dtype
 from ..errors import KernelIndexError
 from ..spec import KernelSpec, TensorParam
+from ..tc import rules
 
 __all__ = [
     "RECORD_SIZE", "ERR_PARAM", "FLAG", "SITE_SLOT", "AXIS", "INDEX", "RANK", "SHAPE", "THREAD", "BLOCK",
-    "SHAPE_SLOTS", "Site", "Violation", "decode_record", "describe_violation", "violation_error", "error_buffer",
+    "SHAPE_SLOTS", "RULE", "Site", "Violation", "decode_record", "describe_violation", "violation_error", "error_buffer",
     "checked_spec",
 ]
 
@@ -49,6 +52,8 @@ ERR_PARAM = "__pnex_err"
 FLAG, SITE_SLOT, AXIS, INDEX, RANK, SHAPE, THREAD, BLOCK = 0, 1, 2, 3, 4, 5, 9, 12
 #: How many axes of the shape the record holds.
 SHAPE_SLOTS = 4
+#: The rule slot (:mod:`pnex_magic.tc.rules`; 0: an index out of bounds).
+RULE = 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,9 @@ class Site:
     #: "parameter", "shared array", "local array", "global device array" (a hidden argument,
     #: :mod:`pnex_magic.snapshot`) or "" (anything else)
     role: str = ""
+    #: for an operand of a tensor-core primitive, the primitive and the operand
+    #: (``"pnex.tc.cp_async source"``); "" for a subscript or an atomic
+    operand: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +84,7 @@ class Violation:
     shape: tuple[int, ...]  #: the first four axes (all of them up to rank 4)
     thread: tuple[int, int, int]
     block: tuple[int, int, int]
+    rule: int = 0  #: the record's rule slot (:mod:`pnex_magic.tc.rules`): 0 for an index out of bounds
 
 
 def decode_record(record: Sequence[int]) -> Violation | None:
@@ -95,6 +104,7 @@ def decode_record(record: Sequence[int]) -> Violation | None:
         shape=tuple(values[SHAPE : SHAPE + min(rank, SHAPE_SLOTS)]),
         thread=tuple(values[THREAD : THREAD + 3]),
         block=tuple(values[BLOCK : BLOCK + 3]),
+        rule=values[RULE],
     )
 
 
@@ -119,6 +129,11 @@ def describe_violation(kernel_name: str, record: Sequence[int], sites: Sequence[
         where = f", at line {site.line}: `{site.source_text}`"
     thread = ", ".join(map(str, v.thread))
     block = ", ".join(map(str, v.block))
+    if v.rule or (site is not None and site.operand):
+        code, param, a, b = rules.unpack(v.rule)
+        reason = rules.describe(code, param, a, b, v.axis, v.index, v.shape, what)
+        operand = f"{site.operand}: " if site is not None and site.operand else ""
+        return f"{kernel_name}(): {operand}{reason}{where}, thread ({thread}) of block ({block})"
     return (
         f"{kernel_name}(): index {v.index} is out of bounds for axis {v.axis} of {what} "
         f"(shape {_shape_text(v)}){where}, thread ({thread}) of block ({block})"

@@ -13,6 +13,12 @@
                                   else __pnex_zero(x))            # where its result is used
     x[i][j]                  ->  __pnex_load(__pnex_load(x, __pnex_err, S1, i), __pnex_err, S2, j)
     pnex.vload(x, i, 4)      ->  __pnex_vload(x, __pnex_err, SITE, i, 4)   # and vstore
+    tc.cp_async(d, i, s, j)  ->  __pnex_tc_cp_async(__pnex_err, SITE, d, i, s, j, True)
+
+A tensor-core primitive that touches memory (:mod:`pnex_magic.checking.tc_helpers`)
+becomes its checked form, its arguments bound to its parameters (defaults filled in);
+each of its operands is a site, numbered from ``SITE`` in the order of
+:data:`~pnex_magic.checking.tc_helpers.OPERANDS`.
 
 ``x`` is anything the kernel names: a parameter, a ``cuda.shared.array`` or
 ``cuda.local.array``, a global array, a tuple (the helpers decide by type, when Numba
@@ -30,14 +36,18 @@ from __future__ import annotations
 
 import ast
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..tc.api import FUNCTIONS
 from .guards import Fact
 from .helpers import CHECK, LOAD, LOAD_ON_CHIP, RESERVED, STORE, VLOAD, VSTORE, ZERO
 from .index_ranges import IndexRanges
 from .record import ERR_PARAM, Site
 from .source import bound_names
+from .tc_helpers import CHECKED, OPERANDS, helper_name
 
 __all__ = ["Rewriter", "array_roles"]
 
@@ -92,7 +102,9 @@ class Rewriter(ast.NodeTransformer):
     file's lines by number; ``params``: the kernel's parameters; ``roles``:
     :func:`array_roles`; ``ranges``: what the source proves."""
 
-    def __init__(self, lines: dict[int, str], params: set[str], roles: dict[str, str], ranges: IndexRanges):
+    def __init__(self, lines: dict[int, str], params: set[str], roles: dict[str, str], ranges: IndexRanges,
+                 primitive_of: Callable[[ast.Call], str | None] | None = None):
+        self.primitive_of = primitive_of  # the pnex.tc primitive a call names (None: none)
         self.lines = lines
         self.params = params
         self.roles = roles
@@ -359,7 +371,34 @@ class Rewriter(ast.NodeTransformer):
             return None
         return VLOAD if name == "vload" else VSTORE
 
+    def _primitive(self, node: ast.Call) -> tuple[str, list[ast.expr]] | None:
+        """(name, arguments bound to its parameters, defaults filled in) of a call of a
+        tensor-core primitive the checked variant checks, else ``None`` (a call with
+        ``*args``/``**kwargs`` or that does not bind is left to Numba's typing)."""
+        name = self.primitive_of(node) if self.primitive_of is not None else None
+        if name not in CHECKED:
+            return None
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return None
+        try:
+            bound = inspect.signature(FUNCTIONS[name]).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        return name, [v if isinstance(v, ast.AST) else ast.Constant(v) for v in bound.arguments.values()]
+
+    def _checked_primitive(self, node: ast.Call, name: str, args: list[ast.expr]) -> ast.Call:
+        first = len(self.sites)
+        for position, label, kind in OPERANDS[name]:
+            site = self._describe(node, args[position], kind, len(self.sites))
+            self.sites.append(dataclasses.replace(site, operand=f"pnex.tc.{name} {label}"))
+        call = self._call(helper_name(name), _name(ERR_PARAM), ast.Constant(first), *(self.visit(a) for a in args))
+        return ast.copy_location(call, node)
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        primitive = self._primitive(node)
+        if primitive is not None:
+            return self._checked_primitive(node, *primitive)
         helper = self._vector(node)
         if helper is not None:
             array, index, last = node.args

@@ -17,13 +17,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import KernelDefinitionError
+from ..tc.usage import call_primitive
 from . import overloads
 from .helpers import HELPERS, RESERVED
 from .index_ranges import IndexRanges
 from .record import ERR_PARAM, FLAG, Site, describe_violation
 from .rewrite import Rewriter, array_roles
 from .sizes import tensor_dims
-from .source import kernel_source, namespace_of, plain_signature, rebuild
+from .source import bound_names, kernel_source, namespace_of, plain_signature, rebuild
+from .tc_helpers import TC_HELPERS
 
 __all__ = ["CheckedKernel", "checked_kernel"]
 
@@ -64,6 +66,22 @@ def _check_signature(fn: types.FunctionType, fdef: ast.FunctionDef) -> None:
         )
 
 
+def _primitives(fdef: ast.FunctionDef, params: set[str], namespace: dict[str, Any]) -> Callable[[ast.Call], str | None]:
+    """Which ``pnex.tc`` primitive a call of the kernel names (a local or a parameter
+    of the same name is not one)."""
+    local = bound_names(fdef.body) | params
+
+    def primitive_of(call: ast.Call) -> str | None:
+        root = call.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in local:
+            return None
+        return call_primitive(call.func, namespace)
+
+    return primitive_of
+
+
 def checked_kernel(fn: Callable, spec: Any = None, hidden: Sequence[str] = ()) -> CheckedKernel:
     """The checked variant of kernel ``fn`` (see :mod:`pnex_magic.checking`).
 
@@ -92,7 +110,7 @@ def checked_kernel(fn: Callable, spec: Any = None, hidden: Sequence[str] = ()) -
     namespace = {k: v for k, v in namespace_of(fn).items() if k not in hidden}  # arguments now: nothing is known
     ranges = IndexRanges(fdef, namespace, blocks, tensor_dims(spec) if spec is not None else None)
     roles = {**array_roles(fdef), **{name: "global device array" for name in hidden}}
-    rewriter = Rewriter(dict(source.lines), params, roles, ranges)
+    rewriter = Rewriter(dict(source.lines), params, roles, ranges, _primitives(fdef, params, namespace))
     fdef.body = rewriter.visit_block(fdef.body)
     # Same name and parameters, no decorators, annotations or defaults (the launch
     # passes every argument), plus the error record, then the hidden arguments.
@@ -100,5 +118,5 @@ def checked_kernel(fn: Callable, spec: Any = None, hidden: Sequence[str] = ()) -
     fdef.args.args.append(ast.arg(arg=ERR_PARAM))
     fdef.args.args += [ast.arg(arg=name) for name in hidden]
     overloads.register()
-    function = rebuild(fn, fdef, HELPERS)
+    function = rebuild(fn, fdef, {**HELPERS, **TC_HELPERS})
     return CheckedKernel(function=function, sites=tuple(rewriter.sites), proven=tuple(rewriter.proven))

@@ -31,6 +31,7 @@ struct Driver {
   decltype(&::cuStreamIsCapturing) streamIsCapturing = nullptr;
   decltype(&::cuStreamGetCtx) streamGetCtx = nullptr;
   decltype(&::cuFuncSetAttribute) funcSetAttribute = nullptr;
+  decltype(&::cuFuncGetAttribute) funcGetAttribute = nullptr;
   decltype(&::cuCtxGetCurrent) ctxGetCurrent = nullptr;
   decltype(&::cuCtxSetCurrent) ctxSetCurrent = nullptr;
   decltype(&::cuCtxPushCurrent) ctxPushCurrent = nullptr;
@@ -73,6 +74,7 @@ inline const Driver& driver() {
     detail::bind(lib, "cuStreamIsCapturing", d.streamIsCapturing, d.error);
     detail::bind(lib, "cuStreamGetCtx", d.streamGetCtx, d.error);
     detail::bind(lib, "cuFuncSetAttribute", d.funcSetAttribute, d.error);
+    detail::bind(lib, "cuFuncGetAttribute", d.funcGetAttribute, d.error);
     detail::bind(lib, "cuCtxGetCurrent", d.ctxGetCurrent, d.error);
     detail::bind(lib, "cuCtxSetCurrent", d.ctxSetCurrent, d.error);
     detail::bind(lib, "cuCtxPushCurrent_v2", d.ctxPushCurrent, d.error);

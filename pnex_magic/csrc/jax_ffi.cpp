@@ -16,7 +16,8 @@
 //   stream is captured into a CUDA graph.  The LaunchState it returns is owned by XLA.
 // * execute (every call): one relaxed array read finds what the first call on this
 //   device validated (the function in the context of XLA's stream, and whether that
-//   context is current, as XLA normally makes it); then the arguments are packed in
+//   context is current, as XLA normally makes it; its dynamic shared memory checked and
+//   opted in when it was loaded, shared_memory.h); then the arguments are packed in
 //   Numba's kernel ABI, an Out(init=...) result is filled by cuMemsetD8/16/32Async on
 //   XLA's stream, and cuLaunchKernel runs the kernel on it.  No lock, no map lookup, no
 //   driver query on this path: the handler is marked command-buffer compatible
@@ -36,6 +37,7 @@
 
 #include "cuda_driver.h"
 #include "cooperative.h"
+#include "shared_memory.h"
 
 #include <array>
 #include <atomic>
@@ -75,6 +77,7 @@ struct Kernel {
   std::string name;  // the user's kernel name, for messages (fixed at registration)
   std::vector<Param> params;  // fixed at registration
   std::atomic<bool> cooperative{false};  // it synchronises its grid (pnex_jax_set_cooperative)
+  std::atomic<int64_t> shared{0};  // bytes of dynamic shared memory per block (pnex_jax_set_shared)
   std::mutex mutex;  // guards images and loaded
   std::map<int64_t, Image> images;  // by architecture, 10 * major + minor
   std::vector<Loaded> loaded;  // by context
@@ -186,6 +189,9 @@ ffi::ErrorOr<CUfunction> load_locked(Kernel& kernel, CUcontext context, const st
   CUfunction function = nullptr;
   r = d.moduleGetFunction(&function, module, image->second.entry.c_str());
   if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "entry not found: " + pnex::cu_error(r)));
+  // Dynamic shared memory: refused above the device's limit, opted in above 48 KiB (once per load).
+  const std::string problem = pnex::prepare_shared(kernel.name, function, dev, kernel.shared.load(), where);
+  if (!problem.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument("pnex: " + problem));
   kernel.loaded.push_back({context, function});
   return function;
 }
@@ -313,7 +319,8 @@ ffi::ErrorOr<const Ready*> prepare(LaunchState& state, int32_t device, CUstream 
     CUdevice dev = 0;
     CUresult r = scope.result() == CUDA_SUCCESS ? d.ctxGetDevice(&dev) : scope.result();
     if (r != CUDA_SUCCESS) return ffi::Unexpected(fail(kernel, "cannot query device " + std::to_string(device) + ": " + pnex::cu_error(r)));
-    const std::string problem = pnex::cooperative_problem(kernel.name, ready->function, dev, state.grid, state.block);
+    const std::string problem = pnex::cooperative_problem(kernel.name, ready->function, dev, state.grid, state.block,
+                                                          static_cast<size_t>(kernel.shared.load()));
     if (!problem.empty()) return ffi::Unexpected(ffi::Error::InvalidArgument("pnex: " + problem));
   }
   const Ready* result = ready.get();
@@ -417,10 +424,11 @@ ffi::Error launch(CUstream stream, int32_t device, LaunchState* state, ffi::Rema
   }
   const unsigned* grid = state->grid;
   const unsigned* block = state->block;
+  const unsigned shared = static_cast<unsigned>(kernel.shared.load(std::memory_order_relaxed));
   CUresult r = kernel.cooperative.load(std::memory_order_relaxed)
                    ? d.launchCooperativeKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1],
-                                               block[2], 0, stream, pointers.data())
-                   : d.launchKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                                               block[2], shared, stream, pointers.data())
+                   : d.launchKernel(ready->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
                                     stream, pointers.data(), nullptr);
   if (r != CUDA_SUCCESS) {
     std::string hint;
@@ -507,6 +515,17 @@ PNEX_EXPORT int pnex_jax_set_cooperative(int64_t id) {
   auto kernel = find_kernel(id);
   if (!kernel) return -1;
   kernel->cooperative.store(true);
+  return 0;
+}
+
+// Kernel `id` launches with `bytes` of dynamic shared memory per block (shared_bytes=; an id per
+// Tune variant, so one number): checked against each device's limit and opted in where its code
+// loads (shared_memory.h), passed as sharedMemBytes at every launch.  Call it before the first
+// call site is instantiated.  Returns 0, or -1 when no kernel `id` is registered.
+PNEX_EXPORT int pnex_jax_set_shared(int64_t id, int64_t bytes) {
+  auto kernel = find_kernel(id);
+  if (!kernel) return -1;
+  kernel->shared.store(bytes);
   return 0;
 }
 

@@ -141,6 +141,7 @@ struct Spec {
   std::vector<int> candidate_variant;  // the Tune variant each candidate runs (index into variants)
   std::vector<int> tune_params;        // parameter index of each Tune parameter
   std::vector<std::vector<int64_t>> variants;  // per variant, the value of each Tune parameter
+  std::vector<int64_t> shared;  // per variant, bytes of dynamic shared memory per block (shared_bytes=)
   std::vector<Program> key;  // autotune key (empty unless several candidates)
   std::vector<std::string> key_text;
   bool key_bucket = false;  // round key values up to powers of two
@@ -168,6 +169,11 @@ struct Spec {
     }
   }
   std::vector<std::shared_ptr<std::string>> images;  // kept alive with their modules
+
+  // The bytes of dynamic shared memory a Tune variant launches with (0 where none is described).
+  int64_t shared_bytes(int variant) const {
+    return variant >= 0 && static_cast<size_t>(variant) < shared.size() ? shared[variant] : 0;
+  }
 };
 
 // ---------------------------------------------------------------- Python (launcher_register.cpp)

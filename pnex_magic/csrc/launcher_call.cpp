@@ -12,8 +12,9 @@
 //   argument (unless declared may_alias);
 // * the outputs, from PyTorch's caching allocator on the inputs' device; the launch
 //   candidate (launcher_autotune.cpp); the kernel's code for the device, loaded on first
-//   use; Numba's kernel ABI; cuLaunchKernel on PyTorch's current stream (so CUDA graphs
-//   and torch.compile(mode="reduce-overhead") capture it);
+//   use (with its dynamic shared memory checked and opted in, shared_memory.h); Numba's
+//   kernel ABI; cuLaunchKernel on PyTorch's current stream (so CUDA graphs and
+//   torch.compile(mode="reduce-overhead") capture it);
 // * checked launches (pnex_magic.checking): the kernel's checked variant with a zeroed
 //   error record as its last argument, read back after the launch: every launch of an op
 //   defined with check=True, and those of the op force_checked names on this thread (the
@@ -47,6 +48,7 @@
 #include "cooperative.h"
 #include "launcher.h"
 #include "launcher_hidden.h"
+#include "shared_memory.h"
 
 namespace pnex::launcher {
 
@@ -341,6 +343,15 @@ CUfunction function_for(Spec& spec, int device, bool contiguous, int variant, bo
   CUfunction fn = nullptr;
   r = d.moduleGetFunction(&fn, module, entry.c_str());
   TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': entry not found: ", cu_error(r));
+  if (spec.shared_bytes(variant) > 0) {  // refused above the device's limit, opted in above 48 KiB
+    CUdevice cu_device = 0;
+    r = d.deviceGet(&cu_device, device);
+    TORCH_CHECK(r == CUDA_SUCCESS, "pnex: kernel '", spec.kernel, "': cannot find cuda:", std::to_string(device), ": ",
+                cu_error(r));
+    const std::string problem =
+        prepare_shared(spec.kernel, fn, cu_device, spec.shared_bytes(variant), "cuda:" + std::to_string(device));
+    TORCH_CHECK(problem.empty(), "pnex: ", problem);
+  }
   slot.store(fn, std::memory_order_release);
   return fn;
 }
@@ -488,17 +499,18 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
     for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
 
     CUfunction fn = function_for(spec, dev, contiguous, variant, checked);
+    const unsigned shared = static_cast<unsigned>(spec.shared_bytes(variant));  // cuda.shared.array(0, dtype)
     const Driver& d = driver();
     CUresult r;
     if (spec.cooperative) {  // a grid sync: every block resident at once, or a clear refusal
       CUdevice cu_device = 0;
       d.deviceGet(&cu_device, dev);
-      const std::string problem = cooperative_problem(spec.kernel, fn, cu_device, grid.data(), block.data());
+      const std::string problem = cooperative_problem(spec.kernel, fn, cu_device, grid.data(), block.data(), shared);
       TORCH_CHECK(problem.empty(), "pnex: ", problem);
-      r = d.launchCooperativeKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
+      r = d.launchCooperativeKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream,
                                     params.data());
     } else {
-      r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream, params.data(),
+      r = d.launchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, stream, params.data(),
                          nullptr);
     }
     const char* previous = swap_last_kernel(dev, spec.interned);
@@ -508,7 +520,8 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
       TORCH_CHECK(false, "pnex: kernel '", spec.kernel, "' could not be launched on cuda:", std::to_string(dev),
                   " (grid ", std::to_string(grid[0]), "x", std::to_string(grid[1]), "x", std::to_string(grid[2]),
                   ", block ", std::to_string(block[0]), "x", std::to_string(block[1]), "x",
-                  std::to_string(block[2]), "): ", cu_error(r), hint);
+                  std::to_string(block[2]), shared ? ", " + std::to_string(shared) + " B dynamic shared memory" : "",
+                  "): ", cu_error(r), hint);
     }
     if (launch_blocking()) {
       CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

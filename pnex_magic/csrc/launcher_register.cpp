@@ -173,7 +173,8 @@ bool install_fast_call(const py::object& cls) {
 }
 
 // spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
-// block, get_image and, for an autotuned op, candidates, key, key_text, key_bucket and choose.
+// block, get_image, shared (bytes of dynamic shared memory per Tune variant) and, for an autotuned
+// op, candidates, key, key_text, key_bucket and choose.
 // Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that nothing
 // Python runs per call) for pnex::<name>.
 void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
@@ -245,6 +246,11 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
     TORCH_CHECK(values.size() == spec->tune_params.size(), "pnex: kernel '", spec->kernel,
                 "': a variant has ", std::to_string(values.size()), " Tune values for ",
                 std::to_string(spec->tune_params.size()), " Tune parameters");
+  }
+  if (d.contains("shared")) {  // dynamic shared memory per variant (absent before shared_bytes: none)
+    spec->shared = d["shared"].cast<std::vector<int64_t>>();
+    TORCH_CHECK(spec->shared.size() == variants, "pnex: kernel '", spec->kernel, "': dynamic shared memory for ",
+                std::to_string(spec->shared.size()), " Tune variant(s) of ", std::to_string(variants));
   }
   spec->allocate_functions(variants);
   if (spec->candidates.size() > 1) {

@@ -60,11 +60,12 @@ from .. import autograd, sass
 from ..calls import launch_info
 from ..define import definition as make_definition
 from ..define import registered
-from ..errors import KernelDefinitionError, PnexError
+from ..errors import COMPILER_LOG_NOTE, KernelDefinitionError, PnexError
 from ..lazycuda import cuda  # numba.cuda, imported on first use: a cache hit needs no Numba
 from ..op import PnexOp
+from ..profiling import profiled
 from ..render.progress import LogDisplay, Progress
-from ..render.report import PnexReport
+from ..render.report import REDEFINED, SAME_OP, PnexReport
 from ..report import build_report
 from ..snapshot import code_names
 from ..spec import In, InMut, Out, Scalar, Seed, Tune, Unused
@@ -92,9 +93,19 @@ def _a(noun: str) -> str:
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
-def _describe_previous(value: Any) -> str:
+def _source_key(value: Any) -> str | None:
+    """The kernel source's fingerprint of the op a name holds (None for anything else)."""
+    return getattr(getattr(_as_op(value), "_pnex", None), "source_key", None)
+
+
+def _describe_previous(value: Any, new: Any, previous_key: str | None) -> str:
+    """What a name held before a cell bound ``new`` (an op, or its JAX function) to it;
+    ``previous_key``: the :func:`_source_key` it had then (redefining an op updates it)."""
     if isinstance(value, PnexOp):
-        return f"the earlier pnex op {getattr(value, '_qualname', '?')}"
+        name = getattr(value, "_qualname", "?")
+        if name == getattr(_as_op(new), "_qualname", None):  # an op's name comes from the kernel's name and module
+            return SAME_OP if previous_key is not None and previous_key == _source_key(new) else REDEFINED
+        return f"the earlier pnex op {name}"
     return _a(type(value).__name__)
 
 
@@ -132,7 +143,8 @@ class CellFailure(Exception):
         self.line = line
 
 
-def _render_traceback(exc: BaseException, source_lines: list[str], line: int | None) -> list[str]:
+def _render_traceback(exc: BaseException, source_lines: list[str], line: int | None,
+                      shown_above: bool = False) -> list[str]:
     red, bold, dim, reset = "\x1b[31m", "\x1b[1m", "\x1b[2m", "\x1b[0m"
     out = [f"{red}{bold}{type(exc).__name__}{reset}: {exc}"]
     if line is not None and 1 <= line <= len(source_lines):
@@ -142,9 +154,8 @@ def _render_traceback(exc: BaseException, source_lines: list[str], line: int | N
             style = bold if n == line else dim
             out.append(f"{style}{marker}{n:>3} | {text}{reset}")
     log = getattr(exc, "compiler_log", "") or ""
-    if log.strip():
-        out.append(f"{dim}(full compiler log: {log.count(chr(10)) + 1} lines, folded above in a notebook; "
-                   f"also in sys.last_value.compiler_log){reset}")
+    if log.strip() and not shown_above:
+        out.append(f"{dim}(the full compiler log, {log.count(chr(10)) + 1} lines: sys.last_value.compiler_log){reset}")
     return out
 
 
@@ -263,6 +274,9 @@ class CellRun:
         message = str(error)
         if line is not None and not message.startswith("cell line"):
             prefix = "cell line 1 (the %%pnex line)" if line == 1 else f"cell line {line}"
+            # The cell line is the kernel's line: "kernel 'k' (line 5)" says it once more. The
+            # compiler log is pointed at once, by the cell (folded above it in a notebook).
+            message = message.replace(f" (line {line}):", ":", 1).replace(f"\n{COMPILER_LOG_NOTE}", "")
             error.args = (f"{prefix}: {message}",) + tuple(error.args[1:])
         if self.compile_log.strip():
             previous = (getattr(error, "compiler_log", "") or "").rstrip()
@@ -270,7 +284,8 @@ class CellRun:
                 error.compiler_log = f"{previous}\n\n{self.compile_log}".strip() if previous else self.compile_log
         error.cell_line = line
         lines = self.source_lines
-        error._render_traceback_ = lambda: _render_traceback(error, lines, line)
+        shown_above = in_kernel(self.shell)  # run() shows the compiler log folded above the error
+        error._render_traceback_ = lambda: _render_traceback(error, lines, line, shown_above)
         return error
 
     # ------------------------------------------------------------------ steps
@@ -320,6 +335,7 @@ class CellRun:
                 raise CellFailure(_prefixed(exc, f"--args {opts.args}: "), 1) from None
             self._warn_if_slow(args, launch.threads)
         previous_value = user_ns.get(kernel_name, _MISSING)
+        previous_key = _source_key(previous_value)
         with self._failures_located(), registered(definition) as op:
             with capture_output() as captured:
                 try:
@@ -334,6 +350,9 @@ class CellRun:
 
                         step("running --args under compute-sanitizer in a child process")
                         self.sanitizer = run_sanitizer(op, args)
+                    if opts.profile:
+                        step("running --args once under Nsight Compute in a child process")
+                        kernel_report = profiled(kernel_report, op, args)
                 finally:
                     self._add_log(captured.text)
             if opts.backward == "auto":
@@ -358,7 +377,7 @@ class CellRun:
                 bound = jax_op(op)
 
         # Everything succeeded: bind.
-        previous = "" if previous_value is _MISSING else _describe_previous(previous_value)
+        previous = "" if previous_value is _MISSING else _describe_previous(previous_value, bound, previous_key)
         also = tuple(sorted(k for k in defined if k != kernel_name and k not in skipped))
         user_ns[kernel_name] = bound
         for name in also:
@@ -503,6 +522,8 @@ class CellRun:
                 definition = make_definition(
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
+                    flops=opts.flops,
+                    shared_bytes=opts.shared_bytes,
                 )
                 definition.check_compiles()
             except PnexError as exc:
@@ -534,7 +555,8 @@ class CellRun:
         if isinstance(lineno, int) and lineno > 0:
             return lineno
         text = str(exc)
-        if re.search(r"n_threads|threads_per_block|autotune_key|choices are given", text) and "parameter '" not in text:
+        if re.search(r"n_threads|threads_per_block|autotune_key|shared_bytes|choices are given|, flops:", text) and \
+                "parameter '" not in text:
             return 1
         m = re.search(r"parameter '(\w+)'", text)
         if m and self.fn is not None:

@@ -26,6 +26,8 @@ def jit(
     autotune_key: str | tuple[str, ...] | None = None,
     check: bool | None = None,
     backward: str | None = None,
+    flops: str | int | None = None,
+    shared_bytes: int | str = 0,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -82,7 +84,24 @@ def jit(
         autograd, ``torch.compile`` and ``opcheck`` differentiate the op.  Gradients flow
         to every floating-point ``In`` tensor; ``Scalar`` parameters get none.  What the
         transform does not differentiate exactly is a ``KernelDefinitionError`` naming
-        the line (README, "Derived gradients").
+        the line (docs/gradients.md, "Derived gradients").
+    flops : str or int, optional
+        The floating-point operations of one call, as an expression over the
+        parameters in the language of ``n_threads`` (``"2 * a.size(0) * b.size(1) *
+        a.size(1)"``, ``"2 * M * N * K"`` with integer scalars ``M``, ``N``, ``K``;
+        ``Tune`` values too): the report then gives the op's TFLOP/s and its share of
+        the GPU's compute peak (the tensor cores' where the kernel uses them).  Without
+        it, the count is inferred from the PTX of a kernel without loops, and the
+        report says so.
+    shared_bytes : int or str, default 0
+        Bytes of dynamic shared memory per block, which the kernel declares with
+        Numba's idiom ``smem = cuda.shared.array(0, dtype)`` (every such array aliases
+        the same bytes; carve tiles from it by slicing and ``.reshape``).  Static
+        ``cuda.shared.array`` is capped at 48 KiB per block; dynamic shared memory goes
+        up to what the GPU allows (227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on
+        sm_86/sm_89).  An int, or an expression over ``Tune`` parameters and integer
+        constants (``+ - * // % min max``), evaluated per ``Tune`` variant:
+        ``"STAGES * (BM + BN) * 64 * 2"``.  It may not depend on the call's sizes.
 
     Returns
     -------
@@ -114,7 +133,9 @@ def jit(
 
     def decorator(fn: Callable[..., None]) -> PnexOp:
         d = definition(
-            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options
+            fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
+            flops=flops,
+            shared_bytes=shared_bytes,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

@@ -145,7 +145,10 @@ class _Options:
     jax: bool = False  # bind the JAX function (jax_op) instead of the op
     backward: str | None = None  # "auto": derive the op's backward from the kernel's source
     sanitize: bool = False  # run --args under compute-sanitizer in a child process
+    profile: bool = False  # run --args once under Nsight Compute in a child process (the Profile tab)
+    flops: str | None = None  # the FLOP count of a call, an expression over the parameters
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
+    shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
 
 
 @magics_class
@@ -186,9 +189,27 @@ class PnexMagics(Magics):
              "kernel's lines. Needs --args and a CUDA toolkit's or NVIDIA's pip compute-sanitizer.",
     )
     @magic_arguments.argument(
+        "--profile", action="store_true",
+        help="Also run the --args example once under Nsight Compute (ncu) in a child process and add a Profile tab: "
+             "speed-of-light memory and compute, achieved occupancy, the top warp-stall reasons and the kernel's lines "
+             "with the most stalls; the report's 'why' then uses them. Needs --args on a GPU and ncu (CUDA toolkit).",
+    )
+    @magic_arguments.argument(
+        "--flops", dest="flops", nargs="+", metavar="EXPR",
+        help="The floating-point operations of one call, an expression over the kernel's parameters as --n-threads "
+             "takes (e.g. \"2*M*N*K\" or \"2 * a.size(0) * b.size(1) * a.size(1)\"): the Timing tab then gives "
+             "TFLOP/s and the share of the GPU's compute peak. Without it, it is inferred for kernels without loops.",
+    )
+    @magic_arguments.argument(
         "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
         help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
              "autotuner tries them (the first is the default); one choice makes it a plain constant.",
+    )
+    @magic_arguments.argument(
+        "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
+        help="Bytes of dynamic shared memory per block, for a kernel that declares it with "
+             "cuda.shared.array(0, dtype) (static shared memory stops at 48 KiB): an int, or an expression "
+             "over Tune parameters such as STAGES*64*1024, evaluated per Tune variant. Default 0.",
     )
     @magic_arguments.argument(
         "--to-extension", dest="to_extension", action="store_true",
@@ -303,6 +324,8 @@ class PnexMagics(Magics):
             raise UsageError("--eager needs --args: the reference is called on the example arguments")
         if ns.sanitize and not args:
             raise UsageError("--sanitize needs --args: compute-sanitizer runs the op on the example arguments")
+        if ns.profile and not args:
+            raise UsageError("--profile needs --args: Nsight Compute profiles one launch on the example arguments")
         try:
             options = JitOptions.checked(
                 to_extension=ns.to_extension, cache_id=ns.cache_id, verbose=ns.verbose,
@@ -331,6 +354,9 @@ class PnexMagics(Magics):
             jax=ns.jax,
             tune=_tune(ns.tune),
             sanitize=ns.sanitize,
+            profile=ns.profile,
+            flops=_join(ns.flops) or None,
+            shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
         )
 
     @magic_arguments.magic_arguments()

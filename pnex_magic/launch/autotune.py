@@ -519,16 +519,17 @@ def _benchmark(
             except Exception as exc:  # a Tune variant that does not compile, or an n_threads that fails
                 rows.append(dataclasses.replace(row, skipped=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
                 continue
+            dynamic_shared = spec.shared_of(variant)  # each Tune variant its own bytes
             problem = block_problem(
                 arch, resources.registers if resources else None, resources.shared_bytes if resources else None,
-                block, n_threads,
+                block, n_threads, dynamic_shared,
             )
             if not problem and any(n <= 0 for n in n_threads):
                 problem = f"n_threads = {n_threads} with {row.label()}: nothing to launch"
             if not problem and sms:  # a grid sync: every block resident at once
                 problem = cooperative.candidate_problem(
                     spec.name, arch, resources.registers if resources else None,
-                    resources.shared_bytes if resources else None, block, n_threads, sms,
+                    resources.shared_bytes if resources else None, block, n_threads, sms, dynamic_shared,
                 )
             if problem:
                 rows.append(dataclasses.replace(row, skipped=problem))

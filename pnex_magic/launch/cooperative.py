@@ -42,15 +42,16 @@ def problem(kernel: str, grid: Sequence[int], block: Sequence[int], per_sm: int,
 
 def candidate_problem(
     kernel: str, arch: str, registers: int | None, shared_bytes: int | None, block: Sequence[int],
-    n_threads: Sequence[int], sms: int,
+    n_threads: Sequence[int], sms: int, dynamic_shared: int = 0,
 ) -> str | None:
     """Why an autotune candidate (``block``, for a call of ``n_threads`` threads) of a
     cooperative kernel cannot be launched: its grid cannot be resident, by ptxas's
-    figures and the per-SM limits of ``arch`` (``None``: it can, or the figures are
-    unknown and the launch will tell)."""
+    figures (``shared_bytes``: static), the candidate's dynamic shared memory and the
+    per-SM limits of ``arch`` (``None``: it can, or the figures are unknown and the
+    launch will tell)."""
     if registers is None:
         return None
-    per_sm = resident_blocks(arch, registers, shared_bytes or 0, math.prod(block))
+    per_sm = resident_blocks(arch, registers, (shared_bytes or 0) + dynamic_shared, math.prod(block))
     if per_sm is None:
         return None
     grid = [-(-int(n) // b) for n, b in zip(n_threads, block)]

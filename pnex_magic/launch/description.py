@@ -3,8 +3,9 @@
 The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
 artifact all start from this dictionary: per parameter its kind, dtype, rank and
 shape checks, the op's arguments and outputs, the ``n_threads`` expressions, the
-block shape and, for an autotuned op, its block candidates and key, and the
-memory checks of ``InMut`` arguments (with their messages).  Expressions are
+block shape and, for an autotuned op, its block candidates and key, the bytes of
+dynamic shared memory each ``Tune`` variant launches with, and the memory checks of
+``InMut`` arguments (with their messages).  Expressions are
 compiled to postfix programs
 (:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
 without Python.  Nothing in it is code: it round-trips through JSON.
@@ -69,6 +70,9 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
             [v if isinstance(v, int) and not isinstance(v, bool) else 0 for v in values]
             for values in spec.tune_variants
         ],
+        # Per Tune variant, the bytes of dynamic shared memory per block (shared_bytes=;
+        # cuLaunchKernel's sharedMemBytes).
+        "shared": list(spec.shared_per_variant),
         "key": [e.to_program(index_of) for e in key] if spec.autotuned else [],
         "key_text": [str(e) for e in key] if spec.autotuned else [],
         "key_bucket": key_bucket,

@@ -27,7 +27,7 @@ import torch
 from ..calls import launch_grid
 from ..errors import KernelLaunchError
 from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
-from . import autotune, checks, cooperative
+from . import autotune, checks, cooperative, shared
 from .faults import BLOCKING_ADVICE, is_fault, launch_blocking
 from .hidden import hidden_tensors
 from .kernel import Kernel
@@ -197,7 +197,8 @@ class DriverLauncher:
         self._modules: list[Any] = []
         self._lock = threading.Lock()
         self._last: dict[int, str] = {}  # device index -> the kernel launched last there
-        self._occupancy: dict[tuple[int, int], tuple[int, int]] = {}  # (function, threads) -> (per SM, SMs)
+        # (function, threads, dynamic shared bytes) -> (blocks per SM, SMs)
+        self._occupancy: dict[tuple[int, int, int], tuple[int, int]] = {}
 
     def last_kernel(self, device: int) -> str:
         """The kernel this launcher launched last on cuda:``device`` ("" if none)."""
@@ -223,7 +224,9 @@ class DriverLauncher:
                     "finding the kernel",
                     definition.spec.name,
                 )
-            self._modules.append(module)
+                self._modules.append(module)
+                # Dynamic shared memory: refused above the device's limit, opted in above 48 KiB.
+                shared.prepare(fn, definition.spec.name, definition.spec.shared_of(variant), index)
             self._functions.setdefault(definition, {})[key] = fn
             return fn
 
@@ -277,13 +280,14 @@ class DriverLauncher:
         return autotune.Runner(run, reset, n_threads, device)
 
     def _check_coresident(self, definition: Kernel, fn: Any, index: int, grid: tuple[int, int, int],
-                          block: tuple[int, int, int]) -> None:
-        """Refuse a cooperative launch whose blocks cannot all be resident (:mod:`.cooperative`)."""
+                          block: tuple[int, int, int], dynamic_shared: int = 0) -> None:
+        """Refuse a cooperative launch whose blocks cannot all be resident (:mod:`.cooperative`);
+        ``dynamic_shared``: the launch's bytes of dynamic shared memory per block."""
         from cuda.bindings import driver
 
         name = definition.spec.name
         threads = block[0] * block[1] * block[2]
-        key = (int(fn), threads)
+        key = (int(fn), threads, dynamic_shared)
         found = self._occupancy.get(key)
         if found is None:
             dev = _check(driver.cuDeviceGet(index), "finding the device", name)
@@ -295,7 +299,7 @@ class DriverLauncher:
                     f"kernel '{name}' synchronises its grid (cuda.cg.this_grid().sync()), which needs a cooperative "
                     f"launch, and this GPU does not support cooperative launches"
                 )
-            per_sm = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, 0),
+            per_sm = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, dynamic_shared),
                             "querying the occupancy", name)
             sms = _check(driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
                          "querying the device", name)
@@ -348,13 +352,14 @@ class DriverLauncher:
             index = device.index if device.index is not None else torch.cuda.current_device()
             previous = self._last.get(index, "")
             self._last[index] = definition.spec.name
+            dynamic_shared = definition.spec.shared_of(variant)  # cuda.shared.array(0, dtype)'s bytes
             try:
                 params = packed(args, types)
                 if getattr(definition, "cooperative", False):  # a grid sync: every block resident at once
-                    self._check_coresident(definition, fn, index, grid, block)
-                    result = driver.cuLaunchCooperativeKernel(fn, *grid, *block, 0, stream, params)
+                    self._check_coresident(definition, fn, index, grid, block, dynamic_shared)
+                    result = driver.cuLaunchCooperativeKernel(fn, *grid, *block, dynamic_shared, stream, params)
                 else:
-                    result = driver.cuLaunchKernel(fn, *grid, *block, 0, stream, params, 0)
+                    result = driver.cuLaunchKernel(fn, *grid, *block, dynamic_shared, stream, params, 0)
                 _check(result, "launch", definition.spec.name)
             except KernelLaunchError as exc:
                 if not is_fault(exc) or launch_blocking():

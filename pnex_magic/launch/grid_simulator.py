@@ -6,7 +6,7 @@ threads as Python threads, and its ``cuda.cg.this_grid().sync()`` is the block's
 between blocks (``max_cooperative_grid_blocks`` is 1 there).  pnex runs such a
 kernel with every thread of the grid at once instead (:func:`run`), so a grid sync
 waits for every block, as on the GPU, and ``cuda.syncthreads()`` still waits for
-the thread's own block only.  Each block has its own shared memory.
+the thread's own block only.  Each block has its own shared memory, static and dynamic.
 
 What counts as arrived, as on the GPU: a thread that has returned no longer takes
 part in ``syncthreads()`` (its block's barrier waits for the others) nor in a grid
@@ -230,9 +230,11 @@ class _Manager:
         )
 
 
-def run(kernel: str, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any]) -> None:
+def run(kernel: str, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: Sequence[Any],
+        shared: int = 0) -> None:
     """Run ``fn`` (a kernel's simulated function) on ``args`` (scalars and numba's
-    ``FakeCUDAArray`` views) with every thread of ``grid`` x ``block`` at once."""
+    ``FakeCUDAArray`` views) with every thread of ``grid`` x ``block`` at once, each
+    block with ``shared`` bytes of dynamic shared memory of its own."""
     from numba.cuda.simulator import kernel as simulator
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
@@ -244,7 +246,7 @@ def run(kernel: str, fn: Any, grid: tuple[int, int, int], block: tuple[int, int,
             f"its threads at once, each a Python thread: this launch has {threads} (grid {grid} x block {block}), "
             f"more than the {MAX_THREADS} it runs. Pass smaller tensors on CPU, or run it on a GPU"
         )
-    module = _module_class()(grid, block, 0)
+    module = _module_class()(grid, block, shared)
     fake = [FakeWithinKernelCUDAArray(a) if isinstance(a, FakeCUDAArray) else a for a in args]
     with simulator._push_kernel_context(module), swapped_cuda_module(fn, module):
         _Manager(kernel, fn, grid, block).run(*fake)

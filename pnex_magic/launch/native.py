@@ -58,7 +58,7 @@ SOURCES = tuple(build.CSRC / f"launcher_{part}.cpp" for part in ("faults", "call
 HEADERS = tuple(
     build.CSRC / name
     for name in ("launcher.h", "launcher_faults.h", "launcher_hidden.h", "launcher_python.h", "cuda_driver.h",
-                 "cooperative.h")
+                 "cooperative.h", "shared_memory.h")
 )
 #: Where a launcher built elsewhere would be found, used without any build (none ships
 #: with pnex_magic: see the README's "How it works").

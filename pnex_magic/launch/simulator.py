@@ -1,7 +1,8 @@
 """CPU back end: numba-cuda's CUDA simulator runs the kernel's Python source, one
 Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
 writes land in the tensors).  It runs the same source as the GPU, including
-shared memory, ``cuda.syncthreads()`` and atomics, which makes it the way to
+shared memory (dynamic shared memory too: ``cuda.shared.array(0, dtype)`` gets the
+variant's ``shared_bytes``), ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
 (:mod:`.grid_simulator`).  It is slow: keep problem sizes small.  An
@@ -78,18 +79,26 @@ class SimulatorLauncher:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
         from numba.cuda.simulator.kernel import FakeCUDAKernel
 
+        from ..tc.simulate import Bf16Shadow, install_warp_functions
+
+        install_warp_functions()  # shuffles, votes and syncwarp, which numba's simulator lacks
+
         args: list[Any] = []
         write_back: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def array(value: torch.Tensor, written: bool) -> Any:
             tensor = value.detach()
-            if tensor.dtype == torch.bfloat16:
+            shadow_of_bf16 = tensor.dtype == torch.bfloat16
+            if shadow_of_bf16:
                 # NumPy has no bfloat16: simulate on a float32 copy, round on the way back.
                 shadow = tensor.float()
                 if written:
                     write_back.append((tensor, shadow))
                 tensor = shadow
-            return FakeCUDAArray(tensor.numpy())
+            data = tensor.numpy()
+            if shadow_of_bf16:
+                data = data.view(Bf16Shadow)  # pnex.tc's byte-level primitives see 2-byte elements
+            return FakeCUDAArray(data)
 
         for param, value in zip(definition.spec.params, values):
             if isinstance(param, TensorParam):
@@ -115,6 +124,7 @@ class SimulatorLauncher:
         # a NumPy view of each, so the kernel reads (and may write) the tensor itself.
         args += [array(tensor, True) for _, tensor in hidden_tensors(definition, device)]
         whole_grid = grid[0] * grid[1] * grid[2] > 1 and _grid_sync(simulated)
+        shared = definition.spec.shared_of(variant)  # dynamic shared memory: cuda.shared.array(0, dtype)
         with _LOCK, warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
             # inf, divide by zero to inf and give NaN without a word: NumPy's warnings about it say
@@ -123,9 +133,9 @@ class SimulatorLauncher:
                 "ignore", r"(overflow|invalid value|divide by zero|underflow) encountered", RuntimeWarning)
             try:
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
-                    grid_simulator.run(definition.spec.name, simulated, grid, block, args)
+                    grid_simulator.run(definition.spec.name, simulated, grid, block, args, shared)
                 else:
-                    FakeCUDAKernel(simulated, device=False)[grid, block](*args)
+                    FakeCUDAKernel(simulated, device=False)[grid, block, 0, shared](*args)
             except PnexError:
                 raise
             except Exception as exc:

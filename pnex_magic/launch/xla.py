@@ -18,7 +18,8 @@ This module is its Python side:
   fills each ``Out(init=...)`` result on XLA's stream (:func:`fill_pattern`); the
   same layout serves the CPU path;
 * :func:`register_kernel` gives a kernel definition an id in the C++ registry,
-  with its parameter table (from :func:`~pnex_magic.launch.description.describe_launch`)
+  with its parameter table (from :func:`~pnex_magic.launch.description.describe_launch`),
+  its bytes of dynamic shared memory (an id per ``Tune`` variant, so one number each)
   and its C-contiguous code for the GPU architectures asked for;
 * :func:`scalar_slots` packs the scalar arguments into the 8-byte slots the
   handler passes to the kernel (:func:`~pnex_magic.launch.driver.scalar_slot`).
@@ -77,7 +78,7 @@ TARGET = "pnex_magic_launch"
 #: The name its per-call-site state type is registered under.
 STATE_TYPE = "pnex_magic_launch_state"
 SOURCE = build.CSRC / "jax_ffi.cpp"
-HEADERS = (build.CSRC / "cuda_driver.h", build.CSRC / "cooperative.h")
+HEADERS = (build.CSRC / "cuda_driver.h", build.CSRC / "cooperative.h", build.CSRC / "shared_memory.h")
 
 _library: ctypes.CDLL | None = None
 _lock = threading.Lock()
@@ -284,6 +285,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.pnex_jax_add_image.restype = ctypes.c_int
     lib.pnex_jax_set_cooperative.argtypes = [ctypes.c_int64]
     lib.pnex_jax_set_cooperative.restype = ctypes.c_int
+    lib.pnex_jax_set_shared.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.pnex_jax_set_shared.restype = ctypes.c_int
     lib.pnex_jax_archs.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
     lib.pnex_jax_archs.restype = ctypes.c_int64
     lib.pnex_jax_loaded.argtypes = [ctypes.c_int64]
@@ -390,6 +393,9 @@ def register_kernel(definition: Kernel, archs: Iterable[str], verbose: bool = Fa
             lib.pnex_jax_register(found, definition.spec.name.encode(), len(table) // 4, array)
             if getattr(definition, "cooperative", False):  # a grid sync: launched cooperatively
                 lib.pnex_jax_set_cooperative(found)
+            shared = definition.spec.shared_of(variant)  # an id per Tune variant: its bytes
+            if shared:  # dynamic shared memory per block: checked and opted in where the code loads
+                lib.pnex_jax_set_shared(found, shared)
             _archs[found] = set()
         for arch in sorted({arch_name(parse_arch(a)) for a in archs} - _archs[found]):
             image, entry = definition.kernel_image(arch, "C", variant)

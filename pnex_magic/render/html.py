@@ -108,9 +108,10 @@ def table(rows: list[tuple[str, ...]], header: tuple[str, ...] | None = None) ->
 
 
 def badge(text: str, colour: str) -> str:
+    """A small framed label; it never breaks over two lines (``11.77× vs eager`` stays whole)."""
     return (
         f'<span style="border:1px solid;{themed("border-color", colour)};color:{colour};border-radius:3px;'
-        f'padding:0 4px;font-size:11px;font-weight:600">{escape(text)}</span>'
+        f'padding:0 4px;font-size:11px;font-weight:600;white-space:nowrap;display:inline-block">{escape(text)}</span>'
     )
 
 
@@ -146,6 +147,10 @@ _TAB_CSS = (
     "background:var(--jp-layout-color0, transparent)}"
     f".pnex-tab:has(input:focus-visible){{outline:2px solid {ACCENT};outline-offset:-2px}}"
 )
+# The summary wraps its long lines between words: JupyterLab styles an output's <pre> with
+# `word-break: break-all`, which splits words anywhere ("la/rgest"); an inline style wins,
+# and is kept where the sanitiser drops <style> (it holds no var()).
+_FALLBACK_STYLE = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:4px 0;color:inherit"
 # Where <style> applies, the rich view replaces the text summary.
 _VIEW_CSS = ">.pnex-fallback{display:none}>.pnex-rich{display:block!important}"
 
@@ -181,7 +186,7 @@ def static_view(summary: str, rich_html: str, tab_count: int) -> str:
     return (
         f'<div class="pnex-report" style="color:inherit;font-size:13px;line-height:1.45">'
         f"<style>{_scoped(_VIEW_CSS)}{_scoped(_TAB_CSS + picks, ' ')}</style>"
-        f'<pre class="pnex-fallback" style="white-space:pre-wrap;margin:4px 0;color:inherit">{escape(summary)}</pre>'
+        f'<pre class="pnex-fallback" style="{_FALLBACK_STYLE}">{escape(summary)}</pre>'
         f'<div class="pnex-rich" style="display:none">{rich_html}</div></div>'
     )
 

@@ -22,21 +22,29 @@ import dataclasses
 import math
 from typing import Any
 
+from ..efficiency import share_text
 from ..op import attached_backward
 from ..report import KernelReport, occupancy, sass_summary
-from ..sass import Disassembly
+from ..sass import NO_DISASSEMBLER, Disassembly
 from ..spec import ScalarParam
 from ..timing import TimingResult, format_bytes, format_rate, format_time, rate_unit
 from .html import (
-    ACCENT, BORDER, ERR, OK, WARN, badge, code, escape, log_details_html, note, pre, static_view, table, tabs, themed,
+    ACCENT, BORDER, ERR, FG_MUTED, OK, WARN, badge, code, escape, log_details_html, note, pre, readable, static_view,
+    table, tabs, themed,
 )
 from .listings import PtxLexer, SassLexer, highlight, listing, python_lexer
+from .profile import compute_html, profile_html
 from .summary import summary_text
 from .tuning import autotune_html, efficiency_html, shows_autotune
 
-__all__ = ["PnexReport", "TAB_TITLES"]
+__all__ = ["PnexReport", "TAB_TITLES", "SAME_OP", "REDEFINED"]
 
 TAB_TITLES = ("Signature", "Launch", "PTX", "SASS", "Resources", "Timing")
+#: What a cell says when the name already held the op it binds (the same kernel, run again).
+SAME_OP = "the same op it held before: the same kernel, bound again"
+#: ... and when the name held the op of the same name (an op's name comes from the kernel's name and
+#: module), made from another definition: the op is redefined, its calls now run this kernel.
+REDEFINED = "redefining the op of this name that it held, made from another definition"
 
 
 @dataclasses.dataclass
@@ -98,13 +106,21 @@ class PnexReport:
     def spec(self):
         return self.op._pnex.spec
 
+    @property
+    def simulated(self) -> bool:
+        """Whether the op ran (or, with no GPU here, runs) in the CUDA simulator."""
+        return self.kernel.stand_in or (self.timing is not None and self.timing.device.startswith("cpu"))
+
     # ------------------------------------------------------------------ text
 
     def binding_text(self) -> str:
         what = f"{self.bound_name} = {self._bound_value()}"
+        return f"bound {what} ({self._previous_text()})"
+
+    def _previous_text(self) -> str:
         if not self.previous:
-            return f"bound {what} (a new name)"
-        return f"bound {what} (replacing {self.previous})"
+            return "a new name"
+        return self.previous if self.previous in (SAME_OP, REDEFINED) else f"replacing {self.previous}"
 
     def _bound_value(self) -> str:
         return f"jax_op({self.kernel.op_name})" if self.jax else self.kernel.op_name
@@ -123,7 +139,7 @@ class PnexReport:
         # The cell's own fields (timing may be replaced) are printed below, in the cell's words.
         static = dataclasses.replace(
             k, timing=None, sass=Disassembly(None, None, "not requested"), n_threads_values=None, not_compiled="",
-            efficiency=None,
+            efficiency=None, compute=None, profile=None,
         )
         out = list(static.lines())
         out.insert(1, f"  bound     : {self.binding_text().removeprefix('bound ')}")
@@ -137,7 +153,7 @@ class PnexReport:
             out.append(f"  compiled  : no ({self.not_compiled})")
         if self.n_threads_values is not None:
             out.append(f"  n_threads : {self.n_threads_values} for --args {self.args_text or ''}".rstrip())
-        out.append(f"  sass      : {sass_summary(self.sass)}")
+        out.append(f"  sass      : {sass_summary(self.sass) if self.sass else sass_reason(k, self.sass)}")
         if self.skipped:
             out.append(f"  skipped   : {', '.join(self.skipped)} (annotated too; compile one with --name)")
         if self.timing is not None:
@@ -146,6 +162,9 @@ class PnexReport:
             out.append("  timing    : give --args (and --eager) to check correctness and time the op")
         if k.efficiency is not None:
             out += ["  " + line for line in k.efficiency.lines()]
+        for part in (k.compute, k.profile):  # the FLOP count and rate; --profile's figures
+            if part is not None:
+                out += ["  " + line for line in part.lines()]
         return out
 
     def _unit(self) -> tuple[float, str]:
@@ -184,14 +203,25 @@ class PnexReport:
             c = self.timing.correctness
             badges.append(badge("matches eager" if c.ok else "DIFFERS from eager", OK if c.ok else ERR))
         if self.timing is not None and self.timing.speedup is not None:
-            badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", OK if self.timing.speedup >= 1 else WARN))
+            badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", speed_colour(self.timing.speedup)))
+        e = k.efficiency
+        if e is not None and (e.at_ceiling or e.far):
+            share = "launch-bound" if e.launch_bound else f"{share_text(e.op_of_ceiling)} of the ceiling"
+            badges.append(badge(share, OK if e.at_ceiling else WARN))
+        if self.simulated:
+            badges.append(badge("CUDA simulator", readable(ACCENT)))
         if k.autotune is not None and k.autotune.timed:
             badges.append(badge(f"autotuned: {k.autotune.candidates[k.autotune.choice].label()}", ACCENT))
-        prev = f" (replacing {escape(self.previous)})" if self.previous else " (a new name)"
+        prev = f" ({escape(self._previous_text())})"
+        arch = f"{k.arch} (stand-in target)" if k.stand_in else k.arch
         lines = [
             f'<div style="margin:2px 0"><b>{code(self.bound_name)}</b> = {code(self._bound_value())}{prev} '
-            f'&middot; {escape(k.arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
+            f'&middot; {escape(arch)} &middot; {escape(how)} {" ".join(badges)}</div>'
         ]
+        if k.stand_in:
+            lines.append(note(escape(f"No GPU here: the op runs in numba-cuda's CUDA simulator (on CPU tensors), and "
+                                     f"the PTX, SASS, registers and occupancy shown are those of {k.arch}, a stand-in "
+                                     f"compile target (--arch picks another).")))
         extra = []
         if self.also_bound:
             extra.append("also bound: " + ", ".join(code(n) for n in self.also_bound))
@@ -264,6 +294,9 @@ class PnexReport:
         axes_used = [str(n) for n in shape]
         per_axis = f" ({' × '.join(axes_used)})" if len(axes_used) > 1 else ""
         parts.append(f"<div>{block_total} threads per block{per_axis}</div>")
+        if k.dynamic_shared_bytes:
+            parts.append(f"<div>{k.dynamic_shared_bytes:,} B of dynamic shared memory per block "
+                         f"(shared_bytes = {code(k.shared_bytes_text)})</div>")
         if k.grid is not None and k.block is not None:
             blocks = k.grid[0] * k.grid[1] * k.grid[2]
             launched = blocks * block_total
@@ -300,7 +333,7 @@ class PnexReport:
         """The SASS listing, the kernel's own function first, then the helpers it calls."""
         found = self.sass
         if not found:
-            return note(escape(f"not shown: {found.reason}"))
+            return note(escape(f"not shown: {sass_reason(self.kernel, found)}"))
         names = found.functions
         helpers = ""
         if len(names) > 1:
@@ -328,6 +361,8 @@ class PnexReport:
         rows = [
             ("registers per thread", f"{k.registers}{escape(cap)}"),
             ("shared memory per block (static)", f"{k.shared_bytes} B"),
+            *([("shared memory per block (dynamic, shared_bytes)",
+                f"{k.dynamic_shared_bytes} B = {code(k.shared_bytes_text)}")] if k.dynamic_shared_bytes else []),
             ("local memory per thread", f'<span style="{spill_style}">{k.local_bytes} B</span>'),
             ("register spills", spills),
             ("constant memory (parameters)", f"{k.const_bytes} B"),
@@ -341,13 +376,16 @@ class PnexReport:
             )
             rows.append((f"theoretical occupancy ({tpb} threads/block, {escape(k.arch)})", f"{bar}{k.occupancy:.0%}"))
         parts = [table(rows)]
+        if k.stand_in:
+            parts.insert(0, note(escape(f"for {k.arch}, a stand-in compile target (no GPU here): on a GPU the "
+                                        f"figures are those of its own architecture")))
         if k.spills:
             parts.append(
                 f'<div style="color:{ERR}">The kernel spills registers to local memory, which is slow: '
                 f"raise --max-registers, or use fewer live values per thread.</div>"
             )
         sizes = [s for s in (32, 64, 128, 256, 512, 1024)]
-        occ = [(s, occupancy(k.arch, k.registers, k.shared_bytes or 0, s)) for s in sizes]
+        occ = [(s, occupancy(k.arch, k.registers, k.shared_total or 0, s)) for s in sizes]
         if all(o is not None for _, o in occ):
             parts.append(note("theoretical occupancy by threads per block:"))
             parts.append(table([tuple(f"{s}" for s, _ in occ), tuple(f"{o:.0%}" for _, o in occ)]))
@@ -376,7 +414,7 @@ class PnexReport:
                 ))
             parts.append(table(rows, ("", "median", "IQR", "min", "runs × loops", "bandwidth")))
             if t.speedup is not None:
-                colour = OK if t.speedup >= 1 else WARN
+                colour = speed_colour(t.speedup)
                 parts.append(
                     f'<div>speed-up: <b style="color:{colour}">{t.speedup:.2f}×</b> (eager median / op median)</div>'
                 )
@@ -388,6 +426,8 @@ class PnexReport:
             parts.append(note(escape(f"not timed: {t.reason}")))
         if self.kernel.efficiency is not None:
             parts.append(efficiency_html(self.kernel.efficiency, t.name, t.eager_name))
+        if self.kernel.compute is not None:
+            parts.append(compute_html(self.kernel.compute))
         if t.correctness is not None:
             parts.append(correctness_html(t.correctness))
         elif self.eager_text is None:
@@ -399,7 +439,10 @@ class PnexReport:
             self.signature_html(), self.launch_html(), self.ptx_html(), self.sass_html(), self.resources_html(),
             self.timing_html(),
         )
-        return list(zip(TAB_TITLES, contents, strict=True))
+        sections = list(zip(TAB_TITLES, contents, strict=True))
+        if self.kernel.profile is not None:  # %%pnex --profile
+            sections.append(("Profile", profile_html(self.kernel.profile)))
+        return sections
 
     # ------------------------------------------------------------------ renderings
 
@@ -437,6 +480,21 @@ class PnexReport:
         # Static forms only: every front end shows text/html without a kernel or widget
         # state (see pnex_magic/render/html.py for what each front end keeps of it).
         return {"text/plain": self.to_text(), "text/html": self.to_html()}
+
+
+def speed_colour(speedup: float) -> str:
+    """A speed-up's colour: green from 1.05×, the warning's at 0.95× or less, the muted
+    text's between (a tie, which rounds to ``1.00×``, is no warning)."""
+    return OK if speedup >= 1.05 else WARN if speedup <= 0.95 else FG_MUTED
+
+
+def sass_reason(k: KernelReport, found: Disassembly) -> str:
+    """Why there is no SASS: where no GPU is and no disassembler either, none is needed
+    (SASS would be the stand-in target's), so nothing is asked to be installed."""
+    if k.stand_in and found.tool is None and found.reason.startswith(NO_DISASSEMBLER):
+        return (f"no disassembler here (cuobjdump or nvdisasm); none is needed to run kernels in the simulator, and "
+                f"SASS here would be that of {k.arch}, the stand-in target")
+    return found.reason
 
 
 def correctness_html(c) -> str:

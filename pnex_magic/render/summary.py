@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..efficiency import FAR
+from ..efficiency import FAR, share_text
 from ..timing import format_time
 
 __all__ = ["summary_text", "TRUST_HINT"]
@@ -24,6 +24,7 @@ def summary_text(report: Any) -> str:
     """The summary of a :class:`~pnex_magic.render.report.PnexReport`."""
     k = report.kernel
     out = [f"pnex kernel {k.name!r}: {report.binding_text()}", f"  {k.signature}"]
+    t = report.timing
     block = k.autotune.block if k.autotune is not None else k.threads_per_block
     threads = math.prod(block)
     if k.grid is not None:
@@ -32,16 +33,20 @@ def summary_text(report: Any) -> str:
         launch = f"n_threads ({', '.join(k.n_threads)}), {threads} threads per block"
     if k.autotune is not None and k.autotune.timed:
         launch += f"; autotuned: {k.autotune.candidates[k.autotune.choice].label()}"
+    if k.dynamic_shared_bytes:
+        launch += f"; {k.dynamic_shared_bytes:,} B dynamic shared memory per block"
     out.append(f"  launch    : {launch}")
+    arch = f"{k.arch} (a stand-in compile target: no GPU here)" if k.stand_in else k.arch
     if k.registers is not None:
-        resources = f"{k.arch}, {k.registers} registers per thread"
+        resources = f"{arch}, {k.registers} registers per thread"
         if k.occupancy is not None:
             resources += f", occupancy {k.occupancy:.0%} ({threads} threads per block)"
         resources += f", spills: {k.spill_store_bytes} B stored, {k.spill_load_bytes} B loaded" if k.spills else ""
     else:
-        resources = f"{k.arch}, not compiled" if report.not_compiled else f"{k.arch}, no resource figures"
+        resources = f"{arch}, not compiled" if report.not_compiled else f"{arch}, no resource figures"
     out.append(f"  resources : {resources}")
-    t = report.timing
+    if report.simulated and (t is None or t.op is not None):  # a CPU run's timing line says it itself
+        out.append("  runs in   : numba-cuda's CUDA simulator, on CPU tensors")
     if t is not None and t.correctness is not None:
         out.append(f"  correct   : {t.correctness}")
     if t is None:
@@ -60,7 +65,7 @@ def summary_text(report: Any) -> str:
             line = f"{e.rate(e.op_bandwidth)}: {e.verdict}"
             found = e.explanation
             if found is not None:
-                line = (f"{e.rate(e.op_bandwidth)}: {e.op_of_ceiling:.0%} of the ceiling, below {FAR:.0%}: "
+                line = (f"{e.rate(e.op_bandwidth)}: {share_text(e.op_of_ceiling)} of the ceiling, below {FAR:.0%}: "
                         f"{found.headline}")
             out.append(f"  bandwidth : {line}")
     out.append(TRUST_HINT)

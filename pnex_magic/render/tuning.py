@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..efficiency import FAR, Efficiency
+from ..efficiency import FAR, Efficiency, share_text
 from ..launch.autotune import CandidateResult, TuneResult, format_block
 from ..report import KernelReport
 from ..timing import format_time
@@ -100,33 +100,57 @@ def autotune_html(k: KernelReport) -> str:
     return "".join(parts)
 
 
-def _bar(fraction: float, colour: str) -> str:
+#: Bar colours besides the op's (the accent) and the copy's (success): the eager reference, the DRAM peak.
+_EAGER = "#a07cc5"
+_PEAK = "var(--jp-layout-color4, #6b6b6b)"
+_MARK = "var(--jp-content-font-color1, #333333)"
+
+
+def _bar(fraction: float, colour: str, mark: float | None) -> str:
+    """A bar ``fraction`` of its track long, with a line across it at ``mark`` (the
+    verdict's threshold, 85% of the ceiling) where given."""
     width = max(0.0, min(1.0, fraction)) * 100
+    line = "" if mark is None or not 0 < mark <= 1 else (
+        f'<span style="position:absolute;left:{mark * 100:.1f}%;top:-3px;bottom:-3px;border-left:2px solid;'
+        f'{themed("border-color", _MARK)}"></span>')
     return (
-        f'<span style="display:inline-block;width:14em;height:0.8em;border:1px solid;{themed("border-color", BORDER)};'
-        f'vertical-align:middle;margin-right:6px"><span style="display:block;height:100%;'
-        f'width:{width:.1f}%;{themed("background", colour)}"></span></span>'
+        f'<span style="position:relative;display:inline-block;width:14em;height:0.8em;border:1px solid;'
+        f'{themed("border-color", BORDER)};vertical-align:middle"><span style="display:block;height:100%;'
+        f'width:{width:.1f}%;{themed("background", colour)}"></span>{line}</span>'
     )
 
 
 def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     """Bars of the op's and the eager reference's bandwidth beside the device's
-    ceilings (the measured copy and the DRAM peak); below :data:`~pnex_magic.efficiency.FAR`
-    of the ceiling, the most likely reason, what to change (with the shape of the code
-    where that helps) and the other reasons the figures show."""
-    rows = [(code(op_name), e.op_bandwidth, ACCENT), (code(eager_name), e.eager_bandwidth, FG_MUTED),
-            ("device-to-device copy", e.copy_bandwidth, OK), ("DRAM peak", e.peak_bandwidth, BORDER)]
+    ceilings (the measured copy and the DRAM peak), each as long as its share of the
+    longest (the peak, where known) and labelled with that share first, with a line
+    at :data:`~pnex_magic.efficiency.FAR` of the ceiling; the verdict (at the ceiling,
+    in green; not judged); below the line, the most likely reason, what to change
+    (with the shape of the code where that helps) and the other reasons the figures
+    show."""
+    rows = [(code(op_name), e.op_bandwidth, ACCENT, True), (code(eager_name), e.eager_bandwidth, _EAGER, True),
+            ("device-to-device copy", e.copy_bandwidth, OK, False), ("DRAM peak", e.peak_bandwidth, _PEAK, False)]
     rows = [r for r in rows if r[1]]
-    scale = max(bw for _, bw, _ in rows) if rows else 1.0
+    top = max(bw for _, bw, _, _ in rows) if rows else 1.0
+    scale, scale_name = (e.peak_bandwidth, "peak") if e.peak_bandwidth and e.peak_bandwidth >= top else (top, "")
+    mark = FAR * e.ceiling / scale if e.ceiling and scale else None
     body = []
-    for label, bw, colour in rows:
-        detail = e.describe(bw) if label in (code(op_name), code(eager_name)) else e.rate(bw)
-        body.append((label, _bar(bw / scale, colour) + escape(detail)))
+    for label, bw, colour, timed in rows:
+        shares = [f"{share_text(bw / scale)} of {scale_name}"] if scale_name and bw != scale else []
+        if timed and e.copy_bandwidth:
+            shares.append(f"{share_text(bw / e.copy_bandwidth)} of the copy")
+        text = " · ".join([*shares, e.rate(bw)])
+        body.append((label, _bar(bw / scale, colour, mark), f'<span style="white-space:nowrap">{escape(text)}</span>'))
     parts = [f"<div style=\"margin-top:6px\"><b>bandwidth against the device's limits</b> ({escape(e.device)})</div>",
-             table(body)]
+             f'<div style="overflow-x:auto">{table(body)}</div>']
+    if mark is not None:
+        parts.append(note(escape(f"bar length: the share of {scale_name or 'the longest bar'}; the line across the bars: "
+                                 f"{FAR:.0%} of the ceiling (the copy), below which the report says why")))
     if not e.judged:
         parts.append(f'<div style="margin-top:4px"><b>{escape(e.verdict.split(":", 1)[0])}</b>:'
                      f"{escape(e.verdict.split(':', 1)[1])}</div>")
+    elif e.at_ceiling:
+        parts.append(f'<div style="color:{OK};margin-top:4px"><b>at the ceiling</b>: {escape(e.verdict)}</div>')
     found = e.explanation
     if found is not None:
         parts.append(f'<div style="color:{WARN};margin-top:4px"><b>why below {FAR:.0%} of the ceiling</b>: '

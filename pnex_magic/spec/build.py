@@ -31,6 +31,7 @@ from .validate import (
     refuse_tuned,
     resolve_may_alias,
     scalar_default,
+    shared_bytes_expression,
     tune_choices,
 )
 
@@ -80,10 +81,12 @@ def build_spec(
     name: str | None = None,
     signature: inspect.Signature | None = None,
     tune: dict[str, Any] | None = None,
+    shared_bytes: Any = 0,
 ) -> KernelSpec:
     """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
     return its :class:`KernelSpec`.  ``tune`` replaces the choices of ``Tune``
-    parameters by name (``%%pnex --tune ITEMS=1,2,4``)."""
+    parameters by name (``%%pnex --tune ITEMS=1,2,4``); ``shared_bytes`` is the dynamic
+    shared memory per block (:func:`~pnex_magic.spec.validate.shared_bytes_expression`)."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -221,6 +224,7 @@ def build_spec(
     for i, expr in enumerate(key or ()):
         refuse_tuned(kernel, tuned, expr, f"autotune_key[{i}]")
     check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
+    shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible)
     if not any(p.role in ("out", "inmut") for p in params):
         raise KernelDefinitionError(
             f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "
@@ -236,6 +240,7 @@ def build_spec(
         threads_per_block=candidates[0],
         candidates=candidates if len(candidates) > 1 else (),
         autotune_key=key,
+        shared_bytes=shared,
     )
 
 

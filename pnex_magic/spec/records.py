@@ -15,7 +15,7 @@ import functools
 import itertools
 
 from ..dtypes import DType
-from ..expressions import Expr, Size
+from ..expressions import Const, Expr, Size
 
 __all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "SeedParam", "KernelSpec"]
 
@@ -137,6 +137,9 @@ class KernelSpec:
     candidates: tuple[tuple[int, ...], ...] = ()
     #: Autotune key expressions over the arguments; ``None``: every input size, bucketed.
     autotune_key: tuple[Expr, ...] | None = None
+    #: Dynamic shared memory per block, in bytes: an expression over ``Tune`` parameters
+    #: and integer constants (``shared_bytes=``), a constant of each variant.
+    shared_bytes: Expr = Const(0)
 
     @property
     def autotuned(self) -> bool:
@@ -163,6 +166,16 @@ class KernelSpec:
     def tune_values(self, variant: int) -> dict[str, int | float | bool]:
         """``{Tune parameter: value}`` of a variant."""
         return dict(zip((p.name for p in self.tune_params), self.tune_variants[variant]))
+
+    @functools.cached_property
+    def shared_per_variant(self) -> tuple[int, ...]:
+        """The bytes of dynamic shared memory each ``Tune`` variant launches with
+        (:attr:`shared_bytes` evaluated on its values; checked at definition)."""
+        return tuple(int(self.shared_bytes.evaluate(self.tune_values(v))) for v in range(len(self.tune_variants)))
+
+    def shared_of(self, variant: int = 0) -> int:
+        """The bytes of dynamic shared memory variant ``variant`` launches with."""
+        return self.shared_per_variant[variant]
 
     @functools.cached_property
     def launch_candidates(self) -> tuple[tuple[tuple[int, ...], int], ...]:
@@ -274,6 +287,8 @@ class KernelSpec:
             f"{self.module}.{self.qualname}({params}) "
             f"n_threads={tuple(map(str, self.n_threads))} tpb={self.threads_per_block}"
         )
+        if self.shared_bytes != Const(0):
+            text += f" shared_bytes={self.shared_bytes}"
         if self.candidates or self.autotune_key is not None:
             key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
             text += f" candidates={self.candidates} autotune_key={key}"

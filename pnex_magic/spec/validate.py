@@ -14,12 +14,13 @@ from typing import Any
 
 from ..blocks import as_tuple
 from ..dtypes import DType
-from ..errors import ArgumentShapeError, KernelDefinitionError
-from ..expressions import Expr, NameInfo
+from ..errors import ArgumentShapeError, KernelDefinitionError, ShapeExpressionError
+from ..expressions import Expr, NameInfo, parse_expression
+from ..hardware import MAX_SHARED_PER_BLOCK
 from .records import ScalarParam, TensorParam, TuneParam, UnusedParam
 
 __all__ = ["tune_choices", "refuse_tuned", "check_tuned_n_threads", "check_value", "default_error",
-           "scalar_default", "resolve_may_alias", "check_record"]
+           "scalar_default", "resolve_may_alias", "check_record", "shared_bytes_expression"]
 
 
 def tune_choices(where: str, choices: Any) -> tuple[int | float | bool, ...]:
@@ -196,3 +197,51 @@ def check_record(where: str, dtype: DType, role: str) -> None:
         f"pnex.xoroshiro128p_states(n, seed, device) (a (n, 2) uint64 tensor: the states Numba's "
         f"create_xoroshiro128p_states makes)"
     )
+
+
+def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam],
+                            visible: dict[str, NameInfo]) -> Expr:
+    """The ``shared_bytes`` option (bytes of dynamic shared memory per block), checked:
+    an int, or an expression over ``Tune`` parameters and integer constants (the
+    language of ``n_threads``) that gives, for every ``Tune`` variant, an int from 0 to
+    the most any GPU allows a block (:data:`~pnex_magic.hardware.MAX_SHARED_PER_BLOCK`).
+    It may not name a tensor or a scalar argument: each variant launches with one
+    number of bytes, whatever the call's sizes."""
+    where = f"kernel {kernel!r}, shared_bytes"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise KernelDefinitionError(
+            f"{where}: expected an int (bytes of dynamic shared memory per block) or an expression over Tune "
+            f"parameters such as 'STAGES * 64 * 1024', got {value!r}"
+        )
+    try:
+        expr = parse_expression(value, visible, where=where)
+    except ShapeExpressionError as exc:
+        raise KernelDefinitionError(str(exc)) from None
+    tunes = {p.name for p in tune_params}
+    for name in sorted(expr.names() - tunes):
+        kind = "a tensor" if visible[name].kind == "tensor" else "a scalar argument"
+        raise KernelDefinitionError(
+            f"{where} = {value!r} names {name!r}, {kind}; shared_bytes may use only Tune parameters "
+            f"({', '.join(sorted(tunes)) or 'the kernel has none'}) and integer constants: each Tune variant "
+            f"launches with one number of bytes, whatever the call's sizes. Size the shared memory for the "
+            f"largest tile the kernel uses"
+        )
+    for values in itertools.product(*(p.choices for p in tune_params)):
+        env = dict(zip((p.name for p in tune_params), values))
+        setting = ", ".join(f"{n}={env[n]!r}" for n in sorted(expr.names()))
+        at = f"{where} = {value!r}" + (f" with the Tune choice {setting}" if setting else "")
+        try:
+            count = expr.evaluate(env)
+        except ArgumentShapeError as exc:
+            raise KernelDefinitionError(f"{at}: {exc}") from None
+        if type(count) is not int:
+            raise KernelDefinitionError(f"{at} gives {count!r}, not an int")
+        if count < 0:
+            raise KernelDefinitionError(f"{at} gives {count:,} bytes; it cannot be negative")
+        if count > MAX_SHARED_PER_BLOCK:
+            raise KernelDefinitionError(
+                f"{at} gives {count:,} bytes of dynamic shared memory per block, more than any GPU allows a block "
+                f"({MAX_SHARED_PER_BLOCK:,} B on sm_90); use fewer pipeline stages or smaller tiles"
+                + (", or remove that choice" if setting else "")
+            )
+    return expr

@@ -1,0 +1,315 @@
+"""Tensor cores from pnex kernels (issue 35): GEMMs and attention written as pnex kernels
+with pnex.tc, against cuBLAS (torch.matmul), Triton and SDPA, on one GPU.
+
+    python benchmarks/tensor_cores.py                # every row
+    python benchmarks/tensor_cores.py --only gemm --shapes 4096,4096,4096
+
+Prints a table and writes benchmarks/results/tensor-cores-<date>.json: ``gpu`` (the GPU's
+name), ``gemm`` rows (dtype, m, n, k, pnex_tflops, cublas_tflops, triton_tflops,
+ratio_vs_cublas, the pnex kernel that gave it, and every pnex variant timed) and
+``attention`` rows.  Every result is checked against a float64 reference first (relative
+Frobenius error), on fresh random inputs; a wrong kernel is reported, never timed.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 4096)]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["gemm", "attention", "epilogue"], action="append",
+                   help="run only these parts (repeatable); default: all")
+    p.add_argument("--shapes", action="append", default=None,
+                   help="GEMM shapes M,N,K (repeatable); default: 4096^3, 8192^3, 16384x1024x4096")
+    p.add_argument("--dtypes", default="f16,bf16", help="GEMM dtypes, comma-separated (default f16,bf16)")
+    p.add_argument("--variants", default=None,
+                   help="pnex GEMM variants to time, e.g. 'mma:128x128x3,mma:128x64x4' (default: all known)")
+    p.add_argument("--no-triton", action="store_true", help="skip the Triton baseline")
+    p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median), default 10")
+    p.add_argument("--no-write", action="store_true", help="print only; write no results file")
+    p.add_argument("--profile", action="store_true",
+                   help="also run the fastest GEMM and attention kernels once under Nsight Compute (pnex.profile): "
+                        "tensor-pipe use, speed of light, occupancy and the top stall reasons go into the JSON")
+    return p.parse_args(argv)
+
+
+def rel_error(out, ref) -> float:
+    import torch
+
+    return float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+
+
+def time_call(fn, args, repeats):
+    from bench_common import queued_seconds
+
+    return queued_seconds(fn, args, loops=5, repeats=repeats)
+
+
+class Linear:
+    """A wgmma kernel (``a @ w.T``) timed as ``a @ b``: ``w = b.T`` made contiguous once,
+    outside the timing (the layout of torch.nn.Linear's weight; cuBLAS takes either)."""
+
+    def __init__(self, op):
+        self.op = op
+        self._w = {}
+
+    def __call__(self, a, b):
+        key = (b.data_ptr(), tuple(b.shape))
+        if key not in self._w:
+            self._w = {key: b.t().contiguous()}
+        return self.op(a, self._w[key])
+
+
+def gemm_variants(selected):
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_mma import make_gemm
+    from gemm_wgmma import make_linear
+
+    known = {
+        "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),
+        "wgmma:128x256x4": lambda dt: Linear(make_linear(dt, 128, 256, 4)),
+        "wgmma:128x128x4": lambda dt: Linear(make_linear(dt, 128, 128, 4)),
+        "wgmma:128x128x3": lambda dt: Linear(make_linear(dt, 128, 128, 3)),  # 96 KiB: two blocks an SM
+        "wgmma:128x256x3": lambda dt: Linear(make_linear(dt, 128, 256, 3)),
+        "wgmma:128x256x4-direct": lambda dt: Linear(make_linear(dt, 128, 256, 4, staged=False)),
+        "mma:128x128x3": lambda dt: make_gemm(dt, 128, 128, 3),
+    }
+    names = selected.split(",") if selected else list(known)
+    return {n: known[n] for n in names}
+
+
+def run_gemm(args, torch, result):
+    variants = gemm_variants(args.variants)
+    shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] if args.shapes else GEMM_SHAPES
+    triton_mm = None
+    if not args.no_triton:
+        try:
+            sys.path.insert(0, str(HERE))
+            from triton_baselines import matmul as triton_mm
+        except Exception as exc:  # noqa: BLE001
+            print(f"Triton baseline unavailable: {type(exc).__name__}: {exc}")
+    rows = []
+    for dtype in args.dtypes.split(","):
+        tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        ops = {name: make(dtype) for name, make in variants.items()}
+        for m, n, k in shapes:
+            flops = 2 * m * n * k
+            gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k)
+            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
+            ref = (a.double() @ b.double()) if m * n * k <= 4096 ** 3 else None
+            cublas = time_call(torch.matmul, (a, b), args.repeats)
+            row = {"dtype": dtype, "m": m, "n": n, "k": k, "cublas_tflops": flops / cublas / 1e12,
+                   "cublas_error": rel_error(torch.matmul(a, b), ref) if ref is not None else None}
+            if triton_mm is not None:
+                out = triton_mm(a, b)
+                row["triton_error"] = rel_error(out, ref) if ref is not None else None
+                row["triton_tflops"] = flops / time_call(triton_mm, (a, b), args.repeats) / 1e12
+            else:
+                row["triton_tflops"] = None
+            timed = {}
+            for name, op in ops.items():
+                try:
+                    out = op(a, b)
+                    err = rel_error(out, ref if ref is not None else torch.matmul(a, b).double())
+                    if not err < (2e-3 if dtype == "f16" else 1e-2):
+                        timed[name] = {"error": err, "tflops": None, "note": "WRONG RESULT: not timed"}
+                        continue
+                    seconds = time_call(op, (a, b), args.repeats)
+                    timed[name] = {"error": err, "tflops": flops / seconds / 1e12}
+                except Exception as exc:  # noqa: BLE001
+                    timed[name] = {"error": None, "tflops": None, "note": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            best = max((v["tflops"] or 0, name) for name, v in timed.items())
+            row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=timed)
+            row["ratio_vs_cublas"] = (row["pnex_tflops"] / row["cublas_tflops"]) if row["pnex_tflops"] else None
+            rows.append(row)
+            print(f"gemm {dtype} {m}x{n}x{k}: cuBLAS {row['cublas_tflops']:.0f} TFLOP/s, "
+                  f"Triton {row['triton_tflops'] or 0:.0f}, pnex {row['pnex_tflops'] or 0:.0f} ({row['pnex_kernel']}) "
+                  f"= {row['ratio_vs_cublas'] or 0:.2f}x; variants: "
+                  + ", ".join(f"{k2} {v['tflops'] or 0:.0f}" + (f" [{v.get('note')}]" if v.get('note') else "")
+                              for k2, v in timed.items()), flush=True)
+    result["gemm"] = rows
+
+
+ATTENTION_ROWS = [(4096, 16, 64, False), (4096, 16, 64, True), (4096, 16, 128, False), (4096, 16, 128, True)]
+
+
+def run_attention(args, torch, result):
+    """FlashAttention-2-style forward (examples/tensor_cores/attention.py) against SDPA's
+    flash backend, batch 2 (FLOPs: 4 b h s^2 d, halved when causal)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from attention import make_attention
+
+    rows = []
+    batch = 2
+    for seq, heads, dim, causal in ATTENTION_ROWS:
+        dtype = "f16"
+        flops = 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+        gen = torch.Generator(device="cuda").manual_seed(seq + dim + causal)
+        q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=gen)
+                   for _ in range(3))
+        scale = dim ** -0.5
+
+        def sdpa(q, k, v):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+        ref = sdpa(q, k, v)
+        row = {"seq": seq, "heads": heads, "batch": batch, "head_dim": dim, "causal": causal, "dtype": dtype,
+               "sdpa_tflops": flops / time_call(sdpa, (q, k, v), args.repeats) / 1e12}
+        variants = {}
+        for warps in (4, 8):
+            name = f"fa2:{warps}w"
+            try:
+                op = make_attention(dtype, dim, causal, warps)
+                out = op(q, k, v, scale)
+                err = rel_error(out, ref.double())
+                if not err < 5e-3:
+                    variants[name] = {"error": err, "tflops": None, "note": "WRONG RESULT: not timed"}
+                    continue
+                variants[name] = {"error": err,
+                                  "tflops": flops / time_call(op, (q, k, v, scale), args.repeats) / 1e12}
+            except Exception as exc:  # noqa: BLE001
+                variants[name] = {"error": None, "tflops": None, "note": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        best = max((v["tflops"] or 0, name) for name, v in variants.items())
+        row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=variants)
+        row["ratio_vs_sdpa"] = row["pnex_tflops"] / row["sdpa_tflops"] if row["pnex_tflops"] else None
+        rows.append(row)
+        print(f"attention seq {seq} heads {heads} d {dim} causal {causal}: SDPA {row['sdpa_tflops']:.0f} TFLOP/s, "
+              f"pnex {row['pnex_tflops'] or 0:.0f} ({row['pnex_kernel']}) = {row['ratio_vs_sdpa'] or 0:.2f}x; "
+              + ", ".join(f"{k2} {v['tflops'] or 0:.0f}" + (f" [{v.get('note')}]" if v.get("note") else "")
+                          for k2, v in variants.items()), flush=True)
+    result["attention"] = rows
+
+
+EPILOGUE_SHAPES = [(8192, 4096, 4096), (8192, 16384, 4096)]
+
+
+def run_epilogue(args, torch, result):
+    """gelu(x @ w.T + b) fused into the wgmma kernel's epilogue, against eager PyTorch
+    (F.linear, then F.gelu) and torch.compile of the same function."""
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_wgmma import make_linear
+
+    def eager(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+
+    compiled = torch.compile(eager, fullgraph=True)
+    rows = []
+    for m, n, k in EPILOGUE_SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen)
+        w = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) / k ** 0.5
+        b = torch.randn(n, device="cuda", dtype=torch.float16, generator=gen)
+        ref = F.gelu(x.double() @ w.double().t() + b.double())
+        op = make_linear("f16", 128, (128, 256), (3, 4), gelu=True)
+        out = op(x, w, b)
+        row = {"m": m, "n": n, "k": k, "pnex_error": rel_error(out, ref), "eager_error": rel_error(eager(x, w, b), ref)}
+        row["compile_error"] = rel_error(compiled(x, w, b), ref)
+        for name, fn in (("pnex", op), ("eager", eager), ("compile", compiled)):
+            row[f"{name}_us"] = time_call(fn, (x, w, b), args.repeats) * 1e6
+        row["pnex_vs_eager"] = row["eager_us"] / row["pnex_us"]
+        row["pnex_vs_compile"] = row["compile_us"] / row["pnex_us"]
+        rows.append(row)
+        print(f"epilogue {m}x{n}x{k}: pnex {row['pnex_us']:.1f} us, eager {row['eager_us']:.1f}, torch.compile "
+              f"{row['compile_us']:.1f}: {row['pnex_vs_eager']:.2f}x / {row['pnex_vs_compile']:.2f}x faster "
+              f"(errors {row['pnex_error']:.1e} / {row['eager_error']:.1e})", flush=True)
+    result["epilogue"] = rows
+
+
+def _profile_row(name, op, args):
+    """Nsight Compute's figures of one launch of ``op(*args)`` (pnex.profile), as plain data."""
+    import pnex_magic as pnex
+
+    try:
+        p = pnex.profile(op, *args)
+    except Exception as exc:  # noqa: BLE001 - no ncu, or no counters: say so in the results
+        return {"kernel": name, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    f = p.figures
+    if f is None:
+        return {"kernel": name, "error": p.note}
+    row = {"kernel": name, "tensor_pipe": f.tensor_pipe, "compute_sol": f.compute_sol, "memory_sol": f.memory_sol,
+           "dram_sol": f.dram_sol, "achieved_occupancy": f.achieved_occupancy, "issuing": f.issuing,
+           "stalls": [(s.name, round(s.share, 3)) for s in f.stalls[:5]], "stall_source": f.stall_source,
+           "hot_lines": [(h.line, h.text, round(h.share, 3), h.reason) for h in p.hot_lines[:5]]}
+    print(f"profile {name}: tensor pipe {f.tensor_pipe}, SM {f.compute_sol}, memory {f.memory_sol}, occupancy "
+          f"{f.achieved_occupancy}, issuing {f.issuing}; stalls {row['stalls']}", flush=True)
+    return row
+
+
+def run_profiles(result, torch):
+    """The fastest pnex GEMM (float16, 4096^3) and attention kernel (head_dim 128) under ncu."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from attention import make_attention
+    from gemm_wgmma import make_linear
+
+    rows = []
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    rows.append(_profile_row("wgmma 128x256, 4 stages", make_linear("f16", 128, 256, 4), (a, w)))
+    rows.append(_profile_row("wgmma 128x128, 3 stages", make_linear("f16", 128, 128, 3), (a, w)))
+    q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    rows.append(_profile_row("attention d128, 8 warps", make_attention("f16", 128, False, 8), (q, k, v, 128 ** -0.5)))
+    result["profiles"] = rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("tensor_cores.py needs an NVIDIA GPU (sm_80 or newer): torch.cuda.is_available() is False")
+        return 2
+    sys.path.insert(0, str(HERE))
+    from bench_common import launcher_ready, result_header, write_result
+
+    print("launcher:", launcher_ready())
+    result = result_header("tensor-cores")
+    result["gpu_info"] = result["gpu"]
+    result["gpu"] = result["gpu_info"]["name"]
+    parts = args.only or ["gemm", "attention", "epilogue"]
+    start = time.perf_counter()
+    for name, run in (("gemm", run_gemm), ("attention", run_attention), ("epilogue", run_epilogue)):
+        if name in parts:
+            try:
+                run(args, torch, result)
+            except Exception as exc:  # noqa: BLE001 - one part failing must not lose the others' rows
+                import traceback
+
+                traceback.print_exc()
+                result[f"{name}_failed"] = f"{type(exc).__name__}: {exc}"
+    if args.profile:
+        try:
+            run_profiles(result, torch)
+        except Exception as exc:  # noqa: BLE001
+            result["profiles_failed"] = f"{type(exc).__name__}: {exc}"
+    result["seconds"] = time.perf_counter() - start
+    print()
+    print(f"{'dtype':6} {'m':>6} {'n':>6} {'k':>6} {'pnex':>7} {'cuBLAS':>7} {'Triton':>7} {'ratio':>6}  kernel")
+    for r in result.get("gemm", []):
+        print(f"{r['dtype']:6} {r['m']:6} {r['n']:6} {r['k']:6} {r['pnex_tflops'] or 0:7.0f} {r['cublas_tflops']:7.0f} "
+              f"{r['triton_tflops'] or 0:7.0f} {r['ratio_vs_cublas'] or 0:6.2f}  {r['pnex_kernel']}")
+    for r in result.get("attention", []):
+        print(f"attention seq {r['seq']} d {r['head_dim']} causal {r['causal']!s:5}: pnex {r['pnex_tflops'] or 0:.0f} "
+              f"SDPA {r['sdpa_tflops']:.0f} TFLOP/s ratio {r['ratio_vs_sdpa'] or 0:.2f} ({r['pnex_kernel']})")
+    for r in result.get("epilogue", []):
+        print(f"epilogue {r['m']}x{r['n']}x{r['k']}: pnex {r['pnex_us']:.1f} us, eager {r['eager_us']:.1f}, "
+              f"compile {r['compile_us']:.1f}")
+    if not args.no_write:
+        print("wrote", write_result(result, "tensor-cores"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The tensor-core primitives as Python functions: what a kernel calls.  On CPU tensors
+the simulator runs them (:mod:`.simulate`'s NumPy references); on the GPU Numba
+replaces each with its intrinsic (:mod:`.lowering`).  :mod:`pnex_magic.tc` documents them."""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import layouts, rules, simulate
+
+__all__ = [
+    "mma",
+    "mma_bf16",
+    "mma_tf32",
+    "ldmatrix",
+    "cp_async",
+    "cp_async_commit",
+    "cp_async_wait",
+    "swizzle",
+    "pack_f16x2",
+    "pack_bf16x2",
+    "store_pair",
+    "store_words",
+    "to_tf32",
+    "tile",
+    "wgmma",
+    "wgmma_bf16",
+    "wgmma_fence",
+    "wgmma_commit",
+    "wgmma_wait",
+    "fence_async_shared",
+    "warp_sum",
+    "warp_max",
+    "block_sum",
+    "block_max",
+    "block_scan_sum",
+    "FUNCTIONS",
+]
+
+
+def mma(acc: Any, a: Any, b: Any) -> None:
+    """``acc += A @ B``, m16n8k16, float16 inputs, float32 accumulators (see the module)."""
+    simulate.mma(acc, a, b, "f16")
+
+
+def mma_bf16(acc: Any, a: Any, b: Any) -> None:
+    """``acc += A @ B``, m16n8k16, bfloat16 inputs, float32 accumulators."""
+    simulate.mma(acc, a, b, "bf16")
+
+
+def mma_tf32(acc: Any, a: Any, b: Any) -> None:
+    """``acc += A @ B``, m16n8k8, tf32 inputs, float32 accumulators."""
+    simulate.mma(acc, a, b, "tf32")
+
+
+def ldmatrix(frag: Any, tile: Any, index: Any, count: int = 4, trans: bool = False) -> None:
+    """``count`` 8 x 8 matrices of 16-bit elements from a shared tile into ``frag``."""
+    simulate.ldmatrix(frag, tile, index, count, trans)
+
+
+def cp_async(dst: Any, dst_index: Any, src: Any, src_index: Any, valid: bool = True) -> None:
+    """16 bytes from global ``src[src_index]`` to shared ``dst[dst_index]``, asynchronously."""
+    simulate.cp_async(dst, dst_index, src, src_index, 16, bool(valid))
+
+
+def cp_async_commit() -> None:
+    """Close the group of ``cp_async`` copies issued since the last commit."""
+
+
+def cp_async_wait(pending: int) -> None:
+    """Wait until at most ``pending`` committed groups of copies are still in flight
+    (an integer known when the kernel is compiled, such as ``STAGES - 2`` of a ``Tune``
+    parameter; PTX counts 0 to 7, and a count outside waits for 0 or 7: more waiting
+    is always safe)."""
+
+
+def tile(raw: Any, offset: Any, shape: Any) -> Any:
+    """The C-contiguous array of ``shape`` (a tuple of ints) made of ``raw``'s elements from
+    ``offset`` on: how a kernel carves tiles out of its dynamic shared memory
+    (``raw = cuda.shared.array(0, float16, alignment=1024)``).  Numba's own
+    ``raw[offset:].reshape(shape)`` does the same through a call to a C function (a
+    stack frame and an external call in every kernel that uses it); this is pointer
+    arithmetic."""
+    array = simulate.unwrap(raw)
+    count = 1
+    for n in shape:
+        count *= int(n)
+    start = int(offset)
+    if array.ndim != 1 or start < 0 or start + count > array.shape[0]:
+        raise IndexError(
+            f"pnex.tc.tile: {count} elements from element {start} do not fit a 1-D array of {array.shape} elements"
+        )
+    view = array[start:start + count].reshape(tuple(int(n) for n in shape))
+    return view
+
+
+def wgmma(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, accumulate: bool = True) -> None:
+    """Hopper's ``wgmma.mma_async`` m64nNk16, float16: the warpgroup's 64 x ``n``
+    float32 accumulators (``acc``: ``n // 2`` per thread) ``+=`` A @ B^T, A 64 x 16 at
+    ``a[a_index]`` and B ``n`` x 16 at ``b[b_index]``, both K-major shared tiles of 64
+    elements per row stored through :func:`swizzle` (the 128-byte swizzle), 1024-byte
+    aligned.  Asynchronous: ``wgmma_fence()`` before, ``wgmma_commit()`` after,
+    ``wgmma_wait(n)`` before the accumulators or the tiles are touched again.
+    ``accumulate=False``: ``acc = A @ B^T``, whatever ``acc`` held (the first product
+    of a tile, instead of zeroing ``n // 2`` registers first)."""
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "f16", bool(accumulate))
+
+
+def wgmma_bf16(acc: Any, a: Any, a_index: Any, b: Any, b_index: Any, n: int, accumulate: bool = True) -> None:
+    """:func:`wgmma` on bfloat16 operands."""
+    simulate.wgmma(acc, a, a_index, b, b_index, n, "bf16", bool(accumulate))
+
+
+def wgmma_fence() -> None:
+    """``wgmma.fence``: order the warpgroup's earlier register and shared-memory writes
+    before the next ``wgmma``."""
+
+
+def wgmma_commit() -> None:
+    """``wgmma.commit_group``: close the group of ``wgmma`` issued since the last one."""
+
+
+def wgmma_wait(pending: int) -> None:
+    """``wgmma.wait_group``: wait until at most ``pending`` groups are in flight (an
+    integer known when the kernel is compiled, as for :func:`cp_async_wait`)."""
+
+
+def fence_async_shared() -> None:
+    """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes
+    (``cp_async``'s included, once waited for) visible to ``wgmma``, before the barrier."""
+
+
+def swizzle(row: Any, col: Any, row_elems: Any) -> Any:
+    """The stored column of element (row, col) of a swizzled tile of 16-bit elements."""
+    return layouts.swizzle_arithmetic(row, col, row_elems)
+
+
+def _half_bits(value: Any, kind: str) -> int:
+    import numpy as np
+
+    if kind == "f16":
+        return int(np.array(value, dtype=np.float32).astype(np.float16).view(np.uint16))
+    bits = int(np.array(value, dtype=np.float32).view(np.uint32))
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:  # NaN stays NaN
+        return (bits >> 16) | 0x40
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def pack_f16x2(lo: Any, hi: Any) -> Any:
+    """A uint32 word holding ``lo`` and ``hi`` as float16 (low half first)."""
+    import numpy as np
+
+    return np.uint32(_half_bits(lo, "f16") | (_half_bits(hi, "f16") << 16))
+
+
+def pack_bf16x2(lo: Any, hi: Any) -> Any:
+    """A uint32 word holding ``lo`` and ``hi`` as bfloat16 (low half first)."""
+    import numpy as np
+
+    return np.uint32(_half_bits(lo, "bf16") | (_half_bits(hi, "bf16") << 16))
+
+
+def store_pair(array: Any, index: Any, lo: Any, hi: Any) -> None:
+    """``array[index] = lo`` and the next element ``= hi``, rounded to the array's
+    16-bit float dtype (float16 or bfloat16), as one 32-bit store (``index`` even along
+    the last axis): how an accumulator pair reaches a float16/bfloat16 output."""
+    target = simulate.unwrap(array)
+    if not isinstance(target, simulate.Bf16Shadow) and target.dtype.name != "float16":
+        raise TypeError(f"pnex.tc.store_pair: the array must hold float16 or bfloat16, got {target.dtype.name}")
+    fault = rules.span(target, index, 2, 4, "pnex.tc.store_pair: the array")
+    if fault is not None:
+        raise fault.exception("pnex.tc.store_pair", "the array")
+    idx = index if isinstance(index, tuple) else (index,)
+    nxt = idx[:-1] + (idx[-1] + 1,)
+    if isinstance(target, simulate.Bf16Shadow):
+        target[idx] = pack_rounded_bf16(lo)
+        target[nxt] = pack_rounded_bf16(hi)
+    else:
+        target[idx] = lo
+        target[nxt] = hi
+
+
+def store_words(array: Any, index: Any, words: Any) -> None:
+    """The 32-bit ``words`` (a tuple of 1, 2 or 4 uint32) stored as they are into
+    ``array`` from ``array[index]`` on, as one 4-, 8- or 16-byte store (aligned to its
+    size): how packed float16/bfloat16 pairs, staged in shared memory, reach the output
+    16 bytes a thread."""
+    target = simulate.unwrap(array)
+    data = np.array([int(w) & 0xFFFFFFFF for w in words], dtype="<u4").view(np.uint8)
+    fault = rules.span(target, index, data.size // simulate.itemsize(target), data.size, "pnex.tc.store_words: the array")
+    if fault is not None:
+        raise fault.exception("pnex.tc.store_words", "the array")
+    simulate.write_bytes(target, index, data)
+
+
+def pack_rounded_bf16(x: Any) -> Any:
+    """``x`` rounded to bfloat16 (to nearest even), as a float32."""
+    import numpy as np
+
+    return np.uint32(_half_bits(x, "bf16") << 16).view(np.float32)
+
+
+def to_tf32(x: Any) -> Any:
+    """The tf32 word of ``x`` (round to nearest, ties away: ``cvt.rna.tf32.f32``)."""
+    import numpy as np
+
+    bits = int(np.array(x, dtype=np.float32).view(np.uint32))
+    if (bits & 0x7F800000) != 0x7F800000:
+        bits = (bits + 0x1000) & 0xFFFFE000
+    return np.uint32(bits)
+
+
+def warp_sum(x: Any) -> Any:
+    """The sum of ``x`` over the warp, in every lane."""
+    return simulate.collective("warp_sum", x, lambda xs: [_tree(xs, lambda p, q: p + q)] * len(xs))
+
+
+def warp_max(x: Any) -> Any:
+    """The maximum of ``x`` over the warp, in every lane."""
+    return simulate.collective("warp_max", x, lambda xs: [_tree(xs, max)] * len(xs))
+
+
+def _tree(values: list[Any], op: Any) -> Any:
+    """The butterfly the GPU computes (xor 16, 8, 4, 2, 1): same order, same rounding."""
+    vals = list(values) + [values[0]] * (32 - len(values))
+    for step in (16, 8, 4, 2, 1):
+        vals = [op(vals[i], vals[i ^ step]) for i in range(32)]
+    return vals[0]
+
+
+def _block_combine(name: str, x: Any, scratch: Any, warp_result: Any, fold: Any) -> Any:
+    import threading
+
+    thread = threading.current_thread()
+    lane, wid = thread.thread_id % 32, thread.thread_id // 32
+    threads = int(thread._manager._block_dim[0] * thread._manager._block_dim[1] * thread._manager._block_dim[2])
+    nwarps = (threads + 31) // 32
+    if lane == 0:
+        scratch[wid] = warp_result
+    thread.syncthreads()
+    total = fold(scratch, wid, nwarps)
+    thread.syncthreads()
+    return total
+
+
+def block_sum(x: Any, scratch: Any) -> Any:
+    """The sum of ``x`` over the block (``scratch``: shared, one element per warp)."""
+    def fold(s: Any, wid: int, nwarps: int) -> Any:
+        total = s[0]
+        for w in range(1, nwarps):
+            total += s[w]
+        return total
+    return _block_combine("block_sum", x, scratch, warp_sum(x), fold)
+
+
+def block_max(x: Any, scratch: Any) -> Any:
+    """The maximum of ``x`` over the block."""
+    def fold(s: Any, wid: int, nwarps: int) -> Any:
+        total = s[0]
+        for w in range(1, nwarps):
+            total = max(total, s[w])
+        return total
+    return _block_combine("block_max", x, scratch, warp_max(x), fold)
+
+
+def block_scan_sum(x: Any, scratch: Any) -> Any:
+    """The inclusive prefix sum of ``x`` over the block's threads, in thread order."""
+    import threading
+
+    def scan(xs: list[Any]) -> list[Any]:
+        vals = list(xs)
+        for d in (1, 2, 4, 8, 16):
+            vals = [vals[i] + vals[i - d] if i >= d else vals[i] for i in range(len(vals))]
+        return vals
+
+    v = simulate.collective("block_scan_sum", x, scan)
+    thread = threading.current_thread()
+    lane, wid = thread.thread_id % 32, thread.thread_id // 32
+    threads = int(thread._manager._block_dim[0] * thread._manager._block_dim[1] * thread._manager._block_dim[2])
+    nwarps = (threads + 31) // 32
+    if lane == 31:
+        scratch[wid] = v
+    thread.syncthreads()
+    before = v - v
+    for w in range(nwarps):
+        if w < wid:
+            before += scratch[w]
+    thread.syncthreads()
+    return v + before
+
+
+#: The primitives, by name, for the passes that must know them (the derived backward
+#: refuses them; the checked launch bounds-checks their tile accesses).
+FUNCTIONS = {name: globals()[name] for name in __all__ if name != "FUNCTIONS"}
