@@ -532,3 +532,31 @@ def test_range_and_grid_indices_have_numbas_types():
     assert walker.assigned["j"] == {t.int64}
     assert walker.assigned["i"] == {t.int64}
 
+
+
+def test_a_constant_tuple_shape_and_a_loop_over_literal_unroll_as_numba_types_them():
+    """A folded constant tuple is a tuple of literals to Numba (``cuda.shared.array((4, 8),
+    ...)`` needs them, ``alignment=`` too, as tensor-core kernels write it); the target of
+    ``for j in literal_unroll(tuple)`` is one literal per copy of the body, which the
+    check against Numba's typing takes as the integer it holds."""
+    from numba.cuda.misc.special import literal_unroll
+
+    columns = (0, 1, 2)
+
+    @pnex.jit(n_threads=8, threads_per_block=8)
+    def tiles(a: pnex.In("f32", (4, 8)), r: pnex.Out("f32", (8,))):
+        s = cuda.shared.array((4, 8), np.float32, alignment=128)
+        t = cuda.threadIdx.x
+        for row in range(4):
+            s[row, t] = a[row, t]
+        cuda.syncthreads()
+        acc = 0.0
+        for j in literal_unroll(columns):
+            acc += s[j, t] * 0.5
+        r[t] = acc
+
+    a = torch.rand(4, 8)
+    expected = np.zeros(8, F64)
+    for j in columns:
+        expected += a[j].numpy().astype(F64) * 0.5  # float32 * float64 literal: float64, summed in float64
+    np.testing.assert_array_equal(tiles(a).numpy(), expected.astype(F32))

@@ -137,10 +137,16 @@ class Expressions(Promotion):
             return node, Val(t.float64, const=value, py=True)
         if isinstance(value, complex):
             return node, Val(t.complex128, const=value)
-        if isinstance(value, tuple):  # a folded tuple of constants: typed as a value, not as literals
-            elems = tuple(self.e_Constant(ast.Constant(value=v), state)[1] for v in value)
-            return node, Val(T.resolve_value(value), elems=tuple(Val(T.unliteral(e.ty), const=e.const, py=e.py)
-                                                                  for e in elems), const=value)
+        if isinstance(value, tuple):
+            # A folded tuple of constants: Numba's interpreter builds it from one constant per
+            # element (LOAD_CONST), so its elements are literals where Numba has them (an int,
+            # a bool: ``cuda.shared.array((32, 16), ...)`` needs them); a tuple nested in it
+            # is one constant, typed as a value.
+            elems = tuple(self.e_Constant(ast.Constant(value=v), state)[1] if not isinstance(v, tuple) else
+                          _tuple_value(v) for v in value)
+            tys = [e.ty for e in elems]
+            ty = t.UniTuple(tys[0], len(tys)) if tys and all(x == tys[0] for x in tys) else t.Tuple(tys)
+            return node, Val(ty, elems=elems, const=value)
         try:
             lit = t.maybe_literal(value)
         except (TypeError, ValueError) as exc:  # an int beyond 64 bits
@@ -507,3 +513,11 @@ def _numba_of(dtype: np.dtype) -> Any:
     from numba.cuda.np.numpy_support import from_dtype
 
     return from_dtype(dtype)
+
+
+def _tuple_value(value: tuple) -> Val:
+    """A tuple constant inside a folded tuple: one constant to Numba, typed as a value
+    (its elements not literals)."""
+    elems = tuple(_tuple_value(v) if isinstance(v, tuple) else
+                  Val(T.resolve_value(v), const=v, py=isinstance(v, (int, float, bool))) for v in value)
+    return Val(T.resolve_value(value), elems=elems, const=value)

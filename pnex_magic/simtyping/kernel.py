@@ -193,17 +193,25 @@ class Build:
         for (device, _, walker), found in zip(self.checked, found_all):
             fn_name = device.function.__name__ if device is not None else "the kernel"
             for name, numba_types in found.items():
+                if name not in walker.local_names:  # Numba's own (a loop over a tuple made a loop over its indices)
+                    continue
                 ours = walker.assigned.get(name, set())
                 joined = walker.joined.get(name, set())
-                extra = {str(t) for t in ours if t not in numba_types}
-                missing = {str(t) for t in numba_types if t not in ours and t not in joined}
-                if extra or missing:
+                if _differ(ours, joined, numba_types) and _differ(*(
+                        {T.unliteral(t) for t in tys} for tys in (ours, joined, numba_types))):
+                    # (told apart by literal-ness alone, they compute alike: Numba holds a literal integer in
+                    # its unliteral type; the target of a loop over literal_unroll(tuple) is one literal per copy)
                     raise KernelLaunchError(
                         f"kernel {self.kernel!r}: in {fn_name}, the CUDA simulator's typing of the variable "
                         f"{name!r} ({', '.join(sorted(str(t) for t in ours | joined))}) is not Numba-CUDA's "
                         f"({', '.join(sorted(str(t) for t in numba_types))}), so it would not compute what the GPU "
                         f"computes; please report this kernel to pnex_magic. It runs on a GPU as it is"
                     )
+
+
+def _differ(ours: set, joined: set, numba_types: set) -> bool:
+    """Whether a variable's types in the rewrite (assigned, or made at joins) are not Numba's."""
+    return any(t not in numba_types for t in ours) or any(t not in ours and t not in joined for t in numba_types)
 
 
 def typed_kernel(fn: types.FunctionType, argtypes: tuple, name: str, cross_check: bool = True,

@@ -28,6 +28,7 @@ import numpy as np
 from .. import random as kernel_random
 from .. import vector
 from ..numbadriver import target_device
+from ..tc import lowering as tc_lowering
 
 __all__ = [
     "nb", "context", "refresh", "typing_lock", "is_scalar", "is_float", "is_integer", "is_bf16", "runtime_dtype", "unliteral",
@@ -58,10 +59,11 @@ def context() -> Any:
 
 def refresh() -> None:
     """Install every typing registry, and any registered since (pnex's checked-access
-    helpers, ``pnex.random``): about 2 s the first time in a process, as for a GPU
+    helpers, ``pnex.random``, ``pnex.tc``): about 2 s the first time in a process, as for a GPU
     compile; nothing much after."""
     vector.register_cuda()  # pnex.vload / pnex.vstore in kernels
     kernel_random.register_cuda()  # pnex.random in kernels
+    tc_lowering.register_cuda()  # pnex.tc (tensor cores) in kernels
     with typing_lock():
         context().refresh()
 
