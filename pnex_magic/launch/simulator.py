@@ -14,8 +14,9 @@ declared, promotions, integer wrap-around, ``//`` and ``%``, ``math.*``, float16
 and bfloat16 as on the GPU, each operation rounded as there (bit for bit for
 IEEE-exact operations; ``math.*`` within libdevice's error bounds plus an ulp).
 Not simulated: timing; the order of atomics and of unsynchronised shared-memory
-accesses (threads run one block at a time, in no promised order); warp-level
-behaviour; the GPU's fusing of ``a * b + c`` into one ``fma`` (the simulator rounds
+accesses (threads run one block at a time, in no promised order); a warp's lock-step
+execution (shuffles, votes and the tensor-core primitives meet at a rendezvous of the warp's
+lanes: :mod:`pnex_magic.tc.simulate`); the GPU's fusing of ``a * b + c`` into one ``fma`` (the simulator rounds
 twice, as with ``-fma=0``)."""
 
 from __future__ import annotations
