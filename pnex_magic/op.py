@@ -477,7 +477,7 @@ def _translate(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, KernelIndexError):
         return exc
     if isinstance(exc, IndexError):  # a checked launch's record (the C++ launcher formats it)
-        return KernelIndexError(message)
+        return launch.native.taken_violation(message) or KernelIndexError(message)
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):

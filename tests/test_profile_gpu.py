@@ -85,7 +85,9 @@ def test_a_chain_of_fmas_is_compute_bound():
     f = p.figures
     assert f.compute_sol > f.memory_sol, str(p)
     assert {s.name for s in f.stalls[:2]} & {"wait", "math_pipe_throttle", "not_selected", "dispatch_stall"}, str(p)
-    assert any(h.text == "y = y * x + 0.25" for h in p.hot_lines[:2]), str(p)
+    # The unrolled loop's samples go to its body or its header (the line table's choice: the
+    # header on an H100 with CUDA 13), either way the loop, not the load or the store.
+    assert p.hot_lines[0].text in ("for _ in range(512):", "y = y * x + float32(0.25)"), str(p)
 
 
 def test_the_profiled_launch_is_the_one_the_autotuner_chose():

@@ -223,6 +223,18 @@ def drop_autograd_fallback(op_name: str) -> None:
         _module.drop_autograd_fallback(op_name)
 
 
+_violations = threading.local()
+
+
+def taken_violation(message: str) -> Exception | None:
+    """The :class:`~pnex_magic.errors.KernelIndexError` (with its ``violation`` and
+    ``site``) that this thread's last checked launch through the C++ launcher decoded,
+    if its message is ``message`` (what the C++ side raised as an ``IndexError``);
+    ``None`` otherwise.  It is given once."""
+    error, _violations.last = getattr(_violations, "last", None), None
+    return error if error is not None and str(error) == message else None
+
+
 def launcher_spec(definition: Kernel) -> dict[str, Any]:
     """What the C++ side registers: the launch description plus ``get_image``, for an
     autotuned op ``choose``, and the hidden arguments (the device arrays the kernel reads
@@ -235,6 +247,7 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
 
     def describe(record: list[int]) -> str:
         error = definition.violation_error(record)
+        _violations.last = error  # the C++ side raises IndexError(str(error)): taken_violation() gives it back whole
         return "" if error is None else str(error)
 
     def choose(device_index: int, contiguous: bool, key: tuple[int, ...], args: tuple | None) -> tuple[int, bool]:
