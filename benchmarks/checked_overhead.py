@@ -96,7 +96,8 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
     from pnex_magic import sass
     from pnex_magic.arch import parse_arch
     from pnex_magic.checking import checked_kernel, checked_spec
-    from pnex_magic.compiler import _link_dependencies, _parse_resources, _target_device, numba_signature
+    from pnex_magic.compiler import _link_dependencies, _parse_resources, numba_signature
+    from pnex_magic.numbadriver import target_device
     from pnex_magic.linking import linker_classes, ptx_entry
 
     cc = parse_arch(arch)
@@ -105,7 +106,7 @@ def build(name: str, fn: Any, spec: Any, arch: str, *, checked: bool, lineinfo: 
         sites = checked_kernel(fn, spec)  # as the op builds it: its blocks and shapes
         fn, spec = sites.function, checked_spec(spec)
     start = time.perf_counter()
-    with warnings.catch_warnings(), _target_device(cc):
+    with warnings.catch_warnings(), target_device(cc):
         warnings.simplefilter("ignore")
         ptx, _ = cuda.compile(fn, numba_signature(spec), device=False, abi="numba", cc=cc, output="ptx",
                               lineinfo=lineinfo)
@@ -146,7 +147,7 @@ class _Image:
     def kernel_image(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> tuple[bytes, str]:
         return self._image  # one build: the fast or the checked code, whichever it was made from
 
-    def simulated_function(self) -> None:
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> None:
         return None
 
 

@@ -19,7 +19,8 @@ compiled in every process.
 
 Records (:func:`store_record`, :func:`load_record`, :func:`records`) are one JSON
 file each under a folder per kind (``autotune/``), named by their key and
-replaced atomically; the autotuner keeps one per GPU model, kernel build and key.
+replaced atomically; the autotuner keeps one per GPU model, kernel build and key,
+and the CUDA simulator one per typed kernel (``simulated/``: :mod:`pnex_magic.simtyping.stored`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import re
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from .linking import (
     arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
     ptx_entry, uses_grid_sync,
 )
+from .numbadriver import numba_error_line, target_device
 from .spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam
 from .tc import lowering as tc_lowering
 
@@ -203,60 +203,6 @@ def _kernel_line(exc: BaseException, fn: Callable) -> int | None:
     return numba_error_line(exc, filename)
 
 
-def numba_error_line(exc: BaseException, filename: str) -> int | None:
-    """The line Numba was typing when it failed, read from the locations (``loc``)
-    held by the frames of Numba's own exception.  Needed because numba-cuda 0.30 lets
-    typing errors raised by Numba's core templates escape its type inference without
-    a location (its ``except TypingError`` catches only numba-cuda's own class), so
-    the message names no line."""
-    seen = 0
-    cause: BaseException | None = exc
-    while cause is not None and seen < 4:
-        line = None
-        tb = cause.__traceback__
-        while tb is not None:
-            for key in ("loc", "constraint", "inst", "stmt"):
-                value = tb.tb_frame.f_locals.get(key)
-                loc = value if key == "loc" else getattr(value, "loc", None)
-                if getattr(loc, "filename", None) == filename and isinstance(getattr(loc, "line", None), int):
-                    line = loc.line
-            tb = tb.tb_next
-        if line is not None:
-            return line
-        cause = cause.__cause__ or cause.__context__
-        seen += 1
-    return None
-
-
-class _TargetDevice:
-    """Stands in for Numba's current device while pnex compiles for ``cc``."""
-
-    def __init__(self, cc: tuple[int, int]):
-        self.compute_capability = cc
-
-
-_TARGET_LOCK = threading.RLock()
-
-
-@contextlib.contextmanager
-def _target_device(cc: tuple[int, int]):
-    """Numba-CUDA compiles a kernel's ``@cuda.jit(device=True)`` callees for the
-    *current* device's compute capability, which needs a CUDA driver and may not be
-    the architecture pnex targets.  While pnex compiles, the current device is the
-    target.  The lock keeps concurrent compiles from restoring each other's stand-in."""
-    from numba.cuda import dispatcher
-
-    with _TARGET_LOCK:
-        original = getattr(dispatcher, "get_current_device", None)
-        if original is None:  # a numba-cuda that no longer looks it up there
-            yield
-            return
-        dispatcher.get_current_device = lambda: _TargetDevice(cc)
-        try:
-            yield
-        finally:
-            dispatcher.get_current_device = original
-
 
 def _numba_ptx(
     fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str, variant: int = 0, hidden: Sequence[Any] = ()
@@ -269,7 +215,7 @@ def _numba_ptx(
     tc_lowering.register_cuda()  # pnex.tc (tensor cores) in kernels
     sig = numba_signature(spec, layout, variant, hidden)
     try:
-        with warnings.catch_warnings(), _target_device(cc):
+        with warnings.catch_warnings(), target_device(cc):
             warnings.simplefilter("ignore")
             # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
             # it leaves registers and SASS unchanged (measured, benchmarks/checked_overhead.py).
@@ -374,7 +320,7 @@ def ltoir_objects(
     # No line info here: NVRTC's LTO-IR of the float16/bfloat16 helpers has no debug module
     # flags, and nvJitLink refuses to link modules whose flags conflict.
     try:
-        with warnings.catch_warnings(), _target_device(cc), _without_debug_subroutines():
+        with warnings.catch_warnings(), target_device(cc), _without_debug_subroutines():
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
                 fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",
@@ -394,7 +340,7 @@ def _without_debug_subroutines():
     """Numba keeps the subroutines it compiled (operators' implementations) per target
     context, keyed without the debug options: after a compile with line info, a compile
     without would reuse them, with their debug module flags.  While this is active, a
-    compile starts from none (pnex's compiles are serialised by ``_target_device``)."""
+    compile starts from none (pnex's compiles are serialised by ``target_device``)."""
     try:
         from numba.cuda.descriptor import cuda_target
 

@@ -15,15 +15,18 @@ one of its ``hidden_arrays``: a trailing parameter every launcher passes."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
 import logging
 import os
+import sys
 import threading
 import types
 from typing import TYPE_CHECKING, Any
 
+from . import cache, simtyping
 from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
@@ -382,25 +385,66 @@ class KernelDefinition:
                 return None
             raise
 
-    def simulated_function(self, checked: bool = False) -> types.FunctionType:
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> types.FunctionType:
         """The kernel as the CUDA simulator runs it (:func:`pnex_magic.snapshot.simulable`):
         the snapshot's, with its hidden arguments as trailing parameters and its
-        ``@cuda.jit(device=True)`` functions simulated (made on the first call, which
-        imports the simulator); ``checked``: the checked variant's (:meth:`checked_kernel`),
-        which takes the error record after the kernel's parameters.
+        ``@cuda.jit(device=True)`` functions simulated, rewritten so that it computes
+        with Numba-CUDA's types for the parameter types the GPU compile is given
+        (:func:`pnex_magic.simtyping.typed_kernel`; ``variant``: the values of the
+        ``Tune`` parameters); made on the first call, which imports Numba;
+        ``checked``: the checked variant's (:meth:`checked_kernel`), which takes the
+        error record after the kernel's parameters.
 
         Raises
         ------
         KernelLaunchError
-            The kernel calls CUDA C++ (``cuda.declare_device``), which runs on a GPU only.
+            The kernel calls CUDA C++ (``cuda.declare_device``), which runs on a GPU only,
+            or does what the simulator cannot compute as Numba-CUDA does.
+        KernelTypingError
+            Numba cannot type the kernel (the GPU compile fails too).
         """
         from . import warmup
 
         # Never import Numba beside the background warm-up (%load_ext): an import of the
         # simulator racing it failed with "cannot import name" in a cell run at once.
         warmup.wait()
-        key = ("simulate", checked)
+        key = ("simulate", checked, variant)
         with self._lock:
             if key not in self._forms:
-                self._forms[key] = simulable(self._kernel_function(checked), self.spec.name, self.snapshot.foreign)
+                if self.snapshot.foreign:  # says so before typing: CUDA C++ has no Python to type
+                    simulable(self.snapshot.function, self.spec.name, self.snapshot.foreign)
+                self._forms[key] = simulable(self._typed_function(checked, variant), self.spec.name,
+                                             self.snapshot.foreign)
             return self._forms[key]
+
+    def _typed_function(self, checked: bool, variant: int) -> types.FunctionType:
+        """The kernel rewritten to compute with Numba's types (:mod:`pnex_magic.simtyping`),
+        from the disk cache where an earlier process stored it (no Numba typing then),
+        else typed now (and stored)."""
+        from .compiler import numba_signature  # lazy, as compile_kernel above
+
+        spec = _checking().checked_spec(self.spec) if checked else self.spec
+        argtypes = numba_signature(spec, "A", variant, self.snapshot.hidden)
+        fn = self._kernel_function(checked)
+        parts = [self.source_key, toolchain_versions(), installed_versions("numpy")["numpy"] or "",
+                 sys.version.split()[0], f"simtyping={simtyping.stored.FORMAT}", f"checked={checked}",
+                 ", ".join(map(str, argtypes))]
+        key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        if self.options.use_cache and not self.options.force:
+            record = cache.load_record(_SIMULATION, key)
+            if record is not None:
+                try:
+                    return simtyping.loads(base64.b64decode(record["form"]), fn)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.info("pnex: kernel %r: the stored simulated form is not usable (%s); typing it again",
+                             self.spec.name, exc)
+        stored: list[bytes] = []
+        typed = simtyping.typed_kernel(fn, argtypes, self.spec.name, stored=stored)
+        if self.options.use_cache:
+            cache.store_record(_SIMULATION, key, {"kernel": self.spec.name,
+                                                  "form": base64.b64encode(stored[0]).decode()})
+        return typed
+
+
+#: The cache's records of kernels' typed simulated forms (:mod:`pnex_magic.simtyping.stored`).
+_SIMULATION = "simulated"

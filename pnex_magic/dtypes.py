@@ -17,12 +17,13 @@ states :func:`pnex_magic.xoroshiro128p_states` makes, as Numba's
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["DType", "XOROSHIRO128P", "resolve_dtype", "supported_dtype_names", "record_dtype_names"]
+__all__ = ["DType", "XOROSHIRO128P", "resolve_dtype", "supported_dtype_names", "record_dtype_names", "round_bf16"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,3 +182,17 @@ def resolve_dtype(spelling: Any) -> DType | None:
     if isinstance(name, str) and type(spelling).__module__.startswith("numba"):
         return _ALIASES.get(name)
     return None
+
+
+def round_bf16(value: Any) -> np.float32:
+    """``value`` rounded once to bfloat16 (8 significant bits, float32's exponent
+    range, subnormals, ties to even), held in a float32."""
+    f = float(value)
+    if f != f or f in (math.inf, -math.inf) or f == 0.0:
+        return np.float32(f)
+    m, e = math.frexp(f)  # f = m * 2**e, 0.5 <= |m| < 1
+    bits = min(8, e + 133)  # below 2**-126 the spacing stays 2**-133
+    r = math.ldexp(round(math.ldexp(m, bits)), e - bits)  # round(): ties to even, exactly
+    if abs(r) >= 2.0**128:
+        return np.float32(math.copysign(math.inf, f))
+    return np.float32(r)

@@ -406,10 +406,11 @@ def _name_pnex_files_for_inspect() -> None:
         return
     for name, module in sys.modules.copy().items():  # a snapshot: the warm-up thread may import meanwhile
         if name.startswith("pnex_magic") and name not in _NAMED:
-            try:
-                file = inspect.getabsfile(module)
-            except TypeError:  # a namespace package: no file
+            file = getattr(module, "__file__", None)
+            if not file:  # a namespace package: no file
                 continue
+            # what inspect.getabsfile gives for a module loaded from source, without its lookups
+            file = os.path.normcase(os.path.abspath(file))
             known.setdefault(file, name)
             known.setdefault(os.path.realpath(file), name)
             _NAMED.add(name)

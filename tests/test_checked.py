@@ -428,11 +428,14 @@ def test_the_workloads_kernels_give_the_same_results_checked(monkeypatch):
         if not check:
             SimulatorLauncher().launch(d, values, grid, block, torch.device("cpu"))
             return None
+        from pnex_magic.compiler import numba_signature
+        from pnex_magic.simtyping import typed_kernel
+
         ck = C.checked_kernel(d.fn)
         err = C.error_buffer()
-        stand_in = types.SimpleNamespace(
-            spec=C.checked_spec(d.spec), simulated_function=lambda: simulable(ck.function)
-        )
+        spec = C.checked_spec(d.spec)
+        typed = typed_kernel(ck.function, numba_signature(spec, "A"), spec.name)  # with Numba's types, as pnex runs it
+        stand_in = types.SimpleNamespace(spec=spec, simulated_function=lambda **_: simulable(typed))
         SimulatorLauncher().launch(stand_in, [*values, err], grid, block, torch.device("cpu"))
         return ck.describe(err)
 
@@ -523,11 +526,11 @@ def _signature(fn):
     ids=lambda k: k.__name__,
 )
 def test_every_kernel_shape_compiles_to_ptx_and_a_cubin(kernel):
-    from pnex_magic.compiler import _target_device
+    from pnex_magic.numbadriver import target_device
     from pnex_magic.linking import has_external_calls, link_cubin
 
     ck = C.checked_kernel(kernel)
-    with _target_device((9, 0)):
+    with target_device((9, 0)):
         ptx, _ = cuda.compile(ck.function, _signature(kernel), device=False, abi="numba", cc=(9, 0), output="ptx")
     assert "atom.global.cas.b64" in ptx  # the record's compare-and-swap
     called = set(re.findall(r"call\.uni[^;]*?\n\s*([\w$]+),", ptx))
@@ -542,12 +545,12 @@ def test_every_kernel_shape_compiles_to_ptx_and_a_cubin(kernel):
 def test_a_write_to_an_in_array_fails_to_type_as_in_the_fast_variant():
     from numba.cuda import types as t
 
-    from pnex_magic.compiler import _target_device
+    from pnex_magic.numbadriver import target_device
 
     ck = C.checked_kernel(copy)
     sig = (t.Array(t.float32, 1, "C"), t.Array(t.float32, 1, "C", readonly=True), t.Array(t.int64, 1, "C"))
     with pytest.raises(Exception, match="(?s)readonly.*|.*setitem"):
-        with _target_device((9, 0)):
+        with target_device((9, 0)):
             cuda.compile(ck.function, sig, device=False, abi="numba", cc=(9, 0), output="ptx")
 
 

@@ -65,8 +65,11 @@ class _Checked:
                                   use_cache=False, layout=layout)
         return compiled.cubin, compiled.entry
 
-    def simulated_function(self):
-        return simulable(self.ck.function)
+    def simulated_function(self, checked=False, variant=0):
+        from pnex_magic.compiler import numba_signature
+        from pnex_magic.simtyping import typed_kernel
+
+        return simulable(typed_kernel(self.ck.function, numba_signature(self.spec, "A"), self.spec.name))
 
 
 def _launch(op, args, device):

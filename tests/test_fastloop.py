@@ -123,6 +123,7 @@ def test_the_demo_speaks_first(pnex_env):
 
 _HIT_SCRIPT = """
 import sys
+import tempfile
 import torch
 import pnex_magic as pnex
 from pnex_magic import cache
@@ -250,7 +251,11 @@ def lazy_kernel(a: pnex.In("f32", (None,)), hits: pnex.InMut("i32", (1,)), out: 
 
 
 def _lazy_namespace(module) -> dict:
+    import linecache
+
     ns = {"cuda": module, "pnex": pnex}
+    # Its source where inspect finds it, as %%pnex registers a cell's: the simulator rewrites the kernel's source
+    linecache.cache["<lazy-cuda-test>"] = (len(_LAZY_SRC), None, _LAZY_SRC.splitlines(True), "<lazy-cuda-test>")
     exec(compile(_LAZY_SRC, "<lazy-cuda-test>", "exec"), ns)
     return ns
 

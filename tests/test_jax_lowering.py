@@ -385,6 +385,8 @@ def add_salt(x: pnex.In("f32", (None,)), out: pnex.Out("f32", "x")):
     if i < x.shape[0]:
         out[i] = x[i] + SALT
 '''.replace("SALT", sys.argv[2])
+import linecache  # its source where inspect finds it (the simulator rewrites a kernel's source), as %%pnex does
+linecache.cache["<first use>"] = (len(source), None, source.splitlines(True), "<first use>")
 exec(compile(source, "<first use>", "exec"))
 if sys.argv[1] == "torch-first":
     assert float(add_salt(torch.ones(4))[0]) == 1 + float(sys.argv[2])

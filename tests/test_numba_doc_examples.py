@@ -105,6 +105,48 @@ def test_each_port_on_the_gpu(name, gpu_cache, launcher):
     torch.cuda.synchronize()
 
 
+class _CudaAtCpuSize(str):
+    """The device name ``"cuda"`` for torch (tensors go to the GPU), which a port's
+    ``device == "cpu"`` and ``device != "cpu"`` read as the CPU's: so the GPU runs the
+    problem a port gives the simulator (ports size their problems by device)."""
+
+    def __eq__(self, other):
+        return other == "cpu" if isinstance(other, str) and other in ("cpu", "cuda") else str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_each_port_gives_the_same_results_on_cpu_and_gpu(name, gpu_cache):
+    """Issue 34: the simulator computes what the GPU computes.  Each port runs the same
+    problem (the CPU's size, the same seed) in the simulator and on the GPU; the results
+    agree within the port's tolerance (the GPU fuses a * b + c where the simulator rounds
+    twice, and orders atomics and reductions its own way), and are counted when equal
+    bit for bit."""
+    module = load(name)
+    skip_unless_requirements(module)
+    if module.GPU_ONLY:
+        pytest.skip("CUDA C++: it runs on a GPU only")
+    seed = fresh_seed()
+    with poisoned_outputs():
+        on_cpu, references = module.run("cpu", seed)
+        on_gpu, _ = module.run(_CudaAtCpuSize("cuda"), seed)
+    assert on_cpu.keys() == on_gpu.keys()
+    same = 0
+    for key, cpu in on_cpu.items():
+        gpu = on_gpu[key]
+        assert gpu.is_cuda and gpu.shape == cpu.shape, (key, gpu.device, gpu.shape, cpu.shape)
+        gpu = gpu.cpu()
+        torch.testing.assert_close(gpu.double(), cpu.double(), equal_nan=True, **module.TOLERANCE,
+                                   msg=lambda m: f"{name} (seed {seed}) {key!r}: {m}")
+        same += bool(torch.equal(gpu, cpu))
+    print(f"\n{name}: {same} of {len(on_cpu)} results bit for bit equal on CPU and GPU")
+
+
 def test_a_raw_pointer_annotation_is_refused_with_the_port_to_make():
     """The docs' ``add_one`` takes ``CPointer(uint8)``; the port (``cpointer.py``) takes
     the tensor.  Annotating the pointer says how."""

@@ -105,7 +105,7 @@ class SavedKernel:
             )
         return image
 
-    def simulated_function(self) -> None:
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> None:
         """``None``: an artifact holds no Python source for the CUDA simulator."""
         return None
 

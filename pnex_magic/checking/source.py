@@ -59,6 +59,7 @@ def kernel_source(fn: types.FunctionType, what: str = "a checked variant",
         a plain ``def`` of that name.
     """
     name = getattr(fn, "__name__", repr(fn))
+    _register_command_line_source(fn)
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError) as exc:
@@ -82,6 +83,27 @@ def kernel_source(fn: types.FunctionType, what: str = "a checked variant",
         )
     ast.increment_lineno(fdef, first - 1)
     return KernelSource(fdef, {first + k: line.rstrip("\n") for k, line in enumerate(lines)}, first)
+
+
+def _register_command_line_source(fn: types.FunctionType) -> None:
+    """A kernel defined in ``python -c "..."`` has its source in the command line
+    (``sys.orig_argv``), not in a file: register it in :mod:`linecache` under the file
+    name its code carries (``<string>``), as IPython registers a cell's, when its
+    ``def`` is there at the code's first line (else, an ``exec`` of another string,
+    nothing is registered and the source stays missing)."""
+    import linecache
+    import sys
+
+    code = getattr(fn, "__code__", None)
+    argv = getattr(sys, "orig_argv", None) or []
+    if code is None or code.co_filename != "<string>" or "-c" not in argv[:-1] or "<string>" in linecache.cache:
+        return
+    text = argv[argv.index("-c") + 1]
+    lines = text.splitlines(True)
+    line = lines[code.co_firstlineno - 1] if 0 < code.co_firstlineno <= len(lines) else ""
+    decorated = line.lstrip().startswith("@")
+    if decorated or line.lstrip().startswith(f"def {code.co_name}("):
+        linecache.cache["<string>"] = (len(text), None, lines, "<string>")
 
 
 def namespace_of(fn: types.FunctionType) -> dict[str, Any]:
@@ -161,6 +183,9 @@ def rebuild(fn: types.FunctionType, fdef: ast.FunctionDef, extra_globals: Mappin
     new.__qualname__ = fn.__qualname__
     new.__module__ = fn.__module__
     new.__doc__ = fn.__doc__
+    # The tree it was built from: a later transformation (the CUDA simulator's typed rewrite,
+    # pnex_magic.simtyping) starts from it, as inspect would find the original def in the file.
+    new.__pnex_tree__ = fdef
     return new
 
 

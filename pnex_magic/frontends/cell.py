@@ -345,6 +345,7 @@ class CellRun:
                         check_first=True, sass="later" if in_kernel(self.shell) else True,
                     )
                     if opts.sanitize:
+                        # lazy: compute-sanitizer's runner (and the definition it builds on) only for --sanitize
                         from ..sanitize import run_sanitizer
 
                         step("running --args under compute-sanitizer in a child process")

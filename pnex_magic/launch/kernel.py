@@ -45,5 +45,7 @@ class Kernel(Protocol):
         GPU launchers then launch it cooperatively and refuse a grid whose blocks cannot
         all be resident at once (:mod:`pnex_magic.launch.cooperative`)."""
 
-    def simulated_function(self) -> types.FunctionType | None:
-        """The Python function the CUDA simulator runs (``None`` without source)."""
+    def simulated_function(self, checked: bool = False, variant: int = 0) -> types.FunctionType | None:
+        """The Python function the CUDA simulator runs (``None`` without source):
+        ``checked``, the checked variant; ``variant``, for the ``Tune`` values
+        ``spec.tune_variants[variant]``."""

@@ -6,7 +6,18 @@ variant's ``shared_bytes``), ``cuda.syncthreads()`` and atomics, which makes it 
 prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
 (:mod:`.grid_simulator`).  It is slow: keep problem sizes small.  An
-autotuned op runs its first candidate here (first block, first ``Tune`` choices)."""
+autotuned op runs its first candidate here (first block, first ``Tune`` choices).
+
+The source it runs is the kernel's, rewritten once per definition so that it
+computes with Numba-CUDA's types (:mod:`pnex_magic.simtyping`): literals, scalars as
+declared, promotions, integer wrap-around, ``//`` and ``%``, ``math.*``, float16
+and bfloat16 as on the GPU, each operation rounded as there (bit for bit for
+IEEE-exact operations; ``math.*`` within libdevice's error bounds plus an ulp).
+Not simulated: timing; the order of atomics and of unsynchronised shared-memory
+accesses (threads run one block at a time, in no promised order); a warp's lock-step
+execution (shuffles, votes and the tensor-core primitives meet at a rendezvous of the warp's
+lanes: :mod:`pnex_magic.tc.simulate`); the GPU's fusing of ``a * b + c`` into one ``fma`` (the simulator rounds
+twice, as with ``-fma=0``)."""
 
 from __future__ import annotations
 
@@ -18,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dtypes import round_bf16
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import checks, grid_simulator
@@ -59,7 +71,7 @@ class SimulatorLauncher:
         variant: int = 0,
     ) -> None:
         checked = checks.wanted(definition)
-        simulated = definition.simulated_function(checked=True) if checked else definition.simulated_function()
+        simulated = definition.simulated_function(checked=checked, variant=variant)
         if simulated is None:
             raise KernelLaunchError(
                 f"kernel {definition.spec.name!r} has no Python source here (it was loaded from a saved "
@@ -97,9 +109,11 @@ class SimulatorLauncher:
                     args.append(array(value, param.role != "in"))
             elif isinstance(param, SeedParam):  # the int64 seed drawn for this call, read as uint64
                 args.append(FakeCUDAArray(value.numpy().view(np.uint64)))
-            elif isinstance(param, ScalarParam):
-                np_type = param.dtype.numpy.type if param.dtype.numpy is not None else np.float32
-                args.append(np_type(value))
+            elif isinstance(param, ScalarParam):  # a NumPy scalar of the declared type, as the GPU's argument
+                if param.dtype.numpy is None:  # bfloat16: its value, held in a float32
+                    args.append(round_bf16(value))
+                else:
+                    args.append(param.dtype.numpy.type(value))
             elif isinstance(param, TuneParam):
                 args.append(value)  # a Python constant, as the compiled variant sees it
             else:
@@ -114,8 +128,10 @@ class SimulatorLauncher:
         shared = definition.spec.shared_of(variant)  # dynamic shared memory: cuda.shared.array(0, dtype)
         with _LOCK, warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
-            # inf without a word: NumPy's scalar warnings about it say nothing about the kernel.
-            warnings.filterwarnings("ignore", "overflow encountered in scalar", RuntimeWarning)
+            # inf, divide by zero to inf and give NaN without a word: NumPy's warnings about it say
+            # nothing about the kernel.
+            warnings.filterwarnings(
+                "ignore", r"(overflow|invalid value|divide by zero|underflow) encountered", RuntimeWarning)
             try:
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
                     grid_simulator.run(definition.spec.name, simulated, grid, block, args, shared)
