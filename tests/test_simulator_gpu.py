@@ -18,8 +18,6 @@ tensors gives the same results.
 summary (GPU, counts, and how many kernels differ when contraction is left on).
 """
 
-from __future__ import annotations
-
 import os
 import random
 import sys
@@ -46,18 +44,28 @@ def test_random_kernels_agree_bit_for_bit_with_the_gpu(folder, gpu_cache):
     import pnex_magic as pnex
 
     base = int(os.environ.get("PNEX_SIM_VS_GPU_SEED", str(random.SystemRandom().randrange(2**31))))
+    refused = 0
     for k in range(COUNT):
         seed = base + k
         kernel = rk.random_kernel(random.Random(seed), gpu=True, seed=seed)
         module = rk.load(kernel.kernel_source(), kernel.name, folder)
-        with rk.no_contraction():  # compiled now, at the definition (into this test's own cache)
-            op = pnex.jit(n_threads="a.numel()", threads_per_block=rk.TPB)(getattr(module, kernel.name))
+        try:
+            with rk.no_contraction():  # compiled now, at the definition (into this test's own cache)
+                op = pnex.jit(n_threads="a.numel()", threads_per_block=rk.TPB)(getattr(module, kernel.name))
+        except pnex.KernelTypingError as exc:
+            # Numba refuses the kernel at its definition, on any machine (a folded integer literal
+            # beyond int64, "Int value is too large"): nothing runs, on either device.
+            assert "too large" in str(exc), f"seed {seed}: {exc}\n{kernel.kernel_source()}"
+            refused += 1
+            continue
         values = kernel.inputs(seed)
         cpu, gpu = rk.run_op(kernel, op, values, "cpu"), rk.run_op(kernel, op, values, "cuda")
         problems = rk.differences(cpu, gpu)
         assert not problems, f"seed {seed} (PNEX_SIM_VS_GPU_SEED={base}, kernel {k}): {problems}\n" \
                              f"{kernel.kernel_source()}"
-    print(f"\n{COUNT} random kernels bit for bit equal on {torch.cuda.get_device_name()} (seeds {base}..)")
+    assert refused <= COUNT // 4, f"{refused} of {COUNT} random kernels refused by Numba: the generator went wrong"
+    print(f"\n{COUNT - refused} random kernels ({refused} refused by Numba) bit for bit equal on "
+          f"{torch.cuda.get_device_name()} (seeds {base}..)")
 
 
 #: (function, arity, the inputs' range)
@@ -104,7 +112,7 @@ def test_math_functions_are_within_libdevices_bound(name, arity, domain, dtype, 
     x = (torch.rand(4096, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(tdt)
     y = (torch.rand(4096, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(tdt)
     cpu, gpu = op(x, y).numpy(), op(x.cuda(), y.cuda()).cpu().numpy()
-    distance = rk.ulp_distance(cpu, gpu)
+    distance = rk.math_distance(name, cpu, gpu)
     if name in EXACT_MATH:
         allowed = 0
     else:
