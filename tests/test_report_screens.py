@@ -134,8 +134,14 @@ def _run_template(code: str, name: str, namespace: dict):
     import pnex_magic as pnex
     from numba import cuda, float32
 
+    import linecache
+
     ns = {"pnex": pnex, "cuda": cuda, "float32": float32, "math": math, "In": pnex.In, "Out": pnex.Out, **namespace}
-    exec(code, ns)  # noqa: S102 -- the report's template, run as a user would paste it
+    # As a user would paste it into a cell: IPython keeps a cell's source in linecache, which the
+    # simulator's typed form is built from.
+    filename = f"<template-{name}-{abs(hash(code))}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    exec(compile(code, filename, "exec"), ns)  # noqa: S102 -- the report's template, run as a user would paste it
     return ns[name]
 
 
