@@ -1,6 +1,14 @@
 """Triton's own kernels as baselines for benchmarks/tensor_cores.py: the matrix product of
 Triton's tutorial 03 (with its autotuning configurations), as the tutorial writes it.
-Imported only on a GPU machine with Triton (it ships with PyTorch's CUDA builds)."""
+Imported only on a GPU machine with Triton (it ships with PyTorch's CUDA builds).
+
+    python benchmarks/triton_baselines.py    # checks the kernel against torch.matmul (GPU)
+"""
+
+if __name__ == "__main__":  # answer --help before Triton is imported (a CPU machine has none)
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 
 import torch
 import triton
@@ -64,3 +72,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)  # noqa: E731
     _matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     return c
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        raise SystemExit("no GPU: Triton's kernel needs one")
+    for dtype in (torch.float16, torch.bfloat16):
+        a, b = (torch.randn(1024, 1024, device="cuda", dtype=dtype) for _ in range(2))
+        ref = a.double() @ b.double()
+        err = ((matmul(a, b).double() - ref).norm() / ref.norm()).item()
+        print(f"{dtype}: 1024^3, relative Frobenius error against float64 {err:.1e}")
