@@ -24,6 +24,7 @@ installs them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -522,8 +523,6 @@ def test_docs_notebook_pages_switch_report_tabs_without_javascript(browser, arti
                 assert panels.nth(i).inner_text(timeout=5_000).strip(), (r, title)
         first = reports.first
         first.locator("label.pnex-tab:has-text('Timing')").click()
-        import json
-
         saved = json.loads((docs_support.REPO / "notebooks" / "01_quickstart.ipynb").read_text())["metadata"]["pnex_run"]
         gpu = saved["device"].split(" (")[0]  # e.g. "NVIDIA H100 80GB HBM3"
         assert gpu.startswith("NVIDIA") and gpu in visible_text(first)  # the saved GPU run, not a re-run
