@@ -69,9 +69,15 @@ class Linear:
 def gemm_variants(selected):
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_mma import make_gemm
+    from gemm_tma import TmaLinear
     from gemm_wgmma import make_linear
 
     known = {
+        "tma:128x256x4": lambda dt: Linear(TmaLinear(dt, 256, 4)),
+        "tma:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3)),
+        "tma:128x128x6": lambda dt: Linear(TmaLinear(dt, 128, 6)),
+        "tma-persistent:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3, persistent=True)),
+        "tma-persistent:128x128x5": lambda dt: Linear(TmaLinear(dt, 128, 5, persistent=True)),
         "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),
         "wgmma:128x256x4": lambda dt: Linear(make_linear(dt, 128, 256, 4)),
         "wgmma:128x128x4": lambda dt: Linear(make_linear(dt, 128, 128, 4)),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import re
 import time
 import warnings
@@ -24,7 +25,7 @@ from . import cache, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
 from .cubin import kernel_entry
-from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelTypingError
+from .errors import COMPILER_LOG_NOTE, KernelCompileError, KernelDefinitionError, KernelTypingError
 from .linking import (
     arch_specific, has_external_calls, link_cubin, link_lto_cubin, linker_classes, object_code, probe_linker,
     ptx_entry, uses_grid_sync,
@@ -214,20 +215,23 @@ def _numba_ptx(
     kernel_random.register_cuda()  # pnex.random in kernels
     tc_lowering.register_cuda()  # pnex.tc (tensor cores) in kernels
     sig = numba_signature(spec, layout, variant, hidden)
+    bounds = launch_bounds(fn, spec)
     try:
         with warnings.catch_warnings(), target_device(cc):
             warnings.simplefilter("ignore")
             # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
             # it leaves registers and SASS unchanged (measured, benchmarks/checked_overhead.py).
             try:
-                ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=True)
+                ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=True,
+                                      launch_bounds=bounds)
             except Exception as exc:  # noqa: BLE001 - NVVM's error type is numba's
                 if "ERROR_COMPILATION" not in str(exc):
                     raise
                 # NVVM (CUDA 12.9 and 13) rejects some valid kernels only when they carry line
                 # info, with no log: loops around float comparisons, found by the derived
                 # backward's randomised check (tests/test_adjoint_random.py).  Without it.
-                ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=False)
+                ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", cc=cc, output="ptx", lineinfo=False,
+                                      launch_bounds=bounds)
                 log.info("pnex: kernel %r: NVVM failed with line info; compiled without it", spec.name)
     except Exception as exc:  # numba raises many types; classify by what they are
         name = type(exc).__name__
@@ -305,6 +309,25 @@ def _parse_resources(log: str) -> ResourceUsage | None:
     )
 
 
+def launch_bounds(fn: Callable, spec: KernelSpec) -> tuple[int] | None:
+    """``(threads per block,)`` for a kernel that moves registers between its warpgroups
+    (``pnex.tc.setmaxnreg_inc``/``_dec``): ptxas gives the code after ``setmaxnreg.inc``
+    the registers it names only when the kernel declares its block size (``.maxntid``,
+    CUDA's ``__launch_bounds__``); a register cap (``max_registers``) would bind every
+    warpgroup to it and spill.  ``None`` for every other kernel (their code is unchanged)."""
+    from .tc.usage import used_primitives
+
+    if not {"setmaxnreg_inc", "setmaxnreg_dec"} & used_primitives(fn):
+        return None
+    blocks = {math.prod(block) for block in spec.block_candidates}
+    if len(blocks) != 1:
+        raise KernelDefinitionError(
+            f"kernel {spec.name!r} calls pnex.tc.setmaxnreg_*, whose register budgets hold for one block size; "
+            f"give threads_per_block one value (it has {sorted(blocks)})"
+        )
+    return (blocks.pop(),)
+
+
 def ltoir_objects(
     fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = (),
     ptx: str = "",
@@ -324,6 +347,7 @@ def ltoir_objects(
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
                 fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",
+                launch_bounds=launch_bounds(fn, spec),
             )
     except Exception as exc:
         raise KernelCompileError(

@@ -114,5 +114,6 @@ attach a hand-written backward with ``pnex.attach_backward``.
 
 from .api import *  # noqa: F401,F403 - the primitives
 from .api import __all__  # noqa: F401
+from .tensormap import tensor_map  # noqa: F401 - host side: the descriptor tma_load reads
 
 # The compile stage registers the GPU implementations (.lowering.register_cuda).

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, rules, simulate
+from . import layouts, rules, simulate, simulate_bulk
 
 __all__ = [
     "mma",
@@ -32,6 +32,15 @@ __all__ = [
     "wgmma_commit",
     "wgmma_wait",
     "fence_async_shared",
+    "mbarrier_init",
+    "mbarrier_arrive",
+    "mbarrier_arrive_expect_tx",
+    "mbarrier_wait",
+    "tma_load",
+    "tensor_map_acquire",
+    "setmaxnreg_inc",
+    "setmaxnreg_dec",
+    "named_barrier",
     "warp_sum",
     "warp_max",
     "block_sum",
@@ -131,6 +140,74 @@ def wgmma_wait(pending: int) -> None:
 def fence_async_shared() -> None:
     """``fence.proxy.async.shared::cta``: make this thread's shared-memory writes
     (``cp_async``'s included, once waited for) visible to ``wgmma``, before the barrier."""
+
+
+def mbarrier_init(bars: Any, index: Any, count: Any) -> None:
+    """``mbarrier.init``: barrier ``bars[index]`` (8 bytes of shared memory, a uint64
+    element) expects ``count`` arrivals a phase; its first phase has parity 0.  One
+    thread initialises; ``cuda.syncthreads()`` before any other thread uses it."""
+    simulate_bulk.mbarrier_init(bars, index, count)
+
+
+def mbarrier_arrive(bars: Any, index: Any) -> None:
+    """``mbarrier.arrive``: one of the phase's arrivals."""
+    simulate_bulk.mbarrier_arrive(bars, index)
+
+
+def mbarrier_arrive_expect_tx(bars: Any, index: Any, nbytes: Any) -> None:
+    """``mbarrier.arrive.expect_tx``: one arrival, and ``nbytes`` more bytes that copies
+    (:func:`tma_load`) must complete before the phase does."""
+    simulate_bulk.mbarrier_arrive_expect_tx(bars, index, nbytes)
+
+
+def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
+    """Wait until the phase of ``parity`` (0 or 1) of ``bars[index]`` has completed
+    (``mbarrier.try_wait.parity`` in a loop).  Phase ``p`` of a barrier used once per
+    round ``r`` has parity ``r % 2``."""
+    simulate_bulk.mbarrier_wait(bars, index, parity)
+
+
+def tma_load(tile: Any, index: Any, desc: Any, coords: Any, bars: Any, bar_index: Any) -> None:
+    """``cp.async.bulk.tensor.2d``: the box of the tensor map ``desc`` (made by
+    :func:`pnex_magic.tc.tensor_map`) whose first element is ``coords = (row, column)``
+    of its tensor, into the shared ``tile`` from ``tile[index]`` (box rows x box
+    columns elements, stored with the map's swizzle; 1024-byte aligned for the 128-byte
+    swizzle), completing its bytes on barrier ``bars[bar_index]``.  Issued by one thread;
+    the readers wait on the barrier (after :func:`mbarrier_arrive_expect_tx` of the
+    box's bytes).  Elements outside the tensor are read as zeros."""
+    simulate_bulk.tma_load(tile, index, desc, coords, bars, bar_index)
+
+
+def tensor_map_acquire(desc: Any) -> None:
+    """Make the tensor map ``desc`` (device memory, written before the launch) visible to
+    the copies of this thread (``fence.proxy.tensormap::generic.acquire``), and prefetch
+    it: once, by the thread that issues :func:`tma_load`, before the first."""
+    simulate_bulk.check_map("tensor_map_acquire", desc)
+
+
+def named_barrier(index: Any, threads: Any) -> None:
+    """``bar.sync index, threads``: wait until ``threads`` threads (whole warps, a
+    multiple of 32) have reached barrier ``index`` (1 to 15; ``cuda.syncthreads()`` is
+    barrier 0 of every thread): a barrier among the warpgroups that compute, which the
+    producer does not join."""
+    simulate_bulk.named_barrier(index, threads)
+
+
+def _register_count(name: str, count: Any) -> None:
+    n = int(count)
+    if n % 8 or not 24 <= n <= 256:
+        raise ValueError(f"pnex.tc.{name}: the register count must be a multiple of 8 from 24 to 256, got {n}")
+
+
+def setmaxnreg_inc(count: Any) -> None:
+    """``setmaxnreg.inc``: the warpgroup's threads may use up to ``count`` registers (a
+    constant; the warpgroups that compute, after a producer gave some back)."""
+    _register_count("setmaxnreg_inc", count)
+
+
+def setmaxnreg_dec(count: Any) -> None:
+    """``setmaxnreg.dec``: the warpgroup's threads give registers back, down to ``count``."""
+    _register_count("setmaxnreg_dec", count)
 
 
 def swizzle(row: Any, col: Any, row_elems: Any) -> Any:

@@ -15,6 +15,7 @@ import functools
 from typing import Any
 
 from . import api as tc
+from .bulk import register_bulk
 from .collectives import register_collectives
 
 __all__ = ["register_cuda"]
@@ -511,4 +512,6 @@ def register_cuda() -> None:
             raise TypingError(f"pnex.tc.wgmma_wait: the number of pending groups must be an integer, got {pending}")
         return lambda pending: _wg_wait(pending)
 
+    register_bulk(literal=_literal, is_index=is_index, index_values=index_values, element_pointer=element_pointer,
+                  shared_address=shared_address, subscripts_error=subscripts_error)  # TMA, mbarrier, setmaxnreg
     register_collectives()  # swizzle, warp and block reductions and scans: pure Python, compiled

@@ -156,6 +156,7 @@ def _ended_lanes(manager: Any, block: tuple, warp_index: int, group: int, warp: 
 
 
 _ENDED = "pnex_ended_threads"  # on a block manager: (block, thread id) of its threads that have ended
+_FAILED = "pnex_failed_threads"  # on a block manager: (block, thread id) -> the exception a thread ended with
 
 
 def _track_thread_ends() -> None:
@@ -172,6 +173,9 @@ def _track_thread_ends() -> None:
         finally:
             ended = self._manager.__dict__.setdefault(_ENDED, set())
             ended.add((tuple(self.blockIdx), self.thread_id))
+            if self.exception:  # numba's manager may drop it: kept for the threads that wait on this one
+                failed = self._manager.__dict__.setdefault(_FAILED, {})
+                failed[(tuple(self.blockIdx), self.thread_id)] = self.exception[0]
 
     BlockThread.run = tracked
     BlockThread.pnex_tracks_ends = True

@@ -25,13 +25,16 @@ MIN_ARCH = {
     "ldmatrix": (7, 5), "pack_f16x2": (8, 0), "pack_bf16x2": (8, 0), "store_pair": (8, 0), "to_tf32": (8, 0),
     "wgmma": (9, 0), "wgmma_bf16": (9, 0), "wgmma_fence": (9, 0), "wgmma_commit": (9, 0), "wgmma_wait": (9, 0),
     "fence_async_shared": (9, 0),
+    "mbarrier_init": (9, 0), "mbarrier_arrive": (9, 0), "mbarrier_arrive_expect_tx": (9, 0), "mbarrier_wait": (9, 0),
+    "tma_load": (9, 0), "tensor_map_acquire": (9, 0), "setmaxnreg_inc": (9, 0), "setmaxnreg_dec": (9, 0),
+    "named_barrier": (7, 0),
 }
 
 
 #: Primitives that exist on one architecture only: Hopper's warpgroup MMA is an sm_90a
 #: instruction, which Blackwell (sm_100, whose tensor cores take tcgen05) does not have.
 ONLY_ARCH = {"wgmma": (9, 0), "wgmma_bf16": (9, 0), "wgmma_fence": (9, 0), "wgmma_commit": (9, 0),
-             "wgmma_wait": (9, 0)}
+             "wgmma_wait": (9, 0), "setmaxnreg_inc": (9, 0), "setmaxnreg_dec": (9, 0)}
 
 #: Where each family came from, for the messages.
 _ORIGIN = {
@@ -39,12 +42,18 @@ _ORIGIN = {
     "pack_f16x2": "cvt.rn.f16x2.f32 came with Ampere",
     "store_pair": "cvt.rn.f16x2.f32 came with Ampere",
     "fence_async_shared": "the async proxy's fence came with Hopper",
+    "tma_load": "the Tensor Memory Accelerator (cp.async.bulk.tensor) came with Hopper",
+    "tensor_map_acquire": "the Tensor Memory Accelerator (cp.async.bulk.tensor) came with Hopper",
+    "setmaxnreg_inc": "setmaxnreg exists on sm_90a: H100, H200",
+    "setmaxnreg_dec": "setmaxnreg exists on sm_90a: H100, H200",
 }
 
 
 def _origin(name: str) -> str:
     if name in _ORIGIN:
         return _ORIGIN[name]
+    if name.startswith("mbarrier"):
+        return "mbarrier transaction counts (expect_tx) came with Hopper"
     if name.startswith("wgmma"):
         return "Hopper's warpgroup MMA, wgmma, exists on sm_90a: H100, H200"
     return "the tensor cores' mma.sync m16n8k16 and cp.async came with Ampere"

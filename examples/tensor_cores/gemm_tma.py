@@ -1,0 +1,311 @@
+"""C = A @ W^T on Hopper as cuBLAS does it: a producer warp feeds the tensor cores
+through the Tensor Memory Accelerator while two warpgroups compute, as a pnex kernel.
+
+A (M, K) and W (N, K) row-major (``torch.nn.functional.linear``'s ``x @ w.T``),
+float16 or bfloat16; C (M, N) of the same dtype, accumulated in float32.  A block of
+384 threads computes a BM x BN = 128 x ``BN`` tile of C:
+
+* warpgroup 0 is the producer.  It gives back registers (``setmaxnreg.dec``) and one
+  of its threads issues, for each k-tile of 64, two ``tma_load`` copies (A's 128 x 64
+  box and W's ``BN`` x 64 box, in the 128-byte swizzle wgmma reads) into one of
+  ``STAGES`` shared buffers, whose "full" barrier counts their bytes; before it refills
+  a buffer it waits on the buffer's "empty" barrier;
+* warpgroups 1 and 2 compute (``setmaxnreg.inc``: the 128 float32 accumulators of a
+  64 x 256 slice need them): each waits on a buffer's full barrier, issues four
+  ``wgmma`` m64n``BN``k16, keeps one group in flight, and releases the buffer before
+  (one arrival per warp on its empty barrier) once the wgmma that read it is done.
+
+No thread computes an address per 16 bytes and there is no block-wide barrier in the
+loop: the cp.async kernel (:mod:`gemm_wgmma`) spends both.  The epilogue stages the
+tile through shared memory (swizzled) and stores 16 bytes a thread.  The op takes the
+tensor maps of A and W (:func:`pnex_magic.tc.tensor_map`); :class:`TmaLinear` makes
+them per call (a table lookup once made).  M must be a multiple of 128, N of ``BN``
+and K of 64.  Needs an sm_90 GPU (H100, H200).
+"""
+
+from numba import cuda, float32, uint32, uint64
+from numba.cuda.misc.special import literal_unroll
+from numba.cuda.types import float16
+
+import pnex_magic as pnex
+from pnex_magic import tc
+from tiles import Rule, TiledOp
+
+BK = 64
+BM = 128
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+
+
+def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
+    """The pnex op ``c = linear(a, w, a_map, w_map)`` (``a @ w.T``); ``bn``, ``stages``:
+    the tile's width and the buffers in flight (``Tune`` choices, or one value each)."""
+    bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
+    stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
+    wide = max(bn_choices)
+    regs = wide // 2
+    wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
+    pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
+    threads = 384
+    columns = tuple(range(wide // 8))
+
+    @pnex.jit(
+        n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
+        threads_per_block=threads,
+        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + 16 * STAGES",
+    )
+    def linear_tma(
+        a: pnex.In(dtype, (None, None)),
+        w: pnex.In(dtype, (None, "a.size(1)")),
+        a_map: pnex.In("uint8", (128,)),
+        w_map: pnex.In("uint8", (128,)),
+        c: pnex.Out(dtype, ("a.size(0)", "w.size(0)")),
+        BN: pnex.Tune(*bn_choices),
+        STAGES: pnex.Tune(*stage_choices),
+    ):
+        raw = cuda.shared.array(0, float16, alignment=1024)
+        sa = tc.tile(raw, 0, (STAGES, BM, BK))
+        sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
+        words64 = cuda.shared.array(0, uint64, alignment=1024)
+        bars = tc.tile(words64, STAGES * (BM + BN) * BK // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
+        m, k = a.shape
+        n = w.shape[0]
+        pid = cuda.blockIdx.x
+        tiles_n = n // BN
+        in_group = group * tiles_n
+        first_m = (pid // in_group) * group
+        rows = min(m // BM - first_m, group)
+        m0 = (first_m + (pid % in_group) % rows) * BM
+        n0 = ((pid % in_group) // rows) * BN
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+        lane = tid % 32
+        ktiles = k // BK
+        acc = cuda.local.array(regs, float32)  # the first wgmma writes it (accumulate=False)
+        words = cuda.shared.array(0, uint32, alignment=1024)
+
+        if tid == 0:
+            for s in range(STAGES):
+                tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
+                tc.mbarrier_init(bars, STAGES + s, 8)  # empty: one arrival per consumer warp
+        cuda.syncthreads()
+
+        if wg == 0:
+            tc.setmaxnreg_dec(PRODUCER_REGS)
+            if tid == 0:
+                tc.tensor_map_acquire(a_map)
+                tc.tensor_map_acquire(w_map)
+                for kt in range(ktiles):
+                    s = kt % STAGES
+                    if kt >= STAGES:  # the consumers released this buffer's previous round
+                        tc.mbarrier_wait(bars, STAGES + s, (kt // STAGES - 1) & 1)
+                    tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)
+                    tc.tma_load(sa, (s, 0, 0), a_map, (m0, kt * BK), bars, s)
+                    tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
+            cuda.syncthreads()  # the consumers' two barriers below (bar.sync counts threads, not sites)
+            cuda.syncthreads()
+        else:
+            tc.setmaxnreg_inc(CONSUMER_REGS)
+            row0 = (wg - 1) * 64
+            for kt in range(ktiles):
+                s = kt % STAGES
+                tc.mbarrier_wait(bars, s, (kt // STAGES) & 1)
+                tc.wgmma_fence()
+                for kk in range(BK // 16):
+                    wgmma(acc, sa, (s, row0, kk * 16), sb, (s, 0, kk * 16), BN, kt > 0 or kk > 0)
+                tc.wgmma_commit()
+                tc.wgmma_wait(1)  # the previous k-tile's wgmma is done: its buffer can be refilled
+                if kt > 0 and lane == 0:
+                    tc.mbarrier_arrive(bars, STAGES + (kt - 1) % STAGES)
+            tc.wgmma_wait(0)
+            cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
+            # the accumulators go to shared memory here, in the branch whose registers hold them
+            out = tc.tile(words, 0, (BM, BN // 2))  # packed pairs, rows swizzled like the tiles
+            warp = (tid % 128) // 32
+            g = lane // 4
+            t = lane % 4
+            r = row0 + warp * 16 + g
+            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
+                if j * 8 < BN:
+                    col = j * 8 + 2 * t
+                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
+            cuda.syncthreads()
+        flat = tc.tile(words, 0, (BM * BN // 2,))
+        chunks = BM * BN // 8
+        for q in range((chunks + threads - 1) // threads):  # 16-byte chunks, consecutive along rows
+            ch = tid + threads * q
+            if ch < chunks:
+                row = ch // (BN // 8)
+                col = (ch % (BN // 8)) * 8
+                chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
+                tc.store_words(c, (m0 + row, n0 + col), chunk)
+
+    return linear_tma
+
+
+def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
+    """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
+    the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
+    k-tiles while the consumers store the last one, through a staging buffer of its
+    own (the ``STAGES`` buffers keep filling), ordered by a named barrier among the
+    256 consumer threads (the producer never joins it).  The phase of each buffer runs
+    on across tiles: iteration ``it`` of the block uses buffer ``it % STAGES`` in round
+    ``it // STAGES``."""
+    bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
+    stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
+    wide = max(bn_choices)
+    regs = wide // 2
+    wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
+    pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
+    threads = 384
+    consumers = 256
+    columns = tuple(range(wide // 8))
+
+    @pnex.jit(
+        n_threads=(f"blocks * {threads}",),
+        threads_per_block=threads,
+        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM} * BN * 2 + 16 * STAGES",
+    )
+    def linear_persistent(
+        a: pnex.In(dtype, (None, None)),
+        w: pnex.In(dtype, (None, "a.size(1)")),
+        a_map: pnex.In("uint8", (128,)),
+        w_map: pnex.In("uint8", (128,)),
+        c: pnex.Out(dtype, ("a.size(0)", "w.size(0)")),
+        blocks: pnex.Scalar("int32"),
+        BN: pnex.Tune(*bn_choices),
+        STAGES: pnex.Tune(*stage_choices),
+    ):
+        raw = cuda.shared.array(0, float16, alignment=1024)
+        sa = tc.tile(raw, 0, (STAGES, BM, BK))
+        sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
+        words = cuda.shared.array(0, uint32, alignment=1024)
+        staged = STAGES * (BM + BN) * BK // 2  # in 32-bit words: the output's buffer after the tiles'
+        out = tc.tile(words, staged, (BM, BN // 2))
+        flat = tc.tile(words, staged, (BM * BN // 2,))
+        words64 = cuda.shared.array(0, uint64, alignment=1024)
+        bars = tc.tile(words64, staged // 2 + BM * BN // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
+        m, k = a.shape
+        n = w.shape[0]
+        tiles_n = n // BN
+        tiles = (m // BM) * tiles_n
+        in_group = group * tiles_n
+        tid = cuda.threadIdx.x
+        wg = tid // 128
+        lane = tid % 32
+        ktiles = k // BK
+        acc = cuda.local.array(regs, float32)  # the first wgmma of a tile writes it (accumulate=False)
+
+        if tid == 0:
+            for s in range(STAGES):
+                tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
+                tc.mbarrier_init(bars, STAGES + s, 8)  # empty: one arrival per consumer warp
+        cuda.syncthreads()
+
+        if wg == 0:
+            tc.setmaxnreg_dec(PRODUCER_REGS)
+            if tid == 0:
+                tc.tensor_map_acquire(a_map)
+                tc.tensor_map_acquire(w_map)
+                it = 0
+                for tile in range(cuda.blockIdx.x, tiles, blocks):
+                    first_m = (tile // in_group) * group
+                    rows = min(m // BM - first_m, group)
+                    m0 = (first_m + (tile % in_group) % rows) * BM
+                    n0 = ((tile % in_group) // rows) * BN
+                    for kt in range(ktiles):
+                        s = it % STAGES
+                        if it >= STAGES:  # the consumers released this buffer's previous round
+                            tc.mbarrier_wait(bars, STAGES + s, (it // STAGES - 1) & 1)
+                        tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)
+                        tc.tma_load(sa, (s, 0, 0), a_map, (m0, kt * BK), bars, s)
+                        tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
+                        it += 1
+        else:
+            tc.setmaxnreg_inc(CONSUMER_REGS)
+            row0 = (wg - 1) * 64
+            ctid = tid - 128
+            warp = (tid % 128) // 32
+            g = lane // 4
+            t = lane % 4
+            r = row0 + warp * 16 + g
+            it = 0
+            for tile in range(cuda.blockIdx.x, tiles, blocks):
+                first_m = (tile // in_group) * group
+                rows = min(m // BM - first_m, group)
+                m0 = (first_m + (tile % in_group) % rows) * BM
+                n0 = ((tile % in_group) // rows) * BN
+                for kt in range(ktiles):
+                    s = it % STAGES
+                    tc.mbarrier_wait(bars, s, (it // STAGES) & 1)
+                    tc.wgmma_fence()
+                    for kk in range(BK // 16):
+                        wgmma(acc, sa, (s, row0, kk * 16), sb, (s, 0, kk * 16), BN, kt > 0 or kk > 0)
+                    tc.wgmma_commit()
+                    tc.wgmma_wait(1)  # the previous k-tile's wgmma is done: its buffer can be refilled
+                    if kt > 0 and lane == 0:
+                        tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
+                    it += 1
+                tc.wgmma_wait(0)
+                if lane == 0:  # the tile's last buffer
+                    tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
+                tc.named_barrier(1, consumers)  # the last tile's stores have read the staging buffer
+                for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
+                    if j * 8 < BN:
+                        col = j * 8 + 2 * t
+                        out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
+                tc.named_barrier(1, consumers)  # the tile is staged
+                chunks = BM * BN // 8
+                for q in range(chunks // consumers):  # 16-byte chunks, consecutive along rows
+                    ch = ctid + consumers * q
+                    row = ch // (BN // 8)
+                    col = (ch % (BN // 8)) * 8
+                    chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
+                    tc.store_words(c, (m0 + row, n0 + col), chunk)
+
+    return linear_persistent
+
+
+_SMS = {}
+
+
+def _sm_count(device):
+    """The GPU's multiprocessors (the persistent kernel's blocks); 2 on CPU (the simulator)."""
+    if device.type != "cuda":
+        return 2
+    if device not in _SMS:
+        import torch
+
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
+
+
+class TmaLinear:
+    """``c = a @ w.T`` through :func:`make_linear_tma`'s op: checks the tile rules, makes
+    (or finds) the tensor maps of ``a`` and ``w``, and calls the op."""
+
+    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False):
+        if not isinstance(bn, int):  # W's box is BN rows: one width per op
+            raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
+        self.persistent = persistent
+        self.op = (make_linear_persistent if persistent else make_linear_tma)(dtype, bn, stages)
+        self.bn = bn
+        self.tiled = TiledOp(self.op, [
+            Rule("a", 0, BM, "M", "the block tile BM"),
+            Rule("w", 0, self.bn, "N", "the block tile BN"),
+            Rule("a", 1, BK, "K", "the k-tile BK", minimum=BK),
+        ])
+
+    def __call__(self, a, w):
+        self.tiled.check(a, w)
+        a_map = tc.tensor_map(a, (BM, BK))
+        w_map = tc.tensor_map(w, (self.bn, BK))
+        if not self.persistent:
+            return self.op(a, w, a_map, w_map)
+        tiles = (a.shape[0] // BM) * (w.shape[0] // self.bn)
+        return self.op(a, w, a_map, w_map, min(tiles, _sm_count(a.device)))
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
