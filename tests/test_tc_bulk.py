@@ -90,12 +90,20 @@ def box_reference(src: torch.Tensor, row: int, col: int) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("row,col", [(0, 0), (8, 64), (40, 8), (-3, 0), (44, 100), (-20, 0)])
+@pytest.mark.parametrize("row,col", [(0, 0), (8, 64), (40, 8), (-3, 0), (44, 104), (-20, 0)])
 def test_tma_load_copies_the_box_in_the_swizzle_and_zeros_outside(row, col):
     gen = torch.Generator().manual_seed(row * 1000 + col)
     src = torch.randn(48, 160, generator=gen).half()
     out = tma_box(src, tc.tensor_map(src, (ROWS, COLS)), row, col)
     assert torch.equal(out, box_reference(src, row, col))
+
+
+def test_a_column_off_16_bytes_is_refused_as_the_gpu_faults_on_it():
+    """Found on an H100: a box from column 100 (200 bytes) stops the kernel with an illegal
+    instruction and loses the CUDA context; the simulator says why instead."""
+    src = torch.randn(48, 160).half()
+    with pytest.raises(KernelLaunchError, match="not a multiple of 16 bytes"):
+        tma_box(src, tc.tensor_map(src, (ROWS, COLS)), 0, 100)
 
 
 def test_barrier_phases_alternate_over_rounds():

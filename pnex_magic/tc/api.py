@@ -174,7 +174,9 @@ def tma_load(tile: Any, index: Any, desc: Any, coords: Any, bars: Any, bar_index
     columns elements, stored with the map's swizzle; 1024-byte aligned for the 128-byte
     swizzle), completing its bytes on barrier ``bars[bar_index]``.  Issued by one thread;
     the readers wait on the barrier (after :func:`mbarrier_arrive_expect_tx` of the
-    box's bytes).  Elements outside the tensor are read as zeros."""
+    box's bytes).  Elements outside the tensor are read as zeros; the column must be a
+    multiple of 16 bytes (8 float16), else the GPU stops with an illegal instruction
+    (the simulator raises)."""
     simulate_bulk.tma_load(tile, index, desc, coords, bars, bar_index)
 
 

@@ -219,6 +219,10 @@ def tma_load(tile: Any, index: Any, desc: Any, coords: Any, bars: Any, bar_index
                          f"(the {'128-byte swizzle' if swizzle == 128 else 'bulk copy'} needs it); it is {held}, "
                          f"{address % need} bytes past one: declare it with alignment={need} (or more)")
     row0, col0 = (int(c) for c in coords)
+    if (col0 * size) % 16:
+        raise ValueError(f"pnex.tc.tma_load: the column coordinate {col0} is {col0 * size} bytes into a row, not a "
+                         f"multiple of 16 bytes ({16 // size} elements): the GPU stops at such a copy with an illegal "
+                         f"instruction")
     source = _bytes_of(tensor)
     rows, cols = tensor.shape
     box = np.zeros((box_rows, box_cols * size), np.uint8)  # out of the tensor: zeros, as the GPU fills
