@@ -147,6 +147,7 @@ def test_reductions_and_shuffles_on_cpu():
     torch.testing.assert_close(sums[:, 1].double(), xw.max(1).values.repeat_interleave(32))
     torch.testing.assert_close(sums[:, 2].double(), x.double().sum().expand(128), rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(sums[:, 3].double(), x.double().cumsum(0), rtol=1e-5, atol=1e-5)
+    assert torch.equal(sums[:, 4], x.max().expand(128))
     del reductions_ref
     v = torch.randint(-1000, 1000, (32,), generator=torch.Generator().manual_seed(6), dtype=torch.int32)
     out = K.shuffles(v)
