@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from .hardware import device_info
-from .timers import cuda_event_timer
+from .timers import Timer, cuda_event_timer
 from .timing import format_bytes, format_rate, measure as _time, rate_unit
 
-__all__ = ["Stream", "KERNELS", "RUNS", "MemoryCeiling", "ceiling_at", "measure", "mix_text", "LISTING"]
+__all__ = ["Stream", "KERNELS", "RUNS", "MemoryCeiling", "ceiling_at", "measure", "time_streams", "mix_text", "LISTING"]
 
 #: Runs of each streaming kernel; the fastest is kept.
 RUNS = 10
@@ -174,19 +174,25 @@ def ceiling_at(streams: Sequence[Stream], share: float) -> MemoryCeiling | None:
     return MemoryCeiling(a.bandwidth + t * (b.bandwidth - a.bandwidth), share, tuple(streams), (a, b))
 
 
+def time_streams(tensors: Sequence[Any], timer: Timer) -> tuple[Stream, ...]:
+    """Each of :data:`KERNELS` run on ``tensors`` (four float32 tensors of one size: x, y
+    and w read, z written) and timed with ``timer`` (a :data:`~pnex_magic.timers.Timer`):
+    two calls of warm-up, then :data:`RUNS` runs of :data:`LOOPS` calls; the fastest run."""
+    n = tensors[0].numel()
+    out = []
+    for k in KERNELS:
+        seconds = _time(lambda k=k: k.run(*tensors), timer, repeat=RUNS, loops=LOOPS, warmup=2).best
+        out.append(Stream(k.name, k.code, k.reads, k.writes, (k.reads + k.writes) * 4 * n / seconds, 4 * n))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=None)
 def _measure(index: int) -> tuple[Stream, ...]:
     l2 = device_info(index).l2_bytes or 0
     with torch.cuda.device(index):
         free, _ = torch.cuda.mem_get_info(index)
         n = max(1 << 18, min(max(MIN_TENSOR_BYTES, 4 * l2), free // 8) // 4)  # float32 elements per tensor
-        tensors = [torch.ones(n, device=index) for _ in range(4)]  # x, y, w read; z written
-        timer = cuda_event_timer(index)
-        out = []
-        for k in KERNELS:
-            seconds = _time(lambda k=k: k.run(*tensors), timer, repeat=RUNS, loops=LOOPS, warmup=2).best
-            out.append(Stream(k.name, k.code, k.reads, k.writes, (k.reads + k.writes) * 4 * n / seconds, 4 * n))
-    return tuple(out)  # the tensors go with this frame
+        return time_streams([torch.ones(n, device=index) for _ in range(4)], cuda_event_timer(index))
 
 
 def measure(device: Any) -> tuple[Stream, ...]:

@@ -235,3 +235,27 @@ def test_the_timing_tab_names_the_ceiling_and_what_reached_it():
     html = efficiency_html(near, "muladd", "eager")
     assert "<b>near the ceiling, not at it</b>: 85% of the ceiling" in html and "why below" not in html
     assert "device-to-device copy" in html
+
+
+def test_each_streaming_kernel_runs_and_its_rate_counts_every_byte_read_and_written():
+    """The kernels :func:`measure` times on a GPU, run here on CPU tensors with a clock that
+    says each run of calls took 1 ms a call but one, the fastest, 0.5 ms."""
+    from pnex_magic.ceiling import KERNELS, LOOPS, RUNS, time_streams
+
+    n = random.randint(1000, 5000)
+    calls = []
+
+    def timer(fn, loops):
+        for _ in range(loops):
+            calls.append(fn())
+        return loops * (0.5e-3 if len(calls) % (2 + RUNS * LOOPS) == 2 + LOOPS else 1e-3)
+
+    tensors = [torch.randn(n) for _ in range(4)]
+    x, y, w, z = tensors
+    found = time_streams(tensors, timer)
+    assert [s.name for s in found] == [k.name for k in KERNELS] == ["fill", "copy", "scale", "add", "addcmul", "sum"]
+    assert len(calls) == len(KERNELS) * (2 + RUNS * LOOPS)  # two calls of warm-up, then RUNS runs of LOOPS
+    for s in found:
+        assert s.bandwidth == pytest.approx((s.reads + s.writes) * 4 * n / 0.5e-3) and s.tensor_bytes == 4 * n
+    torch.testing.assert_close(z, torch.addcmul(x, y, w))  # the last kernel that writes z
+    torch.testing.assert_close(calls[-1], x.sum())
