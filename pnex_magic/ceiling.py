@@ -192,12 +192,16 @@ def _measure(index: int) -> tuple[Stream, ...]:
     with torch.cuda.device(index):
         free, _ = torch.cuda.mem_get_info(index)
         n = max(1 << 18, min(max(MIN_TENSOR_BYTES, 4 * l2), free // 8) // 4)  # float32 elements per tensor
-        return time_streams([torch.ones(n, device=index) for _ in range(4)], cuda_event_timer(index))
+        try:
+            tensors = [torch.ones(n, device=index) for _ in range(4)]
+        except torch.cuda.OutOfMemoryError:  # a GPU this full: no streaming figure, the DRAM peak stands in
+            return ()
+        return time_streams(tensors, cuda_event_timer(index))
 
 
 def measure(device: Any) -> tuple[Stream, ...]:
     """The :data:`KERNELS` timed on a CUDA device (a ``torch.device`` or an index), once
-    per process and device."""
+    per process and device (none where the GPU has no memory left for their tensors)."""
     if not isinstance(device, int):
         device = torch.device(device)
         device = device.index if device.index is not None else torch.cuda.current_device()
