@@ -1,6 +1,6 @@
 """What the GPU allows and what it can do: per-SM limits, theoretical occupancy,
 whether a block shape fits a kernel's resources and a call's grid, and the
-memory-bandwidth ceilings of a device.
+memory-bandwidth and compute peaks of a device.
 
 The limits and :func:`occupancy`, :func:`occupancy_limiter`,
 :func:`resident_blocks`, :func:`block_problem`, the bytes-in-flight model
@@ -10,15 +10,14 @@ a GPU.  The
 device figures (:func:`device_info`) are read from the driver once per device:
 SM count, L2 size, and the peak DRAM bandwidth from the memory clock and bus
 width (``torch.cuda.get_device_properties``, else the driver's attributes through
-``cuda.bindings``); :func:`copy_bandwidth` measures a device-to-device copy once
-per process, the practical ceiling a memory-bound kernel can reach.
+``cuda.bindings``).  The practical ceiling a memory-bound kernel can reach, measured
+once per process, is :mod:`pnex_magic.ceiling`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,7 +43,6 @@ __all__ = [
     "block_start",
     "DeviceInfo",
     "device_info",
-    "copy_bandwidth",
     "peak_bandwidth",
     "FLOPS_PER_CLOCK",
     "PEAK_KINDS",
@@ -381,36 +379,6 @@ def _index(device: Any) -> int:
 def device_info(device: Any) -> DeviceInfo:
     """:class:`DeviceInfo` of a CUDA device (a ``torch.device``, or an index), read once."""
     return _device_info(_index(device))
-
-
-@functools.lru_cache(maxsize=None)
-def _copy_bandwidth(index: int, nbytes: int) -> float:
-    import torch
-
-    with torch.cuda.device(index):
-        free, _ = torch.cuda.mem_get_info(index)
-        n = max(1 << 20, min(nbytes, free // 4))
-        src = torch.empty(n, dtype=torch.uint8, device=index)
-        dst = torch.empty_like(src)
-        for _ in range(3):
-            dst.copy_(src)
-        times = []
-        for _ in range(7):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            dst.copy_(src)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        del src, dst
-    return 2 * n / statistics.median(times)  # every byte read once and written once
-
-
-def copy_bandwidth(device: Any, nbytes: int = 256 << 20) -> float:
-    """Bytes per second of a device-to-device copy of ``nbytes`` (bytes read plus bytes
-    written, per second), measured once per process and device: the practical ceiling
-    of a memory-bound kernel (the size exceeds every L2, so the copy runs from DRAM)."""
-    return _copy_bandwidth(_index(device), nbytes)
 
 
 # --------------------------------------------------------------------------- compute peaks

@@ -24,12 +24,14 @@ from typing import Any
 
 import torch
 
-from . import hardware, roofline
+from . import ceiling, hardware, roofline
 from . import timing as _timing
 from .calls import LaunchInfo, bind_arguments, launch_info, output_shapes
 from .compiler import CompiledKernel
 from .definition import KernelDefinition
-from .efficiency import Efficiency, LaunchFacts, assess, element_bytes, input_bytes, reasons, strided_along_x
+from .efficiency import (
+    Efficiency, LaunchFacts, assess, element_bytes, input_bytes, read_share, reasons, strided_along_x,
+)
 from .errors import KernelDefinitionError, KernelLaunchError, PnexError
 from .hardware import occupancy
 from .launch import autotune, is_fault, switch
@@ -434,7 +436,7 @@ def _compute(
     return roofline.assess(
         flops=flops, how=how, inferred=inferred, kind=kind,
         seconds=timing.op.median if timed else None, bytes_moved=timing.bytes_moved if timing is not None else None,
-        info=info, bandwidth=efficiency.ceiling if efficiency is not None else None, sass=sass_text,
+        info=info, bandwidth=efficiency.memory_ceiling if efficiency is not None else None, sass=sass_text,
         ptx=compiled.ptx if compiled else "", arch=arch or "",
         dtypes=[p.dtype.name for p in spec.params if isinstance(p, TensorParam)],
     )
@@ -462,7 +464,9 @@ def _efficiency(
     layout = "C" if all(t.is_contiguous() for t in tensors) else "A"
     variant = tuned.variant if tuned is not None else 0  # the Tune values the call ran with
     res = definition.compiled(device_arch, layout=layout, variant=variant).resources if definition.compiles else None
-    copy = hardware.copy_bandwidth(device)
+    streams = ceiling.measure(device)  # torch's streaming kernels, once per process
+    memory = ceiling.ceiling_at(streams, read_share(definition.spec, args, timing.bytes_moved))
+    copy = next((s.bandwidth for s in streams if s.name == "copy"), None)
     facts = LaunchFacts(
         arch=device_arch,
         registers=res.registers if res else None,
@@ -477,7 +481,7 @@ def _efficiency(
         strided=strided_along_x(definition.spec, args),
         x_extent=launch.n_threads[0],
         input_bytes=input_bytes(definition.spec, args),
-        ceiling_bandwidth=copy or info.peak_bandwidth,
+        ceiling_bandwidth=memory.bandwidth if memory is not None else copy or info.peak_bandwidth,
         tune=tuned.tune if tuned is not None else (),
         element_bytes=element_bytes(definition.spec, args),
         template=tune_template(definition.spec, _source(definition)),
@@ -485,7 +489,7 @@ def _efficiency(
     if op is not None and any(r.kind == "launch" for r in reasons(facts)):
         # CUDA graphs are advised only where a replay of the call measures faster than a call.
         facts = dataclasses.replace(facts, graph_seconds=_graph_seconds(op, args, device))
-    return assess(timing, info, copy, facts)
+    return assess(timing, info, copy, facts, memory)
 
 
 def _graph_seconds(op: PnexOp, args: Sequence[Any], device: Any) -> float | None:

@@ -103,7 +103,7 @@ cp_async_copy = _cp_async_kernel()
 
 
 @pnex.jit(n_threads=128, threads_per_block=128)
-def reductions(x: pnex.In("f32", (128,)), sums: pnex.Out("f32", (128, 4))):
+def reductions(x: pnex.In("f32", (128,)), sums: pnex.Out("f32", (128, 5))):
     scratch = cuda.shared.array(4, float32)
     tid = cuda.threadIdx.x
     v = x[tid]
@@ -111,6 +111,7 @@ def reductions(x: pnex.In("f32", (128,)), sums: pnex.Out("f32", (128, 4))):
     sums[tid, 1] = tc.warp_max(v)
     sums[tid, 2] = tc.block_sum(v, scratch)
     sums[tid, 3] = tc.block_scan_sum(v, scratch)
+    sums[tid, 4] = tc.block_max(v, scratch)
 
 
 @pnex.jit(n_threads=32, threads_per_block=32)

@@ -289,7 +289,7 @@ def test_efficiency_fractions_and_the_unexplained_line():
     # where the report's own figures explain nothing, one short line offers --profile
     assert efficiency(0.75).reason == ("no cause shows in the figures the report checks; run the cell again with "
                                        "--profile (in a script: pnex.profile(op, *args)) to measure what holds it back")
-    assert "1.92 TB/s = 50% of the device-to-device copy, 40% of peak" in "\n".join(efficiency(0.5).lines())
+    assert "1.92 TB/s = 50% of the ceiling, 40% of peak" in "\n".join(efficiency(0.5).lines())
     assert efficiency(0.75, l2_bytes=2 << 30).in_l2 and not e.in_l2
 
 
@@ -345,8 +345,9 @@ def test_html_names_the_reason_the_fix_and_the_code():
     # The bars keep a plain fill where a sanitiser drops var(): a plain declaration comes first.
     assert "background:#3b82c4;background:var(--jp-brand-color1, #3b82c4)" in html
     assert "j = i * ITEMS + k" in html  # named only as the form to avoid
-    # The footnote is plain: what the copy and the peak are, no latency or sources.
-    assert "the copy: a device-to-device copy measured once per process" in html
+    # The footnote is plain: what the ceiling and the peak are, no latency or sources.
+    assert ("here 288 GB/s, the device-to-device copy. The memory: a device-to-device copy measured once per "
+            "process") in html and "the peak: test" in html
     assert not re.search(r"latency|GH200|RRZE|Little|asks for", html)
     text_code = TUNE_SHAPE.split("\n")
     assert any("base + k * cuda.blockDim.x" in line for line in text_code)
@@ -434,14 +435,15 @@ def test_report_renders_timed_candidates_the_bars_and_the_reason():
     text = report.to_text()
     assert "autotune  : (4, 64) (benchmarked, 4.00x the first candidate's speed)" in text
     assert "* (4, 64)" in text and "skipped: needs 131,072 blocks" in text
-    assert "ceiling   : copy 3.83 TB/s (measured), peak 4.8 TB/s on Fake GPU" in text
+    assert "ceiling   : 3.83 TB/s, the device-to-device copy, on Fake GPU" in text
+    assert "memory    : copy 3.83 TB/s (measured); peak 4.8 TB/s" in text
     assert "bandwidth : 0.336 TB/s" in text and "GB/s" not in text  # one unit: the report's largest rate's
     assert "why       : below 85% of the ceiling: blocks too narrow along x: X size 4" in text
     assert "change    : use a block whose X covers at least 32 B of a row (X ≥ 8 here)" in text
     timing_html = report.timing_html()
     assert "bandwidth against the device's limits" in timing_html and "DRAM peak" in timing_html
     assert "why below 85% of the ceiling</b>: blocks too narrow along x" in timing_html
-    assert "7% of peak · 9% of the copy · 0.336 TB/s<" in timing_html and "GB/s" not in timing_html
+    assert "7% of peak · 9% of the ceiling · 0.336 TB/s<" in timing_html and "GB/s" not in timing_html
 
 
 def test_widget_view_shows_the_reason(monkeypatch):

@@ -285,3 +285,40 @@ def test_the_report_s_two_dimensional_template_runs_and_is_no_slower():
     print(f"naive {naive.timing.bandwidth / 1e12:.3g} TB/s ({naive.efficiency.op_of_copy:.0%} of the copy), the template "
           f"{tuned.timing.bandwidth / 1e12:.3g} TB/s ({tuned.efficiency.op_of_copy:.0%}), chose {tuned.autotune.candidates[tuned.autotune.choice].label()}")
     assert tuned.timing.bandwidth >= 0.97 * naive.timing.bandwidth
+
+
+def test_the_ceiling_is_what_the_fastest_kernel_of_the_calls_mix_reaches():
+    """05_colab's muladd (two reads to one write, 192 MiB a call): its report's ceiling is
+    torch's add at that mix, and torch.compile's fused kernel, timed here on the same bytes,
+    does not beat it by more than the measurements' spread (issue: the copy was the ceiling,
+    and torch.compile ran 1.18× the op's rate while the verdict said "at or near the
+    ceiling"); no verdict of "at" or "near" the ceiling stands below a rate the call shows."""
+    from pnex_magic import ceiling
+    from pnex_magic.efficiency import AT_CEILING
+    from pnex_magic.timing import cuda_event_timer, measure
+
+    streams = ceiling.measure("cuda")
+    info = hardware.device_info("cuda")
+    print(ceiling.ceiling_at(streams, 0.5).listing())
+    for s in streams:  # a rate of at most the DRAM peak (tensors four times the L2 or more: no cache hits)
+        assert s.tensor_bytes >= 4 * (info.l2_bytes or 0) and 0 < s.bandwidth <= 1.02 * info.peak_bandwidth, s
+    a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    op = pnex.jit(n_threads=("result.size(1)", "result.size(0)"))(muladd2d)
+    report, _ = _report(op, a, b, 0.5, eager=lambda a, b, c: a * b + c)
+    e = report.efficiency
+    assert e.memory is not None and e.memory.at_mix and e.memory.basis[0].name == "add"
+    assert e.ceiling >= max(e.memory_ceiling, e.eager_bandwidth)
+    try:
+        compiled = torch.compile(lambda a, b: a * b + 0.5, fullgraph=True)
+        seconds = measure(lambda: compiled(a, b), cuda_event_timer(), repeat=20).median
+    except Exception as exc:  # noqa: BLE001 -- no Triton here: the rest stands
+        pytest.skip(f"torch.compile did not run here: {type(exc).__name__}: {exc}")
+    rate = e.bytes_moved / seconds
+    print(f"op {e.op_bandwidth / 1e12:.3g} TB/s, ceiling {e.ceiling / 1e12:.3g} TB/s ({e.ceiling_by}), "
+          f"torch.compile {rate / 1e12:.3g} TB/s: {e.verdict}")
+    assert rate <= 1.03 * e.ceiling
+    judged = e.against("torch.compile", rate)
+    if judged.at_ceiling:
+        assert e.op_bandwidth >= AT_CEILING * rate
+    if judged.at_ceiling or judged.near:
+        assert e.op_bandwidth >= FAR * rate

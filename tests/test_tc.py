@@ -3,6 +3,7 @@ against references written independently from the PTX ISA's formulas; typing err
 the SASS of a compiled tile (one HMMA per mma, fragments in registers).  The same
 kernels run on a GPU in tests/test_tc_gpu.py."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def test_reductions_and_shuffles_on_cpu():
     torch.testing.assert_close(sums[:, 1].double(), xw.max(1).values.repeat_interleave(32))
     torch.testing.assert_close(sums[:, 2].double(), x.double().sum().expand(128), rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(sums[:, 3].double(), x.double().cumsum(0), rtol=1e-5, atol=1e-5)
+    assert torch.equal(sums[:, 4], x.max().expand(128))
     del reductions_ref
     v = torch.randint(-1000, 1000, (32,), generator=torch.Generator().manual_seed(6), dtype=torch.int32)
     out = K.shuffles(v)
@@ -328,3 +330,96 @@ def test_pnex_tc_reached_through_the_package_in_a_fresh_process(tmp_path, pnex_e
     )
     result = subprocess.run([sys.executable, str(script)], env=pnex_env, capture_output=True, text=True, timeout=300)
     assert "SUM True" in result.stdout, result.stderr[-2000:]
+
+
+# The reductions as they were written out before the overloads shared one factory per shape
+# (pnex_magic/tc/collectives.py): the GPU code must not have changed.
+from numba import cuda  # noqa: E402
+
+
+@cuda.jit(device=True)
+def _written_warp_sum(x):
+    x += cuda.shfl_xor_sync(0xFFFFFFFF, x, 16)
+    x += cuda.shfl_xor_sync(0xFFFFFFFF, x, 8)
+    x += cuda.shfl_xor_sync(0xFFFFFFFF, x, 4)
+    x += cuda.shfl_xor_sync(0xFFFFFFFF, x, 2)
+    x += cuda.shfl_xor_sync(0xFFFFFFFF, x, 1)
+    return x
+
+
+@cuda.jit(device=True)
+def _written_warp_max(x):
+    x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, 16))
+    x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, 8))
+    x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, 4))
+    x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, 2))
+    x = max(x, cuda.shfl_xor_sync(0xFFFFFFFF, x, 1))
+    return x
+
+
+@cuda.jit(device=True)
+def _written_block_sum(x, scratch):
+    warp = _written_warp_sum(x)
+    lane = cuda.threadIdx.x % 32
+    wid = cuda.threadIdx.x // 32
+    nwarps = (cuda.blockDim.x + 31) // 32
+    if lane == 0:
+        scratch[wid] = warp
+    cuda.syncthreads()
+    total = scratch[0]
+    for w in range(1, nwarps):
+        total += scratch[w]
+    cuda.syncthreads()
+    return total
+
+
+@cuda.jit(device=True)
+def _written_block_max(x, scratch):
+    warp = _written_warp_max(x)
+    lane = cuda.threadIdx.x % 32
+    wid = cuda.threadIdx.x // 32
+    nwarps = (cuda.blockDim.x + 31) // 32
+    if lane == 0:
+        scratch[wid] = warp
+    cuda.syncthreads()
+    total = scratch[0]
+    for w in range(1, nwarps):
+        total = max(total, scratch[w])
+    cuda.syncthreads()
+    return total
+
+
+def _reduce_with_tc(x: pnex.In("f32", (128,)), out: pnex.Out("f32", (128, 4))):
+    scratch = cuda.shared.array(4, np.float32)
+    tid = cuda.threadIdx.x
+    out[tid, 0] = tc.warp_sum(x[tid])
+    out[tid, 1] = tc.warp_max(x[tid])
+    out[tid, 2] = tc.block_sum(x[tid], scratch)
+    out[tid, 3] = tc.block_max(x[tid], scratch)
+
+
+def _reduce_written_out(x: pnex.In("f32", (128,)), out: pnex.Out("f32", (128, 4))):
+    scratch = cuda.shared.array(4, np.float32)
+    tid = cuda.threadIdx.x
+    out[tid, 0] = _written_warp_sum(x[tid])
+    out[tid, 1] = _written_warp_max(x[tid])
+    out[tid, 2] = _written_block_sum(x[tid], scratch)
+    out[tid, 3] = _written_block_max(x[tid], scratch)
+
+
+def test_the_reductions_compile_to_the_written_out_shuffles_and_folds():
+    """warp_sum/warp_max and block_sum/block_max come from one overload factory each, given
+    the combine step (operator.add, max): their PTX is that of the sums and maxima written
+    out, instruction for instruction (source lines, Numba's environment symbols and the
+    shared array's serial number aside)."""
+    from pnex_magic.report import _definition_of
+
+    def body(fn):
+        compiled = _definition_of(pnex.jit(n_threads=128, threads_per_block=128)(fn), "test").compiled("sm_90")
+        lines = [line for line in compiled.ptx.splitlines()
+                 if "NumbaEnv" not in line and not line.strip().startswith((".loc", ".file"))]
+        return re.sub(r"_cudapy_smem_\d+", "SMEM", "\n".join(lines).replace(compiled.entry, "ENTRY"))
+
+    ours, written = body(_reduce_with_tc), body(_reduce_written_out)
+    assert ours.count("shfl.sync.bfly.b32") == 20 and ours.count("bar.sync") == 4
+    assert ours == written

@@ -205,9 +205,9 @@ class PnexReport:
         if self.timing is not None and self.timing.speedup is not None:
             badges.append(badge(f"{self.timing.speedup:.2f}× vs eager", speed_colour(self.timing.speedup)))
         e = k.efficiency
-        if e is not None and (e.at_ceiling or e.far):
+        if e is not None and (e.at_ceiling or e.near or e.far):
             share = "launch-bound" if e.launch_bound else f"{share_text(e.op_of_ceiling)} of the ceiling"
-            badges.append(badge(share, OK if e.at_ceiling else WARN))
+            badges.append(badge(share, OK if e.at_ceiling else WARN if e.far else FG_MUTED))
         if self.simulated:
             badges.append(badge("CUDA simulator", readable(ACCENT)))
         if k.autotune is not None and k.autotune.timed:

@@ -14,7 +14,7 @@ from ..timing import format_time
 from .html import ACCENT, BORDER, FG_MUTED, OK, WARN, code, escape, note, pre, table, themed
 from .listings import highlight, python_lexer
 
-__all__ = ["autotune_html", "efficiency_html", "tune_names", "has_tune", "shows_autotune"]
+__all__ = ["autotune_html", "efficiency_html", "ceiling_text", "tune_names", "has_tune", "shows_autotune"]
 
 
 def tune_names(candidates: Sequence[CandidateResult]) -> tuple[str, ...]:
@@ -122,14 +122,21 @@ def _bar(fraction: float, colour: str, mark: float | None) -> str:
 
 def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     """Bars of the op's and the eager reference's bandwidth beside the device's
-    ceilings (the measured copy and the DRAM peak), each as long as its share of the
-    longest (the peak, where known) and labelled with that share first, with a line
-    at :data:`~pnex_magic.efficiency.FAR` of the ceiling; the verdict (at the ceiling,
-    in green; not judged); below the line, the most likely reason, what to change
+    ceilings (what the memory allows at the call's mix, measured, and the DRAM peak),
+    each as long as its share of the longest (the peak, where known) and labelled with
+    its share of the ceiling, with a line at :data:`~pnex_magic.efficiency.FAR` of the
+    ceiling; the verdict (at the ceiling, in green; near it; not judged) naming the
+    ceiling and what reached it; below the line, the most likely reason, what to change
     (with the shape of the code where that helps) and the other reasons the figures
-    show."""
+    show; last, what the ceiling is made of."""
+    memory = "device-to-device copy" if e.copy_bandwidth else "DRAM peak"
+    if e.memory is not None:
+        memory = f"memory at this call's mix: {e.memory.label}"
     rows = [(code(op_name), e.op_bandwidth, ACCENT, True), (code(eager_name), e.eager_bandwidth, _EAGER, True),
-            ("device-to-device copy", e.copy_bandwidth, OK, False), ("DRAM peak", e.peak_bandwidth, _PEAK, False)]
+            *((escape(name), rate, _EAGER, True) for name, rate in e.references),
+            (escape(memory), e.memory_ceiling, OK, False)]
+    if e.peak_bandwidth and e.memory_ceiling != e.peak_bandwidth:
+        rows.append(("DRAM peak", e.peak_bandwidth, _PEAK, False))
     rows = [r for r in rows if r[1]]
     top = max(bw for _, bw, _, _ in rows) if rows else 1.0
     scale, scale_name = (e.peak_bandwidth, "peak") if e.peak_bandwidth and e.peak_bandwidth >= top else (top, "")
@@ -137,20 +144,22 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
     body = []
     for label, bw, colour, timed in rows:
         shares = [f"{share_text(bw / scale)} of {scale_name}"] if scale_name and bw != scale else []
-        if timed and e.copy_bandwidth:
-            shares.append(f"{share_text(bw / e.copy_bandwidth)} of the copy")
+        if timed and e.ceiling:
+            shares.append(f"{share_text(bw / e.ceiling)} of the ceiling")
         text = " · ".join([*shares, e.rate(bw)])
         body.append((label, _bar(bw / scale, colour, mark), f'<span style="white-space:nowrap">{escape(text)}</span>'))
     parts = [f"<div style=\"margin-top:6px\"><b>bandwidth against the device's limits</b> ({escape(e.device)})</div>",
              f'<div style="overflow-x:auto">{table(body)}</div>']
     if mark is not None:
         parts.append(note(escape(f"bar length: the share of {scale_name or 'the longest bar'}; the line across the bars: "
-                                 f"{FAR:.0%} of the ceiling (the copy), below which the report says why")))
+                                 f"{FAR:.0%} of the ceiling, below which the report says why")))
     if not e.judged:
         parts.append(f'<div style="margin-top:4px"><b>{escape(e.verdict.split(":", 1)[0])}</b>:'
                      f"{escape(e.verdict.split(':', 1)[1])}</div>")
     elif e.at_ceiling:
         parts.append(f'<div style="color:{OK};margin-top:4px"><b>at the ceiling</b>: {escape(e.verdict)}</div>')
+    elif e.near:
+        parts.append(f'<div style="margin-top:4px"><b>near the ceiling, not at it</b>: {escape(e.verdict)}</div>')
     found = e.explanation
     if found is not None:
         parts.append(f'<div style="color:{WARN};margin-top:4px"><b>why below {FAR:.0%} of the ceiling</b>: '
@@ -162,6 +171,21 @@ def efficiency_html(e: Efficiency, op_name: str, eager_name: str) -> str:
             items = "".join(f"<li>{escape(r)}</li>" for r in e.also)
             parts.append(f'<div style="color:{FG_MUTED};margin:4px 0">also:<ul style="margin:2px 0">'
                          f"{items}</ul></div>")
-    parts.append(note(escape(f"the copy: a device-to-device copy measured once per process (bytes read + written per "
-                             f"second), the practical ceiling; the peak: {e.peak_source}")))
+    parts.append(note(escape(ceiling_text(e))))
+    parts.append(note(escape(f"the peak: {e.peak_source}")))
     return "".join(parts)
+
+
+def ceiling_text(e: Efficiency) -> str:
+    """What the ceiling of ``e`` is, in words: the rule, its rate here and what reached it,
+    and what the memory's share of it was measured with."""
+    if e.memory is not None:
+        memory = f"at this call's mix, {e.memory.source}; measured: {e.memory.listing(e.unit)}"
+    elif e.copy_bandwidth:
+        memory = "a device-to-device copy measured once per process (bytes read + written per second)"
+    else:
+        memory = "the DRAM peak (nothing measured)"
+    here = f"{e.rate(e.ceiling)}, {e.ceiling_by}" if e.ceiling else "unknown"
+    return (f"the ceiling is the fastest rate measured for this call, so that no rate shown here beats it: what the "
+            f"memory allows at its mix of reads and writes, or a reference timed on its bytes where faster; here "
+            f"{here}. The memory: {memory}")
