@@ -67,6 +67,15 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
     ``swizzle(row, col, 64)``, 1024-byte aligned.  ``wgmma_fence()`` before,
     ``wgmma_commit()`` and ``wgmma_wait(n)`` after; ``fence_async_shared()`` after
     writing a tile (``cp_async`` included) and before the barrier that publishes it.
+``tma_load(tile, index, desc, (row, col), bars, i)``, ``mbarrier_init/arrive/arrive_expect_tx/wait``
+    Hopper's Tensor Memory Accelerator: one thread copies the box of the tensor map ``desc``
+    (``tensor_map(tensor, (rows, cols))`` on the host; a ``pnex.In("uint8", (128,))``
+    parameter) from ``(row, col)`` into ``tile[index]`` in the 128-byte swizzle, zeros
+    outside the tensor, completing its bytes on the mbarrier ``bars[i]`` (a shared uint64
+    array); readers wait on its phase (``mbarrier_wait(bars, i, round % 2)``).
+    ``tensor_map_acquire(desc)`` before the first copy; ``named_barrier(i, threads)``;
+    ``setmaxnreg_inc(n)`` / ``setmaxnreg_dec(n)`` move registers between warpgroups (the
+    kernel then compiles with its block size as launch bounds).  sm_90.
 ``warp_sum(x)``, ``warp_max(x)``, ``block_sum(x, scratch)``, ``block_max(x, scratch)``, ``block_scan_sum(x, scratch)``
     Reductions over the warp (shuffles) or the block (1-D blocks of whole warps;
     ``scratch``: a shared array of at least one element per warp); the scan is
