@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", int(launch.get("device", 0)))
     saved = torch.load(folder / "args.pt", weights_only=True)
     args = [a.to(device) if on_gpu else a for a, on_gpu in zip(saved["args"], saved["cuda"])]
+    if saved.get("maps"):  # tensor maps hold their tensor's address: made again for the copies here
+        from pnex_magic.tc.tensormap import remake_maps
+
+        args = remake_maps(args, saved["maps"])
     op = pnex.load(folder / "kernel.pnex")
     definition = op._pnex
     spec = definition.spec

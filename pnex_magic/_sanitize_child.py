@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
 
     saved = torch.load(folder / "args.pt", weights_only=True)
     args = [a.cuda() if on_gpu else a for a, on_gpu in zip(saved["args"], saved["cuda"])]
+    if saved.get("maps"):  # tensor maps hold their tensor's address: made again for the copies here
+        from pnex_magic.tc.tensormap import remake_maps
+
+        args = remake_maps(args, saved["maps"])
     op = pnex.load(folder / "kernel.pnex")
     try:
         op(*args)

@@ -39,6 +39,7 @@ import torch
 
 from . import cache, ncu
 from .artifact import save
+from .tc.tensormap import maps_among  # tensor maps hold addresses: the child makes them again
 from .definition import KernelDefinition
 from .efficiency import Reason
 from .errors import ArtifactError, PnexError
@@ -324,8 +325,8 @@ def profile(op: Any, *args: Any, clock_control: str = "none", timeout: float = 6
         work = Path(tmp)
         _save(op, work / "kernel.pnex", arch, bool(definition.spec.tune_params))
         values = [a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        torch.save({"args": values, "cuda": [isinstance(a, torch.Tensor) and a.is_cuda for a in args]},
-                   work / "args.pt")
+        torch.save({"args": values, "cuda": [isinstance(a, torch.Tensor) and a.is_cuda for a in args],
+                    "maps": maps_among(args)}, work / "args.pt")
         (work / "launch.json").write_text(json.dumps(
             {"block": list(block), "tune": tune, "entry": compiled.entry, "device": device.index or 0}))
         program = [sys.executable, "-m", "pnex_magic._profile_child", str(work)]

@@ -42,6 +42,7 @@ from typing import Any
 
 from . import cache
 from .artifact import save
+from .tc.tensormap import maps_among  # tensor maps hold addresses: the child makes them again
 from .errors import PnexError
 
 __all__ = [
@@ -454,8 +455,8 @@ def run_sanitizer(
         folder = Path(tmp)
         save(op, folder / "kernel.pnex", archs=[arch])
         values = [a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        torch.save({"args": values, "cuda": [isinstance(a, torch.Tensor) and a.is_cuda for a in args]},
-                   folder / "args.pt")
+        torch.save({"args": values, "cuda": [isinstance(a, torch.Tensor) and a.is_cuda for a in args],
+                    "maps": maps_among(args)}, folder / "args.pt")
         for tool in tools:
             log = folder / f"{tool}.log"
             # --report-api-errors no: the driver calls that fail by design (an optional entry point

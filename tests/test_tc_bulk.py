@@ -270,3 +270,25 @@ def test_simulated_barrier_state_is_the_isa_s():
     assert sb._state(int(bars[0])) == (0, 2, 128, 1)  # every arrival in, the bytes still due
     with pytest.raises(RuntimeError, match="more arrivals"):
         sb.mbarrier_arrive(bars, 0)
+
+
+def test_profile_and_sanitize_children_make_the_tensor_maps_again(tmp_path):
+    """--profile and --sanitize run the call again in a child process from saved copies of
+    its tensors; a tensor map holds its tensor's address, so the child makes it again for
+    its copy (found on an H100: the TMA GEMM's profile came back empty)."""
+    from pnex_magic.errors import PnexError
+    from pnex_magic.tc.tensormap import maps_among, remake_maps
+
+    a, w = torch.randn(128, 64).half(), torch.randn(256, 64).half()
+    args = (a, w, tc.tensor_map(a, (128, 64)), tc.tensor_map(w, (256, 64), 128), 3)
+    maps = maps_among(args)
+    assert maps == {2: (0, 128, 64, 128), 3: (1, 256, 64, 128)}
+    torch.save({"args": list(args), "maps": maps}, tmp_path / "args.pt")
+    saved = torch.load(tmp_path / "args.pt", weights_only=True)
+    copies = remake_maps(saved["args"], saved["maps"])
+    assert torch.equal(tma_box(copies[0][:16], tc.tensor_map(copies[0][:16], (ROWS, COLS)), 0, 0), a[:16])
+    from pnex_magic.tc.tensormap import source_of
+
+    assert source_of(bytes(copies[2].numpy()), "test")[0] is copies[0]  # the copy's map, not the original's
+    with pytest.raises(PnexError, match="argument 1 is a tensor map .* this call does not pass"):
+        maps_among((a, tc.tensor_map(w, (256, 64))))

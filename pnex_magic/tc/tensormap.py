@@ -23,7 +23,7 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["tensor_map", "source_of", "SWIZZLES"]
+__all__ = ["tensor_map", "source_of", "SWIZZLES", "maps_among", "remake_maps"]
 
 #: Swizzle modes (bytes) -> the driver's CUtensorMapSwizzle.
 SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
@@ -33,6 +33,7 @@ _LOCK = threading.Lock()
 _TABLE: "OrderedDict[tuple, tuple[Any, Any]]" = OrderedDict()  # key -> (weakref to the tensor, descriptor)
 _CPU: dict[int, tuple[Any, int, int, int]] = {}  # id -> (weakref to the tensor, box rows, box columns, swizzle)
 _IDS = itertools.count(1)
+_MADE: dict[int, tuple[Any, Any, int, int, int]] = {}  # id(desc) -> (desc, its tensor: weak references; box; swizzle)
 _DRIVER: list[Any] = []
 
 
@@ -141,6 +142,9 @@ def tensor_map(tensor: Any, box: tuple[int, int], swizzle: int = 128) -> Any:
         data = _MAGIC + ident.to_bytes(8, "little") + bytes(112)
     desc = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(tensor.device)
     with _LOCK:
+        ident = id(desc)
+        _MADE[ident] = (weakref.ref(desc, lambda _, ident=ident: _MADE.pop(ident, None)), weakref.ref(tensor), rows,
+                        cols, swizzle)
         _TABLE[key] = (weakref.ref(tensor), desc)
         while len(_TABLE) > _KEEP:
             _TABLE.popitem(last=False)
@@ -160,3 +164,37 @@ def source_of(data: bytes, who: str) -> tuple[Any, int, int, int]:
         raise RuntimeError(f"{who}: the tensor this map was made for no longer exists; make the map again for the "
                            f"tensor the call passes")
     return (tensor,) + found[1:]
+
+
+def maps_among(args: Any) -> dict[int, tuple[int, int, int, int]]:
+    """``{i: (j, rows, columns, swizzle)}`` for each argument ``i`` that is a tensor map made
+    for argument ``j`` of the same call: what a child process (``--profile``,
+    ``--sanitize``), whose copies of the tensors live at other addresses, must make
+    again.  Raises :class:`~pnex_magic.errors.PnexError` for a map whose tensor the call
+    does not pass."""
+    from ..errors import PnexError
+
+    found: dict[int, tuple[int, int, int, int]] = {}
+    for i, arg in enumerate(args):
+        with _LOCK:
+            made = _MADE.get(id(arg))
+        if made is None or made[0]() is not arg:
+            continue
+        source = made[1]()
+        j = next((k for k, other in enumerate(args) if other is source), None)
+        if j is None:
+            raise PnexError(
+                f"argument {i} is a tensor map (pnex.tc.tensor_map) of a tensor this call does not pass: the "
+                f"kernel runs again in a child process, with copies of the call's tensors, where only the maps "
+                f"of those can be made again; pass the tensor too"
+            )
+        found[i] = (j,) + made[2:]
+    return found
+
+
+def remake_maps(args: list[Any], maps: dict[Any, Any]) -> list[Any]:
+    """``args`` with each tensor map of :func:`maps_among` made again for its tensor here."""
+    out = list(args)
+    for i, (j, rows, cols, swizzle) in maps.items():
+        out[int(i)] = tensor_map(out[int(j)], (int(rows), int(cols)), int(swizzle))
+    return out
