@@ -170,10 +170,7 @@ def maps_among(args: Any) -> dict[int, tuple[int, int, int, int]]:
     """``{i: (j, rows, columns, swizzle)}`` for each argument ``i`` that is a tensor map made
     for argument ``j`` of the same call: what a child process (``--profile``,
     ``--sanitize``), whose copies of the tensors live at other addresses, must make
-    again.  Raises :class:`~pnex_magic.errors.PnexError` for a map whose tensor the call
-    does not pass."""
-    from ..errors import PnexError
-
+    again.  Raises ``ValueError`` for a map whose tensor the call does not pass."""
     found: dict[int, tuple[int, int, int, int]] = {}
     for i, arg in enumerate(args):
         with _LOCK:
@@ -183,7 +180,7 @@ def maps_among(args: Any) -> dict[int, tuple[int, int, int, int]]:
         source = made[1]()
         j = next((k for k, other in enumerate(args) if other is source), None)
         if j is None:
-            raise PnexError(
+            raise ValueError(
                 f"argument {i} is a tensor map (pnex.tc.tensor_map) of a tensor this call does not pass: the "
                 f"kernel runs again in a child process, with copies of the call's tensors, where only the maps "
                 f"of those can be made again; pass the tensor too"
