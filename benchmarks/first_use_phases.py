@@ -4,6 +4,7 @@
     python benchmarks/first_use_phases.py --device cpu     # compile only (no GPU needed: NVVM and
                                                            # nvJitLink come as pip wheels)
     python benchmarks/first_use_phases.py --rounds 7 --warmup 0   # PNEX_WARMUP=0 in the children
+    python benchmarks/first_use_phases.py --ablate scipy,gc,setup      # what each part of the set-up gains
     python benchmarks/first_use_phases.py --against /tmp/main-checkout  # before/after, interleaved
 
 Each round is a fresh Python process that does what ``benchmarks/first_use.py``'s
@@ -26,7 +27,13 @@ total:
 * the torch op's registration, and (GPU only) the first call: the launch through the
   C++ launcher, the module load.  Without a GPU the first call runs in the CUDA
   simulator, a different thing: that row is skipped, with its reason;
-* waiting for pnex's background warm-up (where it runs), and what is left (``other``).
+* waiting for pnex's background warm-up (where it runs), and what is left (``other``);
+  Python's garbage collections (all phases together) are a row of their own.
+
+``--ablate scipy,gc,setup`` measures this checkout also with parts of
+:mod:`pnex_magic.numbasetup` turned off (``setup``: Numba's own set-up, as before issue
+37), ``--against DIR`` another checkout, in the same interleaved rounds: what each gain
+came from, on a loaded machine.
 
 The second kernel shows what every later kernel pays: the difference is the one-time
 cost.  The background warm-up thread's own stages are listed apart (they overlap the
@@ -252,12 +259,14 @@ class _Collections:
         return {str(g): v for g, v in sorted(found.items())}
 
 
-def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tuple[str, ...] = ()) -> dict:
+def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tuple[str, ...] = (),
+          prepare: bool = False) -> dict:
     """One fresh process's figures (run as ``python first_use_phases.py --child ...``);
     ``warmup_at_import``: pnex's background warm-up started right after ``import
     pnex_magic`` (the experiment of starting it at import); ``ablate``: parts of
     :mod:`pnex_magic.numbasetup` turned off (``scipy``: the BLAS probe finds SciPy;
-    ``gc``: no freeze of older objects; ``setup``: no set-up of pnex's, Numba's own)."""
+    ``gc``: no freeze of older objects; ``setup``: no set-up of pnex's, Numba's own);
+    ``prepare``: the untimed first child, which waits for the C++ launcher's build."""
     begin = time.perf_counter()
     clock = _Clock()
     collections = _Collections()
@@ -315,8 +324,7 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
             out = op(a)
             sync()
             clock.leave()
-            if not torch.equal(out, a * value):
-                raise RuntimeError(f"the {which} kernel's result is wrong")
+            torch.testing.assert_close(out, a.double().mul(value).float())  # the kernel computes in float64
         t1 = time.perf_counter()
         built = op._pnex.compiled_if_available()
         if built is None or not built.cubin:
@@ -334,6 +342,11 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
     from pnex_magic import warmup
 
     found["warmup"] = warmup.state()
+    if prepare and device == "cuda":  # the C++ launcher is built before anything is timed (as first_use.py's)
+        from pnex_magic.launch import switch
+
+        switch.wait(900)
+        found["launcher"] = switch.status()
     return found
 
 
@@ -341,11 +354,12 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
 
 
 def _run_child(device: str, salt: float, env: dict[str, str], warmup_at_import: bool = False,
-               ablate: tuple[str, ...] = ()) -> dict:
+               ablate: tuple[str, ...] = (), prepare: bool = False) -> dict:
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", device, repr(salt)]
-        + (["--warmup-at-import"] if warmup_at_import else []) + [f"--ablate={a}" for a in ablate],
-        capture_output=True, text=True, timeout=600, env=env,
+        + (["--warmup-at-import"] if warmup_at_import else []) + [f"--ablate={a}" for a in ablate]
+        + (["--prepare"] if prepare else []),
+        capture_output=True, text=True, timeout=1200, env=env,
     )
     if done.returncode != 0 or "RESULT " not in done.stdout:
         raise RuntimeError(f"benchmark child failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -364,7 +378,9 @@ def run_rounds(device: str, rounds: int, envs: dict[str, dict[str, str]], log=pr
         variants[f"without {ablation}"] = (this, tuple(ablation.split("+")))
     base = 1.0 + (time.time_ns() % 1_000_000) / 1e7  # new constants in every run of the script
     for k, env in enumerate(envs.values()):  # byte-compiled modules and (GPU) the C++ launcher exist before timing
-        _run_child(device, base - (k + 1) / 1024, env)
+        ready = _run_child(device, base - (k + 1) / 1024, env, prepare=True)
+        if "launcher" in ready:
+            log(f"  C++ launcher: {ready['launcher']}", flush=True)
     samples: dict[str, list[dict]] = {name: [] for name in variants}
     for r in range(rounds):
         for k, (name, (env, ablate)) in enumerate(variants.items()):
@@ -456,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         ablate = tuple(a.split("=", 1)[1] for a in argv if a.startswith("--ablate="))
-        print("RESULT " + json.dumps(child(argv[1], float(argv[2]), "--warmup-at-import" in argv, ablate)))
+        print("RESULT " + json.dumps(child(argv[1], float(argv[2]), "--warmup-at-import" in argv, ablate,
+                                           "--prepare" in argv)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
