@@ -28,7 +28,16 @@ differences that change no compiled code:
   ones only (0.03 s), and they are unfrozen when it ends: nothing is left
   uncollected (garbage among them is collected at the next full collection, which
   may come somewhat sooner than it would have).  A program that manages the
-  collector itself (collection disabled, or objects frozen already) is left alone.
+  collector itself (collection disabled, or objects frozen already) is left alone;
+  one that froze objects on another thread while the set-up ran would find them
+  unfrozen after it (:func:`gc.unfreeze` unfreezes all).
+
+Thread safety: the set-up holds Numba-CUDA's global compiler lock (with upstream
+Numba's, where it is installed), which every Numba compile holds while it refreshes
+the same contexts, so no compile on another thread reads the registries half
+installed; it refreshes in the order Numba's compiler does, so templates are
+installed in the same order (the same overloads chosen).  Registrations made meanwhile
+on another thread are installed by the next refresh, as in Numba.
 
 Both ``%load_ext``'s background warm-up (:mod:`pnex_magic.warmup`) and the compile
 stage (:mod:`pnex_magic.compiler`) call it; it runs once per process (later calls
