@@ -10,7 +10,9 @@ a barrier), for a whole switch interval (5 ms) at a time: sampled with ``py-spy
 (``examples/tensor_cores/attention.py``, 128 threads a block).  Here each thread
 counts itself in when it reaches the barrier or ends, and only the thread that
 completes the count (or one that ended with an exception) wakes the manager, which
-otherwise sleeps.
+otherwise sleeps.  The manager then releases the barrier's threads one after another,
+each thread waking the next (as :mod:`pnex_magic.tc.rendezvous` wakes a warp's lanes):
+woken all at once, hundreds of threads would wake only to queue for the GIL.
 
 The rest is numba's: its thread class (``BlockThread``: ``syncthreads_count`` and the
 like, the exception it records, the ``tid=... ctaid=...`` prefix), its fake ``cuda``
@@ -41,7 +43,10 @@ def _thread_class() -> type:
 
     class CountedThread(BlockThread):
         """numba's simulated CUDA thread, which tells its block when it reaches
-        ``syncthreads()`` and when it ends."""
+        ``syncthreads()`` and when it ends, and wakes the next thread when the barrier
+        releases it."""
+
+        pnex_next: Any = None  # the thread this one wakes when the barrier releases it
 
         def run(self) -> None:
             try:
@@ -55,6 +60,9 @@ def _thread_class() -> type:
             self._manager.arrived(self)
             self.syncthreads_event.wait()
             self.syncthreads_event.clear()
+            after, self.pnex_next = self.pnex_next, None
+            if after is not None:  # the next thread's turn (one at a time wants the GIL)
+                after.syncthreads_event.set()
             if self.abort:
                 raise RuntimeError("abort flag set on syncthreads clear")
 
@@ -113,11 +121,12 @@ class _Block:
                 if len(self._ended) == len(self._threads):
                     return
                 if self._waiting and self._waiting + len(self._ended) == len(self._threads):
-                    for t in self._threads:
-                        if t.syncthreads_blocked:
-                            t.syncthreads_blocked = False
-                            t.syncthreads_event.set()
+                    waiting = [t for t in self._threads if t.syncthreads_blocked]
+                    for t, after in zip(waiting, waiting[1:] + [None]):
+                        t.syncthreads_blocked = False
+                        t.pnex_next = after
                     self._waiting = 0
+                    waiting[0].syncthreads_event.set()
                     continue
                 self._condition.wait(_POLL_SECONDS)
 
