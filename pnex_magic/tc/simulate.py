@@ -3,11 +3,11 @@ numba-cuda's CUDA simulator runs, one Python thread per CUDA thread.
 
 A warp-level instruction (``mma``, ``ldmatrix``, a shuffle) needs every lane's
 operands at once.  Each lane hands its operands to its warp's rendezvous
-(:func:`collective`, :mod:`.rendezvous`); the last lane to arrive computes every lane's result from the
-whole warp's operands, with the fragment layouts of :mod:`.layouts`, and each lane
-takes its own.  Lanes of a warp that call different collectives, or a collective
-inside a branch that some lanes skip, are reported, as the GPU would hang or compute
-garbage (``.aligned`` instructions need the whole warp).
+(:func:`collective`, from :mod:`.rendezvous`); the last lane to arrive computes every
+lane's result from the whole warp's operands, with the fragment layouts of
+:mod:`.layouts`, and each lane takes its own.  Lanes of a warp that call different
+collectives, or a collective inside a branch that some lanes skip, are reported, as the
+GPU would hang or compute garbage (``.aligned`` instructions need the whole warp).
 
 Asynchronous copies (``cp.async``) complete at once here: a program that is correct
 on the GPU (it waits for its copies before it reads them) computes the same result.
