@@ -168,8 +168,9 @@ def test_colab_install_cell_has_no_placeholder():
 @pytest.mark.parametrize("name", EXPECTED)
 def test_notebook_executes(name):
     # 07's attention cell runs four FlashAttention-style kernels (256 threads a block at head_dim 128)
-    # through the simulator: over 600 s on a 2-core machine after the typed rewrite (issue 34).
-    nb = run_notebooks.execute_notebook(NOTEBOOKS[name], timeout=1800)
+    # through the simulator: 54-103 s on a shared 2-core machine (benchmarks/simulator_tc_speed.py), over
+    # 600 s under load before the simulator's barrier and warp rendezvous stopped polling.
+    nb = run_notebooks.execute_notebook(NOTEBOOKS[name], timeout=600)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     text = "".join(

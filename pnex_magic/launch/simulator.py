@@ -5,8 +5,10 @@ shared memory (dynamic shared memory too: ``cuda.shared.array(0, dtype)`` gets t
 variant's ``shared_bytes``), ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
-(:mod:`.grid_simulator`).  It is slow: keep problem sizes small.  An
-autotuned op runs its first candidate here (first block, first ``Tune`` choices).
+(:mod:`.grid_simulator`); any other, block after block as numba runs it, with a
+barrier that its threads tell instead of one that a loop polls
+(:mod:`.block_simulator`).  It is slow: keep problem sizes small.  An autotuned op
+runs its first candidate here (first block, first ``Tune`` choices).
 
 The source it runs is the kernel's, rewritten once per definition so that it
 computes with Numba-CUDA's types (:mod:`pnex_magic.simtyping`): literals, scalars as
@@ -32,7 +34,7 @@ import torch
 from ..dtypes import round_bf16
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
-from . import checks, grid_simulator
+from . import block_simulator, checks, grid_simulator
 from .hidden import hidden_tensors
 from .kernel import Kernel
 
@@ -78,7 +80,6 @@ class SimulatorLauncher:
                 f"artifact), so it cannot run on CPU tensors through the CUDA simulator; pass CUDA tensors"
             )
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        from numba.cuda.simulator.kernel import FakeCUDAKernel
 
         from ..tc.simulate import Bf16Shadow, install_warp_functions
 
@@ -136,7 +137,7 @@ class SimulatorLauncher:
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
                     grid_simulator.run(definition.spec.name, simulated, grid, block, args, shared)
                 else:
-                    FakeCUDAKernel(simulated, device=False)[grid, block, 0, shared](*args)
+                    block_simulator.run(simulated, grid, block, args, shared)  # numba's, with a barrier that is told
             except PnexError:
                 raise
             except Exception as exc:

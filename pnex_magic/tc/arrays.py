@@ -90,16 +90,34 @@ def alignment(array: np.ndarray, index: tuple[int, ...]) -> tuple[int, int, int 
     tensor's data pointer is where the GPU's would be, modulo 16 bytes and more);
     ``declared``: a shared array's declared alignment, ``None`` for other arrays.
     Byte counts are the GPU's (2-byte elements for a :class:`Bf16Shadow`)."""
-    size = itemsize(array)
-    scale = size / array.itemsize  # a Bf16Shadow's float32 bytes stand for half as many
+    scale = itemsize(array) / array.itemsize  # a Bf16Shadow's float32 bytes stand for half as many
     offset = int(round(sum(i * s for i, s in zip(index, array.strides)) * scale))
+    base, declared = _place(array, scale)
+    return offset, base + offset, declared
+
+
+# Where arrays start, by id() of the array: (a weak reference to it, its first element's
+# address as alignment() counts it, the declared alignment).  A primitive asks once per
+# lane and call, mostly about the same few tiles; an entry goes with its array.
+_PLACES: dict[int, tuple[Any, int, int | None]] = {}
+
+
+def _place(array: np.ndarray, scale: float) -> tuple[int, int | None]:
+    """(the address of ``array``'s first element as :func:`alignment` counts it, its
+    declared alignment or ``None``)."""
+    key = id(array)
+    found = _PLACES.get(key)
+    if found is not None and found[0]() is array:
+        return found[1], found[2]
     root = _root(array)
     declared = _declared(root)
     start = array.__array_interface__["data"][0]
-    if declared is not None:
-        within = int(round((start - root.__array_interface__["data"][0]) * scale))
-        return offset, within + offset, declared
-    if isinstance(array, Bf16Shadow):  # a float32 copy: where the tensor's data was is not known
-        within = int(round((start - root.__array_interface__["data"][0]) * scale))
-        return offset, within + offset, None
-    return offset, start + offset, None
+    if declared is not None or isinstance(array, Bf16Shadow):
+        # a shared allocation: from its start; a float32 copy: where the tensor's data was is not known
+        start = int(round((start - root.__array_interface__["data"][0]) * scale))
+    try:
+        ref = weakref.ref(array, lambda _, key=key: _PLACES.pop(key, None))
+    except TypeError:  # (an array that takes no weak reference: not kept)
+        return start, declared
+    _PLACES[key] = (ref, start, declared)
+    return start, declared

@@ -22,6 +22,7 @@ by :meth:`Fault.word` (:func:`unpack` reads it back).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any
 
@@ -132,7 +133,7 @@ def describe(code: int, param: int, a: int, b: int, axis: int, index: int, shape
 
 
 def _index(index: Any) -> tuple[int, ...]:
-    return tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
+    return tuple(map(int, index)) if isinstance(index, tuple) else (int(index),)
 
 
 def _rank(array: np.ndarray, idx: tuple[int, ...], what: str) -> None:
@@ -168,9 +169,9 @@ def span(array: np.ndarray, index: Any, count: int, need: int, what: str) -> Fau
     found = _bounds(array, idx)
     if found is None and idx[-1] + count > array.shape[-1]:
         found = Fault(RANGE, last, idx[-1], array.shape, count)
-    if found is None and count > 1 and array.strides[-1] * itemsize(array) // array.itemsize != itemsize(array):
-        found = Fault(CONTIGUOUS, last, array.strides[-1] * itemsize(array) // array.itemsize, array.shape,
-                      itemsize(array))
+    size = itemsize(array)
+    if found is None and count > 1 and array.strides[-1] * size // array.itemsize != size:
+        found = Fault(CONTIGUOUS, last, array.strides[-1] * size // array.itemsize, array.shape, size)
     return found or _aligned(array, idx, last, need)
 
 
@@ -229,7 +230,15 @@ def same_element_size(dst: np.ndarray, src: np.ndarray, what: str) -> None:
         )
 
 
+@functools.lru_cache(maxsize=None)
+def _native_dtypes(names: tuple[str, ...]) -> frozenset[np.dtype]:
+    """The dtypes named ``names`` in native byte order (each has its name)."""
+    return frozenset(np.dtype(name) for name in names)
+
+
 def fragment_dtype(array: np.ndarray, dtypes: tuple[str, ...], what: str) -> None:
     """A fragment of one of ``dtypes`` (the GPU's typing refuses any other at definition)."""
+    if array.dtype in _native_dtypes(dtypes):  # (``dtype.name`` is Python code in NumPy: slow per lane)
+        return
     if array.dtype.name not in dtypes:
         raise TypeError(f"{what} must hold {' or '.join(dtypes)}, got {array.dtype.name}")

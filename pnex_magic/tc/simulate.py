@@ -3,11 +3,11 @@ numba-cuda's CUDA simulator runs, one Python thread per CUDA thread.
 
 A warp-level instruction (``mma``, ``ldmatrix``, a shuffle) needs every lane's
 operands at once.  Each lane hands its operands to its warp's rendezvous
-(:func:`collective`); the last lane to arrive computes every lane's result from the
-whole warp's operands, with the fragment layouts of :mod:`.layouts`, and each lane
-takes its own.  Lanes of a warp that call different collectives, or a collective
-inside a branch that some lanes skip, are reported, as the GPU would hang or compute
-garbage (``.aligned`` instructions need the whole warp).
+(:func:`collective`, from :mod:`.rendezvous`); the last lane to arrive computes every
+lane's result from the whole warp's operands, with the fragment layouts of
+:mod:`.layouts`, and each lane takes its own.  Lanes of a warp that call different
+collectives, or a collective inside a branch that some lanes skip, are reported, as the
+GPU would hang or compute garbage (``.aligned`` instructions need the whole warp).
 
 Asynchronous copies (``cp.async``) complete at once here: a program that is correct
 on the GPU (it waits for its copies before it reads them) computes the same result.
@@ -15,18 +15,18 @@ on the GPU (it waits for its copies before it reads them) computes the same resu
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import layouts, rules
 from .arrays import Bf16Shadow, declare, itemsize, unwrap
+from .rendezvous import checked_collective, collective, lane_id, thread_position, track_thread_ends
 
 __all__ = [
     "collective",
+    "checked_collective",
+    "lane_id",
     "unwrap",
     "Bf16Shadow",
     "mma",
@@ -35,178 +35,12 @@ __all__ = [
     "shfl",
 ]
 
-_WAIT_S = 0.05  # how often a waiting lane looks whether the launch was aborted
-
-
-class _Warp:
-    """The rendezvous of one warp's lanes."""
-
-    def __init__(self, lanes: int):
-        self.lanes = lanes
-        self.slots: list[Any] = [None] * lanes
-        self.names: list[str | None] = [None] * lanes
-        self.arrived = 0
-        self.generation = 0
-        self.results: Sequence[Any] = ()
-        self.condition = threading.Condition()
-
-
-_WARPS: "weakref.WeakKeyDictionary[Any, dict[tuple, _Warp]]" = weakref.WeakKeyDictionary()
-_WARPS_LOCK = threading.Lock()
-
-
-def _thread_position(group: int = 32) -> tuple[Any, tuple, int, int, int]:
-    """(the block's manager, the block index, the warp, the lane, the warp's lanes) of
-    the calling simulated thread; with ``group=128``, its warpgroup, its place in it and
-    the warpgroup's threads."""
-    thread = threading.current_thread()
-    manager = getattr(thread, "_manager", None)
-    if manager is None or not hasattr(thread, "thread_id"):
-        raise RuntimeError("a warp-level primitive was called outside a simulated CUDA kernel")
-    block_dim = manager._block_dim
-    threads = int(np.prod(block_dim))
-    warp, lane = divmod(thread.thread_id, group)
-    lanes = min(group, threads - group * warp)
-    return manager, tuple(thread.blockIdx), warp, lane, lanes
-
-
-def _warp(manager: Any, block: tuple, warp: int, lanes: int, group: int) -> _Warp:
-    with _WARPS_LOCK:
-        per_manager = _WARPS.get(manager)
-        if per_manager is None:
-            per_manager = _WARPS[manager] = {}
-        found = per_manager.get((block, group, warp))
-        if found is None:
-            found = per_manager[(block, group, warp)] = _Warp(lanes)
-        return found
-
-
-def lane_id() -> int:
-    return _thread_position()[3]
-
-
-def collective(name: str, value: Any, combine: Callable[[list[Any]], Sequence[Any]], group: int = 32) -> Any:
-    """This lane's share of a warp-wide operation: every lane of the warp calls it with
-    its own ``value``; ``combine`` (run once, by the last lane to arrive) maps the list
-    of all lanes' values, in lane order, to the list of their results.  ``group=128``:
-    a warpgroup-wide operation (Hopper's ``wgmma``), over 4 consecutive warps."""
-    manager, block, warp_index, lane, lanes = _thread_position(group)
-    warp = _warp(manager, block, warp_index, lanes, group)
-    thread = threading.current_thread()
-    with warp.condition:
-        generation = warp.generation
-        warp.slots[lane] = value
-        warp.names[lane] = name
-        warp.arrived += 1
-        if warp.arrived == warp.lanes:
-            names = set(warp.names)
-            slots = warp.slots
-            warp.slots, warp.names, warp.arrived = [None] * lanes, [None] * lanes, 0
-            warp.generation += 1
-            try:
-                if len(names) > 1:
-                    raise RuntimeError(
-                        f"the lanes of {'warp' if group == 32 else 'warpgroup'} {warp_index} (block {block}) met at "
-                        f"different {'warp' if group == 32 else 'warpgroup'}-level operations "
-                        f"({', '.join(sorted(n for n in names if n))}): every lane of a warp must execute the same "
-                        f"one (a warp-level instruction inside a branch that some lanes skip)"
-                    )
-                warp.results = combine(slots)
-            except BaseException as exc:
-                warp.results = _Failed(exc)  # every lane raises it
-            warp.condition.notify_all()
-        else:
-            while warp.generation == generation:
-                warp.condition.wait(_WAIT_S)
-                if warp.generation != generation:
-                    break
-                if getattr(thread, "abort", False):
-                    raise RuntimeError(f"abort flag set while {'warp' if group == 32 else 'warpgroup'} {warp_index} waited at {name}")
-                gone = _ended_lanes(manager, block, warp_index, group, warp)
-                if gone:  # they will never come: the warp fails, every waiting lane with the same error
-                    unit = "warp" if group == 32 else "warpgroup"
-                    warp.results = _Failed(RuntimeError(
-                        f"lane(s) {', '.join(map(str, gone))} of {unit} {warp_index} (block {block}) ended before "
-                        f"reaching {name} (an error in that lane, or a return that the others did not take): every "
-                        f"lane of a {unit} must execute it"
-                    ))
-                    warp.slots, warp.names, warp.arrived = [None] * lanes, [None] * lanes, 0
-                    warp.generation += 1
-                    warp.condition.notify_all()
-        results = warp.results
-    if isinstance(results, _Failed):
-        raise results.exc
-    return results[lane]
-
-
-class _Failed:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-def _ended_lanes(manager: Any, block: tuple, warp_index: int, group: int, warp: _Warp) -> list[int]:
-    """The lanes of this warp whose threads have ended without arriving (they raised, or
-    returned early): numba's block manager may drop such a thread before it sees its
-    exception, and the lanes waiting for it would wait for ever."""
-    ended = getattr(manager, _ENDED, None)
-    if not ended:
-        return []
-    first = warp_index * group
-    return [lane for lane in range(warp.lanes) if (block, first + lane) in ended and warp.names[lane] is None]
-
-
-_ENDED = "pnex_ended_threads"  # on a block manager: (block, thread id) of its threads that have ended
-_FAILED = "pnex_failed_threads"  # on a block manager: (block, thread id) -> the exception a thread ended with
-
-
-def _track_thread_ends() -> None:
-    """Make numba's simulated threads note on their block manager when they end."""
-    from numba.cuda.simulator.kernel import BlockThread
-
-    if getattr(BlockThread, "pnex_tracks_ends", False):
-        return
-    run = BlockThread.run
-
-    def tracked(self: Any) -> None:
-        try:
-            run(self)
-        finally:
-            ended = self._manager.__dict__.setdefault(_ENDED, set())
-            ended.add((tuple(self.blockIdx), self.thread_id))
-            if self.exception:  # numba's manager may drop it: kept for the threads that wait on this one
-                failed = self._manager.__dict__.setdefault(_FAILED, {})
-                failed[(tuple(self.blockIdx), self.thread_id)] = self.exception[0]
-
-    BlockThread.run = tracked
-    BlockThread.pnex_tracks_ends = True
-
-
-def checked_collective(name: str, prepare: Callable[[], Any], combine: Callable[[list[Any]], Sequence[Any]],
-                       group: int = 32) -> Any:
-    """:func:`collective` of the value ``prepare()`` returns after checking this lane's
-    operands.  A lane whose check fails still meets its warp, and every lane then raises
-    the error of the first lane that failed: a lane that raised on its own would leave
-    the others waiting for it."""
-    try:
-        mine, failure = prepare(), None
-    except Exception as exc:  # noqa: BLE001 - handed to the whole warp
-        mine, failure = None, exc
-
-    def guarded(lanes: list[Any]) -> Sequence[Any]:
-        for failed, _ in lanes:
-            if failed is not None:
-                raise failed
-        return combine([value for _, value in lanes])
-
-    return collective(name, (failure, mine), guarded, group)
-
-
 # --- element bytes ------------------------------------------------------------------------------------
 # The spans the primitives touch lie along the last axis of their array, checked first by
 # pnex_magic.tc.rules (in bounds, contiguous, aligned).
 
 def _index(index: Any) -> tuple[int, ...]:
-    return tuple(int(i) for i in index) if isinstance(index, tuple) else (int(index),)
+    return tuple(map(int, index)) if isinstance(index, tuple) else (int(index),)
 
 
 def _row(array: np.ndarray, index: Any, count: int) -> np.ndarray:
@@ -290,9 +124,9 @@ def mma(acc: Any, a: Any, b: Any, kind: str) -> None:
     def combine(lanes: list[Any]) -> list[np.ndarray]:
         if len(lanes) != 32:
             raise RuntimeError("pnex.tc.mma needs a whole warp of 32 threads")
-        c = np.stack([x[0] for x in lanes])
-        av = _decode(np.stack([x[1] for x in lanes]), kind)
-        bv = _decode(np.stack([x[2] for x in lanes]), kind)
+        c = np.array([x[0] for x in lanes])  # (all of one shape: np.stack, 3x slower)
+        av = _decode(np.array([x[1] for x in lanes]), kind)
+        bv = _decode(np.array([x[2] for x in lanes]), kind)
         A = np.zeros((m, k))
         B = np.zeros((k, n))
         C = np.zeros((m, n))
@@ -301,7 +135,7 @@ def mma(acc: Any, a: Any, b: Any, kind: str) -> None:
         B[lb[..., 0], lb[..., 1]] = bv
         C[lc[..., 0], lc[..., 1]] = c
         D = (A @ B + C).astype(np.float32)
-        return [D[lc[lane, :, 0], lc[lane, :, 1]] for lane in range(32)]
+        return list(D[lc[..., 0], lc[..., 1]])  # lane by lane
 
     acc_[...] = checked_collective(f"mma.{kind}", prepare, combine)
 
@@ -327,12 +161,12 @@ def ldmatrix(frag: Any, tile: Any, index: Any, count: int, trans: bool) -> None:
     def combine(lanes: list[np.ndarray]) -> list[np.ndarray]:
         if len(lanes) != 32:
             raise RuntimeError(f"{what} needs a whole warp of 32 threads")
-        mats = np.stack(lanes[: 8 * count]).reshape(count, 8, 8)  # matrix, row, column
+        mats = np.array(lanes[: 8 * count]).reshape(count, 8, 8)  # matrix, row, column
         lay = layouts.ldmatrix_layout(trans)
         halves = mats[:, lay[..., 0], lay[..., 1]]  # (count, lane, 2)
         words = halves.astype(np.uint32)
         words = words[..., 0] | (words[..., 1] << 16)  # (count, lane)
-        return [words[:, lane] for lane in range(32)]
+        return list(words.T)  # lane by lane
 
     frag_[:count] = checked_collective(f"ldmatrix.x{count}{'.trans' if trans else ''}", prepare, combine)
 
@@ -431,7 +265,7 @@ def _wgmma_c_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
 def shfl(kind: str, mask: int, value: Any, operand: int, width: int = 32) -> Any:
     """``shfl.sync``: ``kind`` is "idx", "up", "down" or "xor"; every lane of the warp
     takes part (``mask`` must name them all, as in nearly every kernel)."""
-    manager, block, warp, lane, lanes = _thread_position()
+    manager, block, warp, lane, lanes = thread_position()
     full = (1 << lanes) - 1
     if int(mask) & full != full:
         raise NotImplementedError(
@@ -467,7 +301,7 @@ def shfl(kind: str, mask: int, value: Any, operand: int, width: int = 32) -> Any
 
 
 def _vote(kind: str, mask: int, predicate: Any) -> Any:
-    manager, block, warp, lane, lanes = _thread_position()
+    manager, block, warp, lane, lanes = thread_position()
     full = (1 << lanes) - 1
     if int(mask) & full != full:
         raise NotImplementedError(
@@ -499,8 +333,8 @@ _WARP_FUNCTIONS = {
     "any_sync": lambda self, mask, predicate: _vote("any", mask, predicate),
     "eq_sync": lambda self, mask, predicate: _vote("eq", mask, predicate),
     "syncwarp": lambda self, mask=0xFFFFFFFF: _vote("all", mask, True) and None,
-    "activemask": lambda self: np.uint32((1 << _thread_position()[4]) - 1),
-    "lanemask_lt": lambda self: np.uint32((1 << _thread_position()[3]) - 1),
+    "activemask": lambda self: np.uint32((1 << thread_position()[4]) - 1),
+    "lanemask_lt": lambda self: np.uint32((1 << thread_position()[3]) - 1),
 }
 
 
@@ -556,4 +390,4 @@ def install_warp_functions() -> None:
             setattr(FakeCUDAModule, name, function)
     FakeCUDAShared.array = _shared_array
     FakeCUDALocal.array = _local_array
-    _track_thread_ends()
+    track_thread_ends()

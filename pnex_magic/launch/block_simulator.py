@@ -1,0 +1,162 @@
+"""numba-cuda's CUDA simulator, one block at a time, with a barrier that is told
+instead of a manager that polls.
+
+numba's ``BlockManager`` runs a block's threads as Python threads and finds out that
+they all wait at ``cuda.syncthreads()`` (or have ended) by looking at every thread's
+flags in a loop that never sleeps.  That loop holds the GIL whenever a simulated
+thread lets it go (each wait at a warp rendezvous, :mod:`pnex_magic.tc.simulate`, or at
+a barrier), for a whole switch interval (5 ms) at a time: sampled with ``py-spy
+--gil``, it held the GIL 83% of a simulated FlashAttention launch
+(``examples/tensor_cores/attention.py``, 128 threads a block).  Here each thread
+counts itself in when it reaches the barrier or ends, and only the thread that
+completes the count (or one that ended with an exception) wakes the manager, which
+otherwise sleeps.  The manager then releases the barrier's threads one after another,
+each thread waking the next (as :mod:`pnex_magic.tc.rendezvous` wakes a warp's lanes):
+woken all at once, hundreds of threads would wake only to queue for the GIL.
+
+The rest is numba's: its thread class (``BlockThread``: ``syncthreads_count`` and the
+like, the exception it records, the ``tid=... ctaid=...`` prefix), its fake ``cuda``
+module (one per launch, whose shared memory its blocks reuse in turn, as numba's do),
+its argument wrappers, its blocks in ``np.ndindex`` order, one at a time.  A thread
+that raises aborts the block's others (they raise at their next barrier), and the
+launch raises its exception, as numba's manager does (the first to end with one here;
+numba's raises whichever its scan meets first).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["run"]
+
+_POLL_SECONDS = 1.0  # the manager's longest sleep without news (every change wakes it at once)
+
+
+@functools.lru_cache(maxsize=1)
+def _thread_class() -> type:
+    from numba.cuda.simulator.kernel import BlockThread
+
+    class CountedThread(BlockThread):
+        """numba's simulated CUDA thread, which tells its block when it reaches
+        ``syncthreads()`` and when it ends, and wakes the next thread when the barrier
+        releases it."""
+
+        pnex_next: Any = None  # the thread this one wakes when the barrier releases it
+
+        def run(self) -> None:
+            try:
+                super().run()
+            finally:
+                self._manager.ended(self)
+
+        def syncthreads(self) -> None:
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            self._manager.arrived(self)
+            self.syncthreads_event.wait()
+            self.syncthreads_event.clear()
+            after, self.pnex_next = self.pnex_next, None
+            if after is not None:  # the next thread's turn (one at a time wants the GIL)
+                after.syncthreads_event.set()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    return CountedThread
+
+
+class _Block:
+    """Runs one block's threads (what numba's thread class reads of its manager:
+    ``_block_dim``, ``block_state``) and releases its barriers."""
+
+    def __init__(self, fn: Any, block_dim: tuple[int, int, int]):
+        self._f = fn
+        self._block_dim = block_dim
+        self.block_state = np.zeros(block_dim, dtype=np.bool_)
+        self._condition = threading.Condition()
+        self._threads: list[Any] = []
+        self._waiting = 0  # threads at the barrier
+        self._ended: list[Any] = []  # threads that have ended, in the order they ended
+        self._failed: Any = None  # the first thread that ended with an exception
+
+    def arrived(self, thread: Any) -> None:
+        with self._condition:
+            thread.syncthreads_blocked = True
+            self._waiting += 1
+            if self._waiting + len(self._ended) == len(self._threads):
+                self._condition.notify()
+
+    def ended(self, thread: Any) -> None:
+        with self._condition:
+            self._ended.append(thread)
+            if thread.exception and self._failed is None:
+                self._failed = thread
+            if self._failed is not None or self._waiting + len(self._ended) == len(self._threads):
+                self._condition.notify()
+
+    def run(self, grid_point: tuple[int, ...], args: Sequence[Any]) -> None:
+        thread_class = _thread_class()
+
+        def target() -> None:
+            self._f(*args)
+
+        points = list(np.ndindex(*self._block_dim))
+        with self._condition:  # the count of threads is known before any of them arrives
+            self._threads = [thread_class(target, self, grid_point, point, False) for point in points]
+        for t in self._threads:
+            t.start()
+        with self._condition:
+            while True:
+                if self._failed is not None:
+                    for t in self._threads:  # (they end on their own: daemons, as numba's)
+                        t.abort = True
+                        t.syncthreads_blocked = False
+                        t.syncthreads_event.set()
+                    exc, tb = self._failed.exception
+                    raise exc.with_traceback(tb)
+                if len(self._ended) == len(self._threads):
+                    return
+                if self._waiting and self._waiting + len(self._ended) == len(self._threads):
+                    waiting = [t for t in self._threads if t.syncthreads_blocked]
+                    for t, after in zip(waiting, waiting[1:] + [None]):
+                        t.syncthreads_blocked = False
+                        t.pnex_next = after
+                    self._waiting = 0
+                    waiting[0].syncthreads_event.set()
+                    continue
+                self._condition.wait(_POLL_SECONDS)
+
+
+def run(fn: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0) -> None:
+    """What ``FakeCUDAKernel(fn)[grid, block, 0, shared](*args)`` does (numba's arguments
+    and fake ``cuda`` module, the blocks one after another), with :class:`_Block`'s barrier."""
+    from numba.cuda.errors import normalize_kernel_dimensions
+    from numba.cuda.simulator import kernel as simulator
+    from numba.cuda.simulator.args import ArgHint, InOut
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, swapped_cuda_module
+
+    grid_dim, block_dim = normalize_kernel_dimensions(grid, block)
+    module = FakeCUDAModule(grid_dim, block_dim, shared)
+    with simulator._push_kernel_context(module):
+        retr: list[Any] = []
+
+        def fake_arg(arg: Any) -> Any:
+            if isinstance(arg, np.ndarray) and arg.ndim > 0:
+                arg = InOut(arg).to_device(retr)
+            elif isinstance(arg, ArgHint):
+                arg = arg.to_device(retr)
+            elif isinstance(arg, np.void):
+                arg = FakeCUDAArray(arg)
+            return FakeWithinKernelCUDAArray(arg) if isinstance(arg, FakeCUDAArray) else arg
+
+        fake_args = [fake_arg(arg) for arg in args]
+        with swapped_cuda_module(fn, module):
+            for grid_point in np.ndindex(*grid_dim):
+                _Block(fn, block_dim).run(grid_point, fake_args)
+        for write_back in retr:
+            write_back()
