@@ -164,16 +164,7 @@ def test_notebook_prose_states_only_figures_its_outputs_show(path):
                        f"python benchmarks/run_notebooks.py {path.relative_to(REPO)}")
 
 
-# 05's saved run (an H100, before the report's ceiling became the fastest rate measured for
-# the call) says "85% of the device-to-device copy: at or near the ceiling" beside
-# torch.compile at 1.18x the op.  The session that fixed the report had no GPU time left to
-# re-execute 05: this stays a strict xfail (it fails the suite once 05 is re-executed and
-# the contradiction is gone, so that the mark is removed then).
-STALE_05 = pytest.mark.xfail(strict=True, reason="05's saved outputs predate the ceiling fix; re-execute 05 on a GPU")
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=STALE_05) if p.name == "05_colab.ipynb" else p
-                                  for p in NOTEBOOKS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_verdicts_hold_against_the_rates_they_show(path):
     found = ceiling_contradictions(nbformat.read(path, as_version=4))
     assert not found, (f"{path.name}: " + "; ".join(found) + ". Saved before the report's ceiling became the fastest "
