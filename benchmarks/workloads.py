@@ -71,7 +71,7 @@ if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from numba import cuda, float32, int64  # noqa: E402
+from numba import cuda, float32, int32  # noqa: E402
 
 import pnex_magic as pnex
 from pnex_magic.autograd import attach_backward
@@ -88,7 +88,7 @@ __all__ = [
     "LLTM", "LLTMPnex", "LLTMOps", "lltm_ops", "lltm_forward", "lltm_backward",
     "lltm_cell_reference", "lltm_cell_backward_reference", "train_lltm", "bench_lltm",
     # k-means
-    "POINTS_PER_THREAD", "kmeans_ops", "kmeans_assign", "kmeans_reference", "kmeans_data", "check_labels", "bench_kmeans",
+    "POINTS_CHOICES", "kmeans_ops", "kmeans_assign", "kmeans_reference", "kmeans_data", "check_labels", "bench_kmeans",
     # shared
     "Row", "Workload", "time_per_call", "copy_time", "dram_copy_bandwidth", "environment",
     "format_table", "markdown_table", "same_kernel", "run", "main",
@@ -1155,13 +1155,15 @@ def _rounds_lost(w: Workload, ours: list[str], theirs: list[str]) -> str:
 # =============================================================================================
 
 
-POINTS_PER_THREAD = 4  # also in n_threads below: (points.size(0) + 3) // 4 threads
+POINTS_CHOICES = (1, 2, 4, 8, 16)  # points per thread, the autotuner's choices (a Tune parameter)
 _kmeans_cache: dict = {}
 
 
 def kmeans_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
     """The assignment kernel, writing ``labels_dtype`` labels: int64 as ``argmin`` does, or
-    int32, 4 bytes less per point to write.  Made once per dtype."""
+    int32, 4 bytes less per point to write.  Made once per dtype.  How many points each
+    thread assigns (``POINTS``) and the block size are the autotuner's choice: the fastest
+    on this GPU and these shapes, measured at the first call and kept on disk."""
     if labels_dtype in _kmeans_cache:
         return _kmeans_cache[labels_dtype]
     LABELS = labels_dtype
@@ -1170,42 +1172,51 @@ def kmeans_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
         points: pnex.In("f32", (None, 2)),
         centroids: pnex.In("f32", (None, 2)),
         labels: pnex.Out(LABELS, ("points.size(0)",)),
+        POINTS: pnex.Tune(1, 2, 4, 8, 16),
     ):
-        # Each thread assigns POINTS_PER_THREAD points, one block width apart (so that a
-        # warp's loads and stores are contiguous): it loads them all, compares them with
-        # every centroid, then stores their labels.  Several loads in flight per thread
-        # are what it takes to keep the GPU's memory busy.
+        # Each thread assigns POINTS points, one block width apart (a warp's loads and
+        # stores cover consecutive memory): it loads them all (many loads in flight keep
+        # the memory busy), compares them with every centroid, then stores their labels.
+        # The tensors are read through .flat, in memory order (point i's x at xy[2 * i],
+        # its y next to it): points[i, 0] would also wrap a negative i and multiply by the
+        # row length read at run time, 64-bit integer work for every point.
         n = points.shape[0]
-        first = cuda.blockIdx.x * cuda.blockDim.x * POINTS_PER_THREAD + cuda.threadIdx.x
-        x = cuda.local.array(POINTS_PER_THREAD, float32)
-        y = cuda.local.array(POINTS_PER_THREAD, float32)
-        best_d = cuda.local.array(POINTS_PER_THREAD, float32)
-        best = cuda.local.array(POINTS_PER_THREAD, int64)
-        for j in range(POINTS_PER_THREAD):
+        xy = points.flat
+        cxy = centroids.flat
+        out = labels.flat
+        first = cuda.blockIdx.x * cuda.blockDim.x * POINTS + cuda.threadIdx.x
+        x = cuda.local.array(POINTS, float32)
+        y = cuda.local.array(POINTS, float32)
+        best_d = cuda.local.array(POINTS, float32)
+        best = cuda.local.array(POINTS, int32)
+        for j in range(POINTS):
             i = first + j * cuda.blockDim.x
-            x[j] = points[i, 0] if i < n else float32(0.0)
-            y[j] = points[i, 1] if i < n else float32(0.0)
+            x[j] = float32(0.0)
+            y[j] = float32(0.0)
+            if i < n:
+                x[j] = xy[2 * i]
+                y[j] = xy[2 * i + 1]
             best_d[j] = float32(math.inf)
             best[j] = -1
         for k in range(centroids.shape[0]):  # on a tie the first centroid wins, as in argmin
-            cx = centroids[k, 0]
-            cy = centroids[k, 1]
-            for j in range(POINTS_PER_THREAD):
+            cx = cxy[2 * k]
+            cy = cxy[2 * k + 1]
+            for j in range(POINTS):
                 dx = x[j] - cx
                 dy = y[j] - cy
                 d = dx * dx + dy * dy
                 if d < best_d[j]:
                     best_d[j] = d
                     best[j] = k
-        for j in range(POINTS_PER_THREAD):
+        for j in range(POINTS):
             i = first + j * cuda.blockDim.x
             if i < n:
-                labels[i] = best[j]
+                out[i] = best[j]
 
     if labels_dtype != torch.int64:
         kmeans_assign.__name__ += "_" + str(labels_dtype).removeprefix("torch.")  # one op per dtype
         kmeans_assign.__qualname__ = kmeans_assign.__name__
-    op = pnex.jit(n_threads="(points.size(0) + 3) // 4", threads_per_block=256)(kmeans_assign)
+    op = pnex.jit(n_threads="(points.size(0) + POINTS - 1) // POINTS", threads_per_block="auto")(kmeans_assign)
     _kmeans_cache[labels_dtype] = op
     return op
 
