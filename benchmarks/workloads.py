@@ -71,7 +71,7 @@ if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from numba import cuda, float32, int64  # noqa: E402
+from numba import cuda, float32, int32, int64  # noqa: E402
 
 import pnex_magic as pnex
 from pnex_magic.autograd import attach_backward
@@ -84,6 +84,7 @@ __all__ = [
     "TX", "TY", "ROWS_PER_THREAD", "TILE_ROWS", "HALO_SHAPE", "diffusion_step", "initial_field", "laplacian", "torch_diffusion_step",
     "eager_step_into", "run_diffusion", "run_diffusion_eager", "reference_diffusion",
     "docs_diffusion_kernel", "raw_numba_diffusion", "bench_diffusion",
+    "MAX_STEPS_PER_LAUNCH", "diffusion_blocked", "run_diffusion_blocked",
     # LLTM
     "LLTM", "LLTMPnex", "LLTMOps", "lltm_ops", "lltm_forward", "lltm_backward",
     "lltm_cell_reference", "lltm_cell_backward_reference", "train_lltm", "bench_lltm",
@@ -581,6 +582,116 @@ def run_diffusion_eager(u0: torch.Tensor, steps: int, coeff: float = 0.25, step=
     for _ in range(steps):
         u = step(u, weight, coeff)
     return u[0, 0]
+
+
+# Temporal blocking: several steps per launch.  A block loads a tile of the field, halo
+# included, into registers, then takes `steps` steps on it, exchanging neighbours through
+# shared memory, and writes the tile's interior once.  A one-step kernel reads and writes the
+# whole field every step; this one does so once per `steps` steps (plus the halo, read by two
+# blocks), so its DRAM traffic per step is about 1/steps of the one-step kernel's.  The price
+# is work on the halo: a tile of H x W updates (H - 2 steps) x (W - 2 steps) points.
+#
+# The halo is `steps` wide: the tile's edge points have neighbours outside the tile, so they
+# are not updated (they go stale), and the stale band grows by one point a step.  After
+# `steps` steps the points at least `steps` from the edge are exact: those are written.
+#
+# The block is 32 x 8 threads.  Each thread holds ROWS consecutive rows of COLS columns
+# (32 apart, so a warp reads and writes 32 neighbours of a row) in registers; above/below
+# neighbours come from its own registers, except at the ends of its column, and left/right
+# neighbours from shared memory.  ROWS and COLS (the tile's shape, 8 ROWS x 32 COLS) are
+# pnex.Tune parameters: the autotuner times every choice and keeps the fastest.  The results
+# do not depend on them (every point is computed the same way), so every choice is exact.
+MAX_STEPS_PER_LAUNCH = 15  # the smallest tile (32 x 32) must keep an interior: 32 - 2 * steps > 0
+
+
+@pnex.jit(
+    n_threads=("(u.size(1) + 32 * COLS - 2 * steps - 1) // (32 * COLS - 2 * steps) * 32",
+               "(u.size(0) + 8 * ROWS - 2 * steps - 1) // (8 * ROWS - 2 * steps) * 8"),
+    threads_per_block=(32, 8),  # pinned: the tile is sized for it
+    shared_bytes="2 * (8 * ROWS + 2) * (32 * COLS) * 4",  # two tiles and a row above and below each
+    autotune_key=("u.size(0)", "u.size(1)", "steps"),
+)
+def diffusion_blocked(
+    u: pnex.In("f32", (None, None)),
+    u_new: pnex.InMut("f32", "u"),
+    coeff: pnex.Scalar("f32"),
+    steps: pnex.Scalar("i32"),
+    ROWS: pnex.Tune(4, 8),
+    COLS: pnex.Tune(1, 2, 4),
+):
+    rows, cols = u.shape
+    tx = cuda.threadIdx.x & 31  # the block is 32 x 8; the masks tell the compiler these are >= 0,
+    ty = cuda.threadIdx.y & 7  # so that no shared-memory index below is tested for wrap-around
+    H = 8 * ROWS  # the tile, halo included
+    W = 32 * COLS
+    r0 = ty * ROWS  # this thread's first row in the tile
+    top = cuda.blockIdx.y * (H - 2 * steps) - steps  # the tile's first row and column in the field
+    left = cuda.blockIdx.x * (W - 2 * steps) - steps
+
+    # 1. Load the tile into registers (0 outside the field), and note which points to update:
+    #    inside the field (outside it the field is 0 at every step) and not on the tile's edge.
+    v = cuda.local.array((ROWS, COLS), float32)
+    row_live = cuda.local.array(ROWS, int32)
+    col_live = cuda.local.array(COLS, int32)
+    for i in range(ROWS):
+        row = top + r0 + i
+        row_live[i] = 0 < r0 + i < H - 1 and 0 <= row < rows
+        for j in range(COLS):
+            col = left + tx + 32 * j
+            v[i, j] = u[row, col] if 0 <= row < rows and 0 <= col < cols else float32(0.0)
+    for j in range(COLS):
+        col = left + tx + 32 * j
+        col_live[j] = 0 < tx + 32 * j < W - 1 and 0 <= col < cols
+
+    # 2. The steps.  Shared memory holds two tiles (even and odd steps), each with a spare row
+    #    above and below; tile row r is shared row r + 1.  One barrier a step: a thread writes
+    #    tile s % 2 only after every thread has read it at step s - 2.
+    tile = cuda.shared.array(0, float32)
+    for s in range(steps):
+        at = (s & 1) * ((H + 2) * W) + r0 * W + tx  # the shared row above this thread's first
+        for i in range(ROWS):
+            for j in range(COLS):
+                tile[at + (i + 1) * W + 32 * j] = v[i, j]
+        cuda.syncthreads()
+        for j in range(COLS):
+            above = tile[at + 32 * j]
+            for i in range(ROWS):
+                here = v[i, j]
+                k = at + (i + 1) * W + 32 * j
+                below = v[i + 1, j] if i < ROWS - 1 else tile[k + W]
+                new = here + coeff * (above + below + tile[k - 1] + tile[k + 1] - float32(4.0) * here)
+                v[i, j] = new if row_live[i] and col_live[j] else here
+                above = here
+
+    # 3. Write the points at least `steps` from the tile's edge: those are exact.
+    for i in range(ROWS):
+        row = top + r0 + i
+        for j in range(COLS):
+            col = left + tx + 32 * j
+            if steps <= r0 + i < H - steps and steps <= tx + 32 * j < W - steps and row < rows and col < cols:
+                u_new[row, col] = v[i, j]
+
+
+def run_diffusion_blocked(
+    op: Any, u0: torch.Tensor, steps: int, coeff: float = 0.25, per_launch: int = 4
+) -> torch.Tensor:
+    """``steps`` steps of :func:`diffusion_blocked` from ``u0`` (unchanged), ``per_launch``
+    steps per launch and the remainder in one last launch, ping-ponging between two
+    buffers.  Returns the final field."""
+    if not 1 <= per_launch <= MAX_STEPS_PER_LAUNCH:
+        raise ValueError(f"per_launch must be from 1 to {MAX_STEPS_PER_LAUNCH} (the halo is per_launch points wide "
+                         f"and the smallest tile 32 x 32), got {per_launch}")
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    a = u0.clone()
+    b = torch.empty_like(a)
+    done = 0
+    while done < steps:
+        n = min(per_launch, steps - done)
+        op(a, b, coeff, n)
+        a, b = b, a
+        done += n
+    return a
 
 
 # The documentation's kernel, as written there (8 x 8 blocks, x along the first axis,

@@ -35,6 +35,55 @@ def test_diffusion_odd_step_count_and_eager_into():
     torch.testing.assert_close(out.double(), wl.reference_diffusion(u0, 1, 0.25), rtol=1e-5, atol=1e-6)
 
 
+def _random_field(*shape):
+    g = torch.Generator()
+    g.seed()
+    return torch.rand(*shape, generator=g) - 0.25  # nonzero at the edges, signs mixed
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4])
+def test_blocked_diffusion_one_launch_matches_float64(steps):
+    # 64 x 48 with the first choice's 32 x 32 tile: blocks update (32 - 2 steps)-point squares,
+    # none of which divides the field; every point must be written (the output is poisoned).
+    u0 = _random_field(64, 48)
+    out = torch.full_like(u0, float("nan"))
+    wl.diffusion_blocked(u0, out, 0.25, steps)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), wl.reference_diffusion(u0, steps, 0.25), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps, per_launch", [(7, 3), (5, 5), (2, 4)])
+def test_blocked_diffusion_runs_with_a_remainder(steps, per_launch):
+    # steps not a multiple of per_launch: the last launch takes the remainder (2 < 4: one launch)
+    u0 = _random_field(37, 19)
+    got = wl.run_diffusion_blocked(wl.diffusion_blocked, u0, steps, 0.25, per_launch)
+    torch.testing.assert_close(got.double(), wl.reference_diffusion(u0, steps, 0.25), rtol=1e-5, atol=1e-6)
+    assert torch.equal(wl.run_diffusion_blocked(wl.diffusion_blocked, u0, 0, 0.25, per_launch), u0)
+
+
+def test_blocked_diffusion_every_tile_shape_is_exact(monkeypatch):
+    # The simulator runs the first Tune choice; here each launch candidate in turn (the
+    # autotuner's choices on a GPU), on a field no tile shape divides, poisoned output.
+    from pnex_magic.launch.simulator import SimulatorLauncher
+
+    spec = wl.diffusion_blocked.definition.spec
+    assert [v for _, v in spec.launch_candidates] == list(range(6))
+    u0 = _random_field(70, 45)
+    expected = wl.reference_diffusion(u0, 3, 0.25)
+    for candidate, (_, variant) in enumerate(spec.launch_candidates):
+        monkeypatch.setattr(SimulatorLauncher, "candidate", lambda self, d, v, device, c=candidate: c)
+        out = torch.full_like(u0, float("nan"))
+        wl.diffusion_blocked(u0, out, 0.25, 3)
+        assert not out.isnan().any(), spec.tune_values(variant)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6, msg=str(spec.tune_values(variant)))
+
+
+@pytest.mark.parametrize("per_launch", [0, wl.MAX_STEPS_PER_LAUNCH + 1])
+def test_blocked_diffusion_refuses_a_halo_wider_than_the_tile(per_launch):
+    with pytest.raises(ValueError, match=f"per_launch must be from 1 to {wl.MAX_STEPS_PER_LAUNCH}.*got {per_launch}"):
+        wl.run_diffusion_blocked(wl.diffusion_blocked, torch.zeros(4, 4), 8, 0.25, per_launch)
+
+
 @pytest.mark.parametrize("n", [1, 150, 1025])  # 1024 points per block of 256 threads
 @pytest.mark.parametrize("labels_dtype", [torch.int64, torch.int32])
 def test_kmeans_kernel_matches_reference(n, labels_dtype):
