@@ -252,3 +252,37 @@ def test_variants_run_in_interleaved_rounds_and_keep_the_minimum_of_their_median
     assert wl._each_round(w, ["a"], ["b"]) == [True, True, True]
     assert wl._each_round(w, ["b"], ["a"]) == [False, False, False]
     assert wl._each_round(w, ["a"], ["broken"]) == [None, None, None]
+
+
+def _diffusion(**us):
+    names = {"eager": wl.EAGER, "raw": wl.RAW, "floor": wl.FLOOR, "one": "pnex op, Python loop",
+             "blocked": wl.blocked_variant(4), "graph": wl.blocked_variant(4, 80)}
+    return wl.Workload("diffusion", "2000x2000", "per step", [wl.Row(names[k], v * 1e-6) for k, v in us.items()])
+
+
+def test_diffusion_goal_is_judged_on_the_fastest_pnex_variant():
+    w = _diffusion(eager=130.0, raw=30.0, floor=10.4, one=16.8, blocked=6.0, graph=5.5)
+    wl.judge_diffusion(w)
+    assert w.headline == wl.blocked_variant(4, 80) and w.goal_met is True and w.goal_why == ""
+    assert "<= 1.3x the memory floor's time (one step's read + write of the field)" in w.goal
+    # the one-step kernel alone: 1.62x the floor, goal missed, with the reason in figures
+    w = _diffusion(eager=130.0, raw=30.0, floor=10.4, one=16.8)
+    wl.judge_diffusion(w)
+    assert w.goal_met is False
+    assert w.goal_why == "pnex op, Python loop takes 1.62x the memory floor's time (16.8 µs against 10.4 µs)"
+    w = _diffusion(eager=30.0, raw=5.0, floor=10.4, blocked=6.0)
+    wl.judge_diffusion(w)
+    assert w.goal_why == (f"{wl.blocked_variant(4)} takes 6.0 µs, the raw loop 5.0 µs; "
+                          f"{wl.blocked_variant(4)} is 5.00x eager's speed")
+    w = _diffusion(eager=130.0, raw=30.0, blocked=6.0)  # no floor timed: not judged
+    wl.judge_diffusion(w)
+    assert w.goal_met is None
+
+
+def test_blocked_graph_steps_keep_the_result_in_the_first_buffer():
+    assert wl._blocked_graph_steps(2000, 4) == 80 and wl._blocked_graph_steps(2000, 8) == 80
+    assert wl._blocked_graph_steps(2000, 5) == 100 and wl._blocked_graph_steps(2000, 1) == 100
+    assert wl._blocked_graph_steps(6, 4) == 0
+    for chunk, t in [(2000, 4), (2000, 8), (1000, 3), (96, 6)]:
+        g = wl._blocked_graph_steps(chunk, t)
+        assert g == 0 or (chunk % g == 0 and g % (2 * t) == 0 and g <= 100)
