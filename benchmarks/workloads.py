@@ -6,7 +6,9 @@
 * **diffusion**: the Numba documentation's 2-D diffusion stencil (shared-memory tile
   with a halo, ``cuda.syncthreads()``) on a 2000 x 2000 grid, 10,000 steps, against
   the documentation's own kernel in a raw numba-cuda launch loop and an eager
-  PyTorch 5-point Laplacian (``conv2d``), plus ``torch.compile`` of it.
+  PyTorch 5-point Laplacian (``conv2d``), plus ``torch.compile`` of it; and a
+  temporal-blocking kernel (several steps per launch in shared memory, its tile shape a
+  ``pnex.Tune`` choice), whose time per step may fall below the one-step memory floor.
 * **LLTM**: the recurrent cell of PyTorch's C++/CUDA extension tutorial with a fused
   forward kernel and a fused backward kernel wired into autograd
   (:func:`pnex_magic.autograd.attach_backward`), forward + backward against the
