@@ -286,3 +286,26 @@ def test_blocked_graph_steps_keep_the_result_in_the_first_buffer():
     for chunk, t in [(2000, 4), (2000, 8), (1000, 3), (96, 6)]:
         g = wl._blocked_graph_steps(chunk, t)
         assert g == 0 or (chunk % g == 0 and g % (2 * t) == 0 and g <= 100)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_launch", [1, 4, 8])
+def test_blocked_diffusion_on_the_gpu_every_tile_runs_and_agrees(per_launch, gpu_cache):
+    # On a GPU the first call of each key times every tile; a tile whose result differed from the
+    # first's (or that failed) would be skipped: here none may be.  Then the tuned op against float64
+    # on a field no tile divides, with a remainder launch, and one poisoned launch.
+    from pnex_magic.launch import autotune
+
+    u0 = _random_field(301, 257).cuda()
+    out = torch.full_like(u0, float("nan"))
+    wl.diffusion_blocked(u0, out, 0.25, per_launch)
+    result = autotune.result_for(wl.diffusion_blocked.definition, (u0, out, 0.25, per_launch))
+    assert result is not None and result.source == "benchmarked", result
+    assert [c.skipped for c in result.candidates] == [""] * 6
+    assert all(c.seconds for c in result.candidates), [c.label() for c in result.candidates if not c.seconds]
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double().cpu(), wl.reference_diffusion(u0.cpu(), per_launch, 0.25),
+                               rtol=1e-5, atol=1e-6)
+    steps = 3 * per_launch + 1
+    got = wl.run_diffusion_blocked(wl.diffusion_blocked, u0, steps, 0.25, per_launch)
+    torch.testing.assert_close(got.double().cpu(), wl.reference_diffusion(u0.cpu(), steps, 0.25), rtol=1e-5, atol=1e-6)
