@@ -6,7 +6,9 @@
 * **diffusion**: the Numba documentation's 2-D diffusion stencil (shared-memory tile
   with a halo, ``cuda.syncthreads()``) on a 2000 x 2000 grid, 10,000 steps, against
   the documentation's own kernel in a raw numba-cuda launch loop and an eager
-  PyTorch 5-point Laplacian (``conv2d``), plus ``torch.compile`` of it.
+  PyTorch 5-point Laplacian (``conv2d``), plus ``torch.compile`` of it; and a
+  temporal-blocking kernel (several steps per launch in shared memory, its tile shape a
+  ``pnex.Tune`` choice), whose time per step may fall below the one-step memory floor.
 * **LLTM**: the recurrent cell of PyTorch's C++/CUDA extension tutorial with a fused
   forward kernel and a fused backward kernel wired into autograd
   (:func:`pnex_magic.autograd.attach_backward`), forward + backward against the
@@ -84,6 +86,8 @@ __all__ = [
     "TX", "TY", "ROWS_PER_THREAD", "TILE_ROWS", "HALO_SHAPE", "diffusion_step", "initial_field", "laplacian", "torch_diffusion_step",
     "eager_step_into", "run_diffusion", "run_diffusion_eager", "reference_diffusion",
     "docs_diffusion_kernel", "raw_numba_diffusion", "bench_diffusion",
+    "MAX_STEPS_PER_LAUNCH", "diffusion_blocked", "run_diffusion_blocked", "eager_steps_into", "blocked_tile",
+    "blocked_variant", "BLOCKED_PER_LAUNCH", "RAW", "judge_diffusion", "DIFFUSION_FLOOR_GOAL",
     # LLTM
     "LLTM", "LLTMPnex", "LLTMOps", "lltm_ops", "lltm_forward", "lltm_backward",
     "lltm_cell_reference", "lltm_cell_backward_reference", "train_lltm", "bench_lltm",
@@ -557,6 +561,12 @@ def eager_step_into(u: torch.Tensor, u_new: torch.Tensor, coeff: float) -> None:
     u_new.copy_(u - coeff * laplacian(u))
 
 
+def eager_steps_into(u: torch.Tensor, u_new: torch.Tensor, coeff: float, steps: int) -> None:
+    """The blocked op's contract in eager PyTorch: write ``steps`` steps from ``u`` into
+    ``u_new`` (the reference the ``%%pnex`` cell checks :func:`diffusion_blocked` against)."""
+    u_new.copy_(run_diffusion_eager(u, steps, coeff))
+
+
 def laplacian_weight(device: torch.device | str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.tensor(_LAPLACIAN, dtype=dtype, device=device).view(1, 1, 3, 3)
 
@@ -581,6 +591,116 @@ def run_diffusion_eager(u0: torch.Tensor, steps: int, coeff: float = 0.25, step=
     for _ in range(steps):
         u = step(u, weight, coeff)
     return u[0, 0]
+
+
+# Temporal blocking: several steps per launch.  A block loads a tile of the field, halo
+# included, into registers, then takes `steps` steps on it, exchanging neighbours through
+# shared memory, and writes the tile's interior once.  A one-step kernel reads and writes the
+# whole field every step; this one does so once per `steps` steps (plus the halo, read by two
+# blocks), so its DRAM traffic per step is about 1/steps of the one-step kernel's.  The price
+# is work on the halo: a tile of H x W updates (H - 2 steps) x (W - 2 steps) points.
+#
+# The halo is `steps` wide: the tile's edge points have neighbours outside the tile, so they
+# are not updated (they go stale), and the stale band grows by one point a step.  After
+# `steps` steps the points at least `steps` from the edge are exact: those are written.
+#
+# The block is 32 x 8 threads.  Each thread holds ROWS consecutive rows of COLS columns
+# (32 apart, so a warp reads and writes 32 neighbours of a row) in registers; above/below
+# neighbours come from its own registers, except at the ends of its column, and left/right
+# neighbours from shared memory.  ROWS and COLS (the tile's shape, 8 ROWS x 32 COLS) are
+# pnex.Tune parameters: the autotuner times every choice and keeps the fastest.  The results
+# do not depend on them (every point is computed the same way), so every choice is exact.
+MAX_STEPS_PER_LAUNCH = 15  # the smallest tile (32 x 32) must keep an interior: 32 - 2 * steps > 0
+
+
+@pnex.jit(
+    n_threads=("(u.size(1) + 32 * COLS - 2 * steps - 1) // (32 * COLS - 2 * steps) * 32",
+               "(u.size(0) + 8 * ROWS - 2 * steps - 1) // (8 * ROWS - 2 * steps) * 8"),
+    threads_per_block=(32, 8),  # pinned: the tile is sized for it
+    shared_bytes="2 * (8 * ROWS + 2) * (32 * COLS) * 4",  # two tiles and a row above and below each
+    autotune_key=("u.size(0)", "u.size(1)", "steps"),
+)
+def diffusion_blocked(
+    u: pnex.In("f32", (None, None)),
+    u_new: pnex.InMut("f32", "u"),
+    coeff: pnex.Scalar("f32"),
+    steps: pnex.Scalar("i32"),
+    ROWS: pnex.Tune(4, 8),
+    COLS: pnex.Tune(1, 2, 4),
+):
+    rows, cols = u.shape
+    tx = cuda.threadIdx.x & 31  # the block is 32 x 8; the masks tell the compiler these are >= 0,
+    ty = cuda.threadIdx.y & 7  # so that no shared-memory index below is tested for wrap-around
+    H = 8 * ROWS  # the tile, halo included
+    W = 32 * COLS
+    r0 = ty * ROWS  # this thread's first row in the tile
+    top = cuda.blockIdx.y * (H - 2 * steps) - steps  # the tile's first row and column in the field
+    left = cuda.blockIdx.x * (W - 2 * steps) - steps
+
+    # 1. Load the tile into registers (0 outside the field), and note which points to update:
+    #    inside the field (outside it the field is 0 at every step) and not on the tile's edge.
+    v = cuda.local.array((ROWS, COLS), float32)
+    row_live = cuda.local.array(ROWS, int32)
+    col_live = cuda.local.array(COLS, int32)
+    for i in range(ROWS):
+        row = top + r0 + i
+        row_live[i] = 0 < r0 + i < H - 1 and 0 <= row < rows
+        for j in range(COLS):
+            col = left + tx + 32 * j
+            v[i, j] = u[row, col] if 0 <= row < rows and 0 <= col < cols else float32(0.0)
+    for j in range(COLS):
+        col = left + tx + 32 * j
+        col_live[j] = 0 < tx + 32 * j < W - 1 and 0 <= col < cols
+
+    # 2. The steps.  Shared memory holds two tiles (even and odd steps), each with a spare row
+    #    above and below; tile row r is shared row r + 1.  One barrier a step: a thread writes
+    #    tile s % 2 only after every thread has read it at step s - 2.
+    tile = cuda.shared.array(0, float32)
+    for s in range(steps):
+        at = (s & 1) * ((H + 2) * W) + r0 * W + tx  # the shared row above this thread's first
+        for i in range(ROWS):
+            for j in range(COLS):
+                tile[at + (i + 1) * W + 32 * j] = v[i, j]
+        cuda.syncthreads()
+        for j in range(COLS):
+            above = tile[at + 32 * j]
+            for i in range(ROWS):
+                here = v[i, j]
+                k = at + (i + 1) * W + 32 * j
+                below = v[i + 1, j] if i < ROWS - 1 else tile[k + W]
+                new = here + coeff * (above + below + tile[k - 1] + tile[k + 1] - float32(4.0) * here)
+                v[i, j] = new if row_live[i] and col_live[j] else here
+                above = here
+
+    # 3. Write the points at least `steps` from the tile's edge: those are exact.
+    for i in range(ROWS):
+        row = top + r0 + i
+        for j in range(COLS):
+            col = left + tx + 32 * j
+            if steps <= r0 + i < H - steps and steps <= tx + 32 * j < W - steps and row < rows and col < cols:
+                u_new[row, col] = v[i, j]
+
+
+def run_diffusion_blocked(
+    op: Any, u0: torch.Tensor, steps: int, coeff: float = 0.25, per_launch: int = 4
+) -> torch.Tensor:
+    """``steps`` steps of :func:`diffusion_blocked` from ``u0`` (unchanged), ``per_launch``
+    steps per launch and the remainder in one last launch, ping-ponging between two
+    buffers.  Returns the final field."""
+    if not 1 <= per_launch <= MAX_STEPS_PER_LAUNCH:
+        raise ValueError(f"per_launch must be from 1 to {MAX_STEPS_PER_LAUNCH} (the halo is per_launch points wide "
+                         f"and the smallest tile 32 x 32), got {per_launch}")
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    a = u0.clone()
+    b = torch.empty_like(a)
+    done = 0
+    while done < steps:
+        n = min(per_launch, steps - done)
+        op(a, b, coeff, n)
+        a, b = b, a
+        done += n
+    return a
 
 
 # The documentation's kernel, as written there (8 x 8 blocks, x along the first axis,
@@ -666,23 +786,21 @@ def raw_numba_diffusion(u0: torch.Tensor, chunk: int, repeat: int) -> tuple[floa
     return m.median / chunk, torch.from_numpy(field_gpu.copy_to_host())
 
 
-def _graph_loop(step_op: Any, u0: torch.Tensor, chunk: int, repeat: int, coeff: float, graph_steps: int):
-    """The pnex op captured in a CUDA graph (``graph_steps`` steps per graph, ping-pong
-    buffers), replayed ``chunk // graph_steps`` times per timed run."""
+def _graph_loop(advance: Callable[[torch.Tensor, torch.Tensor, int], None], u0: torch.Tensor, chunk: int,
+                repeat: int, graph_steps: int):
+    """``advance(a, b, graph_steps)`` (steps from ``a``, the result back in ``a``, ``b`` a
+    scratch buffer) captured in a CUDA graph, replayed ``chunk // graph_steps`` times per
+    timed run.  Returns (seconds per step, final field)."""
     a = u0.clone()
     b = torch.empty_like(a)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (load the module) outside the capture
-        for _ in range(3):
-            step_op(a, b, coeff)
-            step_op(b, a, coeff)
+    with torch.cuda.stream(side):  # warm up (load the module, autotune) outside the capture
+        advance(a, b, graph_steps)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(graph_steps // 2):
-            step_op(a, b, coeff)
-            step_op(b, a, coeff)
+        advance(a, b, graph_steps)
     a.copy_(u0)
     replays = chunk // graph_steps
 
@@ -692,6 +810,38 @@ def _graph_loop(step_op: Any, u0: torch.Tensor, chunk: int, repeat: int, coeff: 
 
     m = measure(run_chunk, cuda_event_timer(u0.device), repeat=repeat, loops=1, warmup=1)
     return m.median / chunk, a
+
+
+def _blocked_graph_steps(chunk: int, per_launch: int, most: int = 100) -> int:
+    """Steps per CUDA graph for the blocked kernel: an even number of launches (the result
+    back in the first buffer), dividing ``chunk``, at most ``most``; 0 where none does."""
+    unit = 2 * per_launch
+    return max((n for n in range(unit, most + 1, unit) if chunk % n == 0), default=0)
+
+
+def blocked_tile(op: Any, u: torch.Tensor, steps: int, coeff: float = 0.25) -> str:
+    """The tile the autotuner chose for ``op`` (:func:`diffusion_blocked`) on ``u`` at
+    ``steps`` steps a launch, in words (after a call with that key)."""
+    from pnex_magic.launch import autotune
+
+    result = autotune.result_for(op.definition, (u, u, coeff, steps))
+    if result is None:
+        return "tile not chosen yet"
+    tune = dict(result.tune)
+    shape = f"{8 * tune['ROWS']} x {32 * tune['COLS']}"
+    how = "autotuned" if result.source.startswith(("benchmarked", "disk cache")) else result.source.split(":")[0]
+    return f"tile {shape} ({how})"
+
+
+RAW = "raw numba-cuda launch loop (documentation's kernel)"
+BLOCKED_PER_LAUNCH = (1, 4, 8)  #: steps per launch of the blocked kernel's rows in bench_diffusion
+
+
+def blocked_variant(per_launch: int, graph_steps: int = 0) -> str:
+    """The name of the blocked kernel's row for ``per_launch`` steps a launch (a CUDA graph
+    of ``graph_steps`` steps, if given)."""
+    name = f"pnex blocked kernel, {per_launch} step{'s' if per_launch > 1 else ''} per launch"
+    return name + (f", CUDA graph of {graph_steps} steps" if graph_steps else "")
 
 
 def bench_diffusion(
@@ -704,13 +854,18 @@ def bench_diffusion(
     repeat: int = 5,
     compile_variants: bool = True,
     rounds: int | None = None,
+    blocked_op: Any = None,
+    per_launch: tuple[int, ...] = BLOCKED_PER_LAUNCH,
 ) -> Workload:
     """Time ``steps`` diffusion steps of every variant on an ``n`` x ``n`` grid (as
     ``repeat`` timed runs of ``steps // repeat`` steps after one such run of warm-up,
-    in each of ``rounds`` interleaved rounds) and check each final field against eager
-    PyTorch's."""
+    in each of ``rounds`` interleaved rounds) and check each final field against float64.
+    ``step_op`` is the one-step op (:func:`diffusion_step`), ``blocked_op`` the
+    temporal-blocking one (:func:`diffusion_blocked`), run at each of ``per_launch``
+    steps per launch."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     step_op = step_op or diffusion_step
+    blocked_op = blocked_op or diffusion_blocked
     on_gpu = device.type == "cuda"
     chunk = max(2, steps // repeat // 2 * 2)  # even: the pnex loops ping-pong
     total = (repeat + 1) * chunk
@@ -743,9 +898,9 @@ def bench_diffusion(
         def raw():
             seconds, field = raw_numba_diffusion(u0, chunk, repeat)
             results["raw"] = field
-            return Row("raw numba-cuda launch loop (documentation's kernel)", seconds)
+            return Row(RAW, seconds)
 
-        variants.append(("raw numba-cuda launch loop (documentation's kernel)", raw))
+        variants.append((RAW, raw))
 
     def pnex_loop():
         a = u0.clone()
@@ -765,22 +920,76 @@ def bench_diffusion(
     if on_gpu:
         graph_steps = 100 if chunk % 100 == 0 else chunk
 
+        def pairs(a, b, count):
+            for _ in range(count // 2):
+                step_op(a, b, coeff)
+                step_op(b, a, coeff)
+
         def graph():
-            seconds, field = _graph_loop(step_op, u0, chunk, repeat, coeff, graph_steps)
+            seconds, field = _graph_loop(pairs, u0, chunk, repeat, graph_steps)
             results["graph"] = field
             return Row(f"pnex op, CUDA graph of {graph_steps} steps", seconds)
 
         graph_variant = f"pnex op, CUDA graph of {graph_steps} steps"
         variants.append((graph_variant, graph))
-        variants.append((FLOOR, lambda: copy_time(2 * 4 * n * n, device)))
+
+    def advance_blocked(t):
+        """``count`` steps from ``a`` into ``a`` (``count`` a multiple of 2 t), t a launch."""
+        def advance(a, b, count):
+            for _ in range(count // (2 * t)):
+                blocked_op(a, b, coeff, t)
+                blocked_op(b, a, coeff, t)
+        return advance
+
+    def blocked_loop(t):
+        name = blocked_variant(t)
+
+        def run():
+            state = [u0.clone(), torch.empty_like(u0)]
+
+            def run_chunk():
+                a, b = state
+                done = 0
+                while done < chunk:
+                    k = min(t, chunk - done)
+                    blocked_op(a, b, coeff, k)
+                    a, b = b, a
+                    done += k
+                state[:] = [a, b]
+
+            m = measure(run_chunk, timer, repeat=repeat, loops=1, warmup=1)
+            results[name] = state[0]
+            tile = blocked_tile(blocked_op, u0, t, coeff)
+            return Row(name, m.median / chunk, note=f"{tile}; field read + written once per launch")
+
+        return name, run
+
+    def blocked_graph(t, g):
+        name = blocked_variant(t, g)
+
+        def run():
+            seconds, field = _graph_loop(advance_blocked(t), u0, chunk, repeat, g)
+            results[name] = field
+            return Row(name, seconds, note=blocked_tile(blocked_op, u0, t, coeff))
+
+        return name, run
+
+    for t in per_launch:
+        variants.append(blocked_loop(t))
+        g = _blocked_graph_steps(chunk, t)
+        if on_gpu and t > 1 and g:
+            variants.append(blocked_graph(t, g))
+    if on_gpu:
+        one_step = "one step: read u, write u_new"
+        variants.append((FLOOR, lambda: Row(FLOOR, copy_time(2 * 4 * n * n, device), note=one_step)))
     _run_rounds(rows, variants, rounds)
 
     # Correctness: every variant ran `total` steps from u0; compare with float64.
     reference = reference_diffusion(u0, total, coeff)
-    keys = {EAGER: EAGER, COMPILED: COMPILED, "raw numba-cuda launch loop (documentation's kernel)": "raw",
+    keys = {EAGER: EAGER, COMPILED: COMPILED, RAW: "raw",
             "pnex op, Python loop": "pnex", graph_variant: "graph"}
     for row in rows:
-        field = results.get(keys.get(row.variant, ""))
+        field = results.get(keys.get(row.variant, row.variant))
         if field is not None and row.seconds is not None:
             ok, text = _check_close(field, reference, 1e-3)
             row.check = (f"{'matches' if ok else 'DIFFERS from'} float64 after {total:,} steps: ") + text
@@ -788,20 +997,38 @@ def bench_diffusion(
                 row.check += " (the documentation's kernel updates the field in place: blocks race on halos)"
 
     w = Workload("diffusion", f"{n}x{n}, {repeat * chunk:,} steps timed", "per step", rows, device=str(device))
-    w.headline, mine = w.best("pnex")
     if on_gpu:
-        raw_s = w.seconds("raw numba-cuda launch loop (documentation's kernel)")
-        eager = w.seconds(EAGER)
-        w.goal = "fastest pnex variant <= raw numba-cuda loop and >= 7x faster than eager"
-        if None not in (mine, raw_s, eager):
-            w.goal_met = mine <= raw_s and eager / mine >= 7
-            missed = []
-            if mine > raw_s:
-                missed.append(f"{w.headline} takes {_fmt_us(mine)}, the raw loop {_fmt_us(raw_s)}")
-            if eager / mine < 7:
-                missed.append(f"{w.headline} is {eager / mine:.2f}x eager's speed")
-            w.goal_why = "; ".join(missed)
+        judge_diffusion(w)
+    else:
+        w.headline = w.best("pnex")[0]
     return w
+
+
+def judge_diffusion(w: Workload) -> None:
+    """Set ``w``'s headline (its fastest pnex variant) and judge the diffusion goal on it:
+    per step no slower than the raw numba-cuda loop, at least 7x eager's speed, and within
+    :data:`DIFFUSION_FLOOR_GOAL` of the memory floor (one step's read and write of the
+    field); where missed, say by how much."""
+    w.headline, mine = w.best("pnex")
+    raw_s, eager, floor = w.seconds(RAW), w.seconds(EAGER), w.seconds(FLOOR)
+    w.goal = (f"fastest pnex variant <= raw numba-cuda loop, >= 7x faster than eager and <= {DIFFUSION_FLOOR_GOAL}x "
+              f"the memory floor's time (one step's read + write of the field)")
+    if None in (mine, raw_s, eager, floor):
+        return
+    w.goal_met = mine <= raw_s and eager / mine >= 7 and mine <= DIFFUSION_FLOOR_GOAL * floor
+    missed = []
+    if mine > raw_s:
+        missed.append(f"{w.headline} takes {_fmt_us(mine)}, the raw loop {_fmt_us(raw_s)}")
+    if eager / mine < 7:
+        missed.append(f"{w.headline} is {eager / mine:.2f}x eager's speed")
+    if mine > DIFFUSION_FLOOR_GOAL * floor:
+        missed.append(f"{w.headline} takes {mine / floor:.2f}x the memory floor's time "
+                      f"({_fmt_us(mine)} against {_fmt_us(floor)})")
+    w.goal_why = "; ".join(missed)
+
+
+#: The diffusion goal's bound on the fastest pnex variant's time per step, in memory floors.
+DIFFUSION_FLOOR_GOAL = 1.3
 
 
 # =============================================================================================

@@ -35,6 +35,55 @@ def test_diffusion_odd_step_count_and_eager_into():
     torch.testing.assert_close(out.double(), wl.reference_diffusion(u0, 1, 0.25), rtol=1e-5, atol=1e-6)
 
 
+def _random_field(*shape):
+    g = torch.Generator()
+    g.seed()
+    return torch.rand(*shape, generator=g) - 0.25  # nonzero at the edges, signs mixed
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4])
+def test_blocked_diffusion_one_launch_matches_float64(steps):
+    # 64 x 48 with the first choice's 32 x 32 tile: blocks update (32 - 2 steps)-point squares,
+    # none of which divides the field; every point must be written (the output is poisoned).
+    u0 = _random_field(64, 48)
+    out = torch.full_like(u0, float("nan"))
+    wl.diffusion_blocked(u0, out, 0.25, steps)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), wl.reference_diffusion(u0, steps, 0.25), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps, per_launch", [(7, 3), (5, 5), (2, 4)])
+def test_blocked_diffusion_runs_with_a_remainder(steps, per_launch):
+    # steps not a multiple of per_launch: the last launch takes the remainder (2 < 4: one launch)
+    u0 = _random_field(37, 19)
+    got = wl.run_diffusion_blocked(wl.diffusion_blocked, u0, steps, 0.25, per_launch)
+    torch.testing.assert_close(got.double(), wl.reference_diffusion(u0, steps, 0.25), rtol=1e-5, atol=1e-6)
+    assert torch.equal(wl.run_diffusion_blocked(wl.diffusion_blocked, u0, 0, 0.25, per_launch), u0)
+
+
+def test_blocked_diffusion_every_tile_shape_is_exact(monkeypatch):
+    # The simulator runs the first Tune choice; here each launch candidate in turn (the
+    # autotuner's choices on a GPU), on a field no tile shape divides, poisoned output.
+    from pnex_magic.launch.simulator import SimulatorLauncher
+
+    spec = wl.diffusion_blocked.definition.spec
+    assert [v for _, v in spec.launch_candidates] == list(range(6))
+    u0 = _random_field(70, 45)
+    expected = wl.reference_diffusion(u0, 3, 0.25)
+    for candidate, (_, variant) in enumerate(spec.launch_candidates):
+        monkeypatch.setattr(SimulatorLauncher, "candidate", lambda self, d, v, device, c=candidate: c)
+        out = torch.full_like(u0, float("nan"))
+        wl.diffusion_blocked(u0, out, 0.25, 3)
+        assert not out.isnan().any(), spec.tune_values(variant)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6, msg=str(spec.tune_values(variant)))
+
+
+@pytest.mark.parametrize("per_launch", [0, wl.MAX_STEPS_PER_LAUNCH + 1])
+def test_blocked_diffusion_refuses_a_halo_wider_than_the_tile(per_launch):
+    with pytest.raises(ValueError, match=f"per_launch must be from 1 to {wl.MAX_STEPS_PER_LAUNCH}.*got {per_launch}"):
+        wl.run_diffusion_blocked(wl.diffusion_blocked, torch.zeros(4, 4), 8, 0.25, per_launch)
+
+
 @pytest.mark.parametrize("n", [1, 150, 1025])  # 1024 points per block of 256 threads
 @pytest.mark.parametrize("labels_dtype", [torch.int64, torch.int32])
 def test_kmeans_kernel_matches_reference(n, labels_dtype):
@@ -203,3 +252,60 @@ def test_variants_run_in_interleaved_rounds_and_keep_the_minimum_of_their_median
     assert wl._each_round(w, ["a"], ["b"]) == [True, True, True]
     assert wl._each_round(w, ["b"], ["a"]) == [False, False, False]
     assert wl._each_round(w, ["a"], ["broken"]) == [None, None, None]
+
+
+def _diffusion(**us):
+    names = {"eager": wl.EAGER, "raw": wl.RAW, "floor": wl.FLOOR, "one": "pnex op, Python loop",
+             "blocked": wl.blocked_variant(4), "graph": wl.blocked_variant(4, 80)}
+    return wl.Workload("diffusion", "2000x2000", "per step", [wl.Row(names[k], v * 1e-6) for k, v in us.items()])
+
+
+def test_diffusion_goal_is_judged_on_the_fastest_pnex_variant():
+    w = _diffusion(eager=130.0, raw=30.0, floor=10.4, one=16.8, blocked=6.0, graph=5.5)
+    wl.judge_diffusion(w)
+    assert w.headline == wl.blocked_variant(4, 80) and w.goal_met is True and w.goal_why == ""
+    assert "<= 1.3x the memory floor's time (one step's read + write of the field)" in w.goal
+    # the one-step kernel alone: 1.62x the floor, goal missed, with the reason in figures
+    w = _diffusion(eager=130.0, raw=30.0, floor=10.4, one=16.8)
+    wl.judge_diffusion(w)
+    assert w.goal_met is False
+    assert w.goal_why == "pnex op, Python loop takes 1.62x the memory floor's time (16.8 µs against 10.4 µs)"
+    w = _diffusion(eager=30.0, raw=5.0, floor=10.4, blocked=6.0)
+    wl.judge_diffusion(w)
+    assert w.goal_why == (f"{wl.blocked_variant(4)} takes 6.0 µs, the raw loop 5.0 µs; "
+                          f"{wl.blocked_variant(4)} is 5.00x eager's speed")
+    w = _diffusion(eager=130.0, raw=30.0, blocked=6.0)  # no floor timed: not judged
+    wl.judge_diffusion(w)
+    assert w.goal_met is None
+
+
+def test_blocked_graph_steps_keep_the_result_in_the_first_buffer():
+    assert wl._blocked_graph_steps(2000, 4) == 80 and wl._blocked_graph_steps(2000, 8) == 80
+    assert wl._blocked_graph_steps(2000, 5) == 100 and wl._blocked_graph_steps(2000, 1) == 100
+    assert wl._blocked_graph_steps(6, 4) == 0
+    for chunk, t in [(2000, 4), (2000, 8), (1000, 3), (96, 6)]:
+        g = wl._blocked_graph_steps(chunk, t)
+        assert g == 0 or (chunk % g == 0 and g % (2 * t) == 0 and g <= 100)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_launch", [1, 4, 8])
+def test_blocked_diffusion_on_the_gpu_every_tile_runs_and_agrees(per_launch, gpu_cache):
+    # On a GPU the first call of each key times every tile; a tile whose result differed from the
+    # first's (or that failed) would be skipped: here none may be.  Then the tuned op against float64
+    # on a field no tile divides, with a remainder launch, and one poisoned launch.
+    from pnex_magic.launch import autotune
+
+    u0 = _random_field(301, 257).cuda()
+    out = torch.full_like(u0, float("nan"))
+    wl.diffusion_blocked(u0, out, 0.25, per_launch)
+    result = autotune.result_for(wl.diffusion_blocked.definition, (u0, out, 0.25, per_launch))
+    assert result is not None and result.source == "benchmarked", result
+    assert [c.skipped for c in result.candidates] == [""] * 6
+    assert all(c.seconds for c in result.candidates), [c.label() for c in result.candidates if not c.seconds]
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double().cpu(), wl.reference_diffusion(u0.cpu(), per_launch, 0.25),
+                               rtol=1e-5, atol=1e-6)
+    steps = 3 * per_launch + 1
+    got = wl.run_diffusion_blocked(wl.diffusion_blocked, u0, steps, 0.25, per_launch)
+    torch.testing.assert_close(got.double().cpu(), wl.reference_diffusion(u0.cpu(), steps, 0.25), rtol=1e-5, atol=1e-6)
