@@ -461,10 +461,10 @@ _NUMBA_WORD = re.compile(r"\bnumba\b")
 
 def _numba_cell_waits(info: Any) -> None:
     """Before a cell that names Numba runs (``from numba import cuda``, ``import numba``):
-    wait for the warm-up, as pnex does before its own calls, so that the cell's imports
-    never run beside the background thread's (two threads importing one package's
-    modules can deadlock on the module locks or see a half-initialised module).
-    A cell that does not name Numba runs at once."""
+    take over from the warm-up (it finishes its step under way), as pnex does before its
+    own calls, so that the cell's imports never run beside the background thread's (two
+    threads importing one package's modules can deadlock on the module locks or see a
+    half-initialised module).  A cell that does not name Numba runs at once."""
     if _NUMBA_WORD.search(getattr(info, "raw_cell", "") or ""):
         warmup.wait()
 
