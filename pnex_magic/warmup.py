@@ -24,6 +24,14 @@ never runs beside it: the warm-up finishes the step under way and does no more, 
 the caller does what it still needs itself.  A cell run at once ("Run all") thus
 waits for one step at most, never for work it does not need (the rest of the
 warm-up's steps).  ``PNEX_WARMUP=0`` turns it off.
+
+Every pnex call that may import Numba, CUDA Python or llvmlite on the caller's thread
+takes over first (the compile and simulation stages, ``%pnex_doctor``, the lazy
+``cuda`` of ``%%pnex`` cells, and the magic's hook before a cell that imports them):
+two threads importing ``numba.cuda``'s modules deadlock on their module locks (the
+package and ``numba.cuda.cudadrv`` import each other), and Python breaks the deadlock
+by failing one of the imports, which leaves ``numba.cuda`` without its submodules'
+attributes for the rest of the process (``tests/test_warmup_handover.py``).
 """
 
 from __future__ import annotations
