@@ -77,6 +77,9 @@ CASES = {
     # 01_quickstart's: %load_ext, then at once a new kernel ("Run all")
     "new kernel": ["import torch\n%load_ext pnex_magic", "a = torch.randn(8, 8); b = torch.randn(8, 8)", MULADD,
                    "torch.testing.assert_close(muladd(a, b, 0.5), a * b + 0.5)"],
+    # a cell of the user's that imports CUDA Python, which the warm-up imports with numba.cuda
+    "CUDA Python": ["import torch\n%load_ext pnex_magic",
+                    "from cuda.bindings import nvjitlink\nassert nvjitlink.version() >= (12, 0)"],
 }
 
 
