@@ -102,3 +102,28 @@ def test_cells_run_at_once_after_load_ext_never_import_beside_the_warmup(tmp_pat
             failures.append(f"--- {case} (exit {process.returncode}):\n{out[-3000:]}")
     assert not failures, "\n".join(failures)
 
+
+def test_the_lazy_cuda_module_takes_over_from_a_running_warmup(monkeypatch):
+    """A cell's ``cuda.X`` (pnex's lazy ``numba.cuda``) while the warm-up runs: it takes
+    over first, though ``numba.cuda`` is in sys.modules (as it is, half initialised,
+    while the warm-up imports it)."""
+    import threading
+
+    from numba import cuda as numba_cuda
+
+    from pnex_magic import warmup
+    from pnex_magic.lazycuda import cuda
+
+    release = threading.Event()
+    monkeypatch.setattr(warmup, "_thread", None)
+    monkeypatch.setattr(warmup, "_warm", lambda: release.wait(30))  # a warm-up step that runs until released
+    thread = warmup.start()
+    try:
+        assert thread.is_alive() and "numba.cuda" in sys.modules
+        threading.Timer(0.3, release.set).start()
+        grid = cuda.grid
+        assert not thread.is_alive()  # waited for the step under way
+        assert grid is numba_cuda.grid
+    finally:
+        release.set()
+        thread.join(30)
