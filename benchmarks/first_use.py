@@ -22,11 +22,19 @@ median over the rounds):
   fresh Jupyter kernel: the time from sending the cell to the report's arrival in the
   notebook (the issue's "cell start to report shown"; the cell then fills in its SASS
   listing, and ``cell_s`` is the time to its reply), with the background warm-up and
-  with ``PNEX_WARMUP=0``, and the same cell as a cache hit.
+  with ``PNEX_WARMUP=0``, and the same cell as a cache hit;
+* and "Run all" of a notebook like ``01_quickstart`` in an empty compile cache (a fresh
+  ``PNEX_CACHE_DIR``): a first cell importing torch and Numba, ``%load_ext pnex_magic``,
+  the example tensors and at once a ``%%pnex`` cell of a new kernel with ``--args`` and
+  ``--eager``: from the ``%load_ext`` cell's request to the report's arrival (the
+  background warm-up is still running when the cell starts; ``cell_report_s``: from the
+  cell's own start).
 
 Goals (issue 20, on the GPU machine): import <= 0.1 s, new kernel <= 0.7 s, cache hit
-<= 0.15 s, load <= 0.1 s, notebook cell <= 0.5 s.  On CPU tensors the first call runs
-in the simulator (slow by nature): the definition part is the comparable figure.
+<= 0.15 s, load <= 0.1 s, notebook cell <= 0.5 s; issue 37: new kernel minimum <= 0.5 s
+and median <= 0.7 s, Run all <= 2 s.  On CPU tensors the first call runs in the
+simulator (slow by nature): the definition part is the comparable figure
+(``benchmarks/first_use_phases.py`` splits it by phase).
 
 Prints a table and writes JSON (GPU or CPU, versions, date) to benchmarks/results/.
 """
@@ -45,9 +53,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-GOALS = {"import": 0.1, "new kernel": 0.7, "cache hit": 0.15, "load": 0.1, "notebook, new kernel": 0.5}
+RUN_ALL = "notebook Run all, empty cache: %load_ext to report"
+GOALS = {"import": 0.1, "new kernel": 0.5, "cache hit": 0.15, "load": 0.1, "notebook, new kernel": 0.5, RUN_ALL: 2.0}
+MEDIAN_GOALS = {"new kernel": 0.7}  # issue 37: the minimum <= 0.5 s and the median <= 0.7 s
 
-__all__ = ["first_use_rounds", "summarise", "print_rows", "GOALS", "main"]
+__all__ = ["first_use_rounds", "summarise", "print_rows", "GOALS", "MEDIAN_GOALS", "main"]
 
 
 def _child_output(code: str, env: dict[str, str] | None = None, timeout: float = 600) -> str:
@@ -104,6 +114,10 @@ def profile_rows(device: str, notebook: bool = False, log=print) -> None:
             log(f"\n==== profile: notebook, new kernel (the cell, in a fresh Jupyter kernel; {sample['seconds']:.3f} s "
                 f"under the profiler, warm-up {sample['warmup_s']}) ====")
             log(sample["profile"])
+            sample = _run_all_once(salt + 1 / 16384, profile=True)
+            log(f"\n==== profile: notebook Run all (the %%pnex cell, in a fresh Jupyter kernel and an empty cache; "
+                f"{sample['seconds']:.3f} s from %load_ext under the profiler) ====")
+            log(sample["profile"])
 
 
 _PRELUDE = """
@@ -146,6 +160,8 @@ from pnex_magic import cache
 n = 1024 if DEVICE == "cuda" else 64
 a = torch.randn(n, device=DEVICE)
 source = {_KERNEL.format(salt=salt)!r}
+import linecache  # the CUDA simulator (CPU tensors) types the kernel from its source
+linecache.cache["<first-use kernel>"] = (len(source), None, source.splitlines(True), "<first-use kernel>")
 t0 = time.perf_counter()
 exec(compile(source, "<first-use kernel>", "exec"), globals())
 t1 = time.perf_counter()
@@ -201,13 +217,15 @@ def _notebook_cell(salt: float) -> str:
 
 
 def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, profile: bool = False,
-                      cell: str | None = None) -> dict:
-    """Execute [setup] [%load_ext] [sleep] [%%pnex cell] in a fresh Jupyter kernel (this
-    interpreter); the cell's time (``seconds``) is from the client's execute request to
+                      cell: str | None = None, setup: str | None = None, between: str = "") -> dict:
+    """Execute [setup] [%load_ext] [sleep; between] [%%pnex cell] in a fresh Jupyter kernel
+    (this interpreter); the cell's time (``seconds``) is from the client's execute request to
     the report's arrival (the cell then fills in its SASS listing; ``cell_s``: to the
-    cell's reply).
+    cell's reply); ``from_load_ext_s``: from the ``%load_ext`` cell's request to the report.
     ``profile``: the cell runs under cProfile, whose table is returned as ``profile``.
-    ``cell``: the ``%%pnex`` cell (default :func:`_notebook_cell` of ``salt``)."""
+    ``cell``: the ``%%pnex`` cell (default :func:`_notebook_cell` of ``salt``); ``setup``:
+    the first cell (default: torch and, on a GPU, its CUDA context); ``between``: code run
+    after the pause, before the ``%%pnex`` cell."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -215,9 +233,9 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
     from run_notebooks import this_python_kernel
 
     cells = [
-        "import time, torch\nif torch.cuda.is_available():\n    torch.ones(1, device='cuda')",
+        setup or "import time, torch\nif torch.cuda.is_available():\n    torch.ones(1, device='cuda')",
         "%load_ext pnex_magic",
-        f"time.sleep({pause})  # the user types the next cell"
+        f"time.sleep({pause})  # the user types the next cell\n{between}"
         + ("\nimport cProfile\n_profile = cProfile.Profile()\n_profile.enable()" if profile else ""),
         cell or _notebook_cell(salt),
         ("_profile.disable()\nimport io, pstats\n_out = io.StringIO()\n"
@@ -227,7 +245,8 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
         + "from pnex_magic import cache\n"
         "try:\n    from pnex_magic.warmup import state\nexcept ImportError:  # a pnex without the warm-up\n"
         "    state = dict\n"
-        "print('STATS', cache.stats.hits, cache.stats.misses, state().get('seconds'))",
+        "print('STATS', cache.stats.hits, cache.stats.misses, state().get('seconds'))\n"
+        "import json\nprint('WARMUP ' + json.dumps({k: state().get(k) for k in ('steps', 'skipped')}))",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     starts: dict[int, float] = {}
@@ -263,14 +282,56 @@ def _notebook_seconds(salt: float, env: dict[str, str], pause: float = 2.0, prof
         os.environ.update(old_env)
     text = "".join(o.get("text", "") for o in nb.cells[4].outputs if o.get("output_type") == "stream")
     hits, misses, warm = text.split("STATS", 1)[1].split()[:3]
+    warm_steps = json.loads(text.split("WARMUP ", 1)[1].splitlines()[0]) if "WARMUP " in text else {}
     shown = any(o.get("output_type") == "display_data" for o in nb.cells[3].outputs)
     shown_at = report_at.get(3)
-    found = {"seconds": (shown_at if shown_at is not None else ends[3]) - starts[3],
+    shown_at = shown_at if shown_at is not None else ends[3]
+    found = {"seconds": shown_at - starts[3], "from_load_ext_s": shown_at - starts[1],
              "cell_s": ends[3] - starts[3], "load_ext_s": ends[1] - starts[1], "hits": int(hits),
-             "misses": int(misses), "warmup_s": None if warm == "None" else float(warm), "report_shown": shown}
+             "misses": int(misses), "warmup_s": None if warm == "None" else float(warm), "report_shown": shown,
+             "warmup_steps": warm_steps.get("steps"), "warmup_skipped": warm_steps.get("skipped")}
     if profile:
         found["profile"] = text.split("PROFILE", 1)[1].split("END PROFILE", 1)[0]
     return found
+
+
+# "Run all" of a notebook like 01_quickstart: its first cell imports torch and Numba, then
+# %load_ext, the example tensors and at once the first %%pnex cell (with --args and --eager:
+# the report runs, checks and, on a GPU, times the kernel), in an empty compile cache.
+_RUN_ALL_SETUP = (
+    "import math, time, torch\n"
+    "from numba import cuda, float32\n"
+    "import pnex_magic as pnex\n"
+    "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+    "N = 1 << 24 if device == 'cuda' else 64\n"
+    "if device == 'cuda':\n"
+    "    torch.ones(1, device='cuda')"
+)
+_RUN_ALL_ARGS = "a1, b1, c1 = (torch.randn(N, device=device) for _ in range(3))"
+
+
+def _run_all_cell(salt: float) -> str:
+    return (
+        f"%%pnex --n-threads a.numel() --args (a1, b1, c1) --eager lambda a, b, c: a * torch.sigmoid(b) + c * {salt!r}\n"
+        "def run_all_gated(a: In(\"f32\", (None,)), b: In(\"f32\", \"a\"), c: In(\"f32\", \"a\"), out: Out(\"f32\", \"a\")):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < a.shape[0]:\n"
+        "        one = float32(1.0)\n"
+        f"        out[i] = a[i] * (one / (one + math.exp(-b[i]))) + c[i] * {salt!r}\n"
+    )
+
+
+def _run_all_once(salt: float, profile: bool = False) -> dict:
+    """One "Run all" sample in a fresh Jupyter kernel and an empty cache: its figure
+    (``seconds``) is from the ``%load_ext`` cell's request to the first report's arrival."""
+    with tempfile.TemporaryDirectory(prefix="pnex-first-use-run-all-") as cache:
+        sample = _notebook_seconds(salt, {"PNEX_CACHE_DIR": cache}, pause=0, profile=profile,
+                                   cell=_run_all_cell(salt), setup=_RUN_ALL_SETUP, between=_RUN_ALL_ARGS)
+    if sample["misses"] < 1 or not sample["report_shown"]:  # (on a GPU the checked variant is compiled too)
+        raise RuntimeError(f"the Run-all sample did not compile a new kernel and show its report: {sample}")
+    sample["cell_report_s"] = sample["seconds"]
+    sample["seconds"] = sample["from_load_ext_s"]
+    return sample
 
 
 def _notebook_once(salt: float, env: dict[str, str], misses: int, log) -> dict:
@@ -293,14 +354,19 @@ def _notebook_once(salt: float, env: dict[str, str], misses: int, log) -> dict:
 # ----------------------------------------------------------------------------- rounds
 
 
-def first_use_rounds(device: str, rounds: int = 5, notebook: bool = True, log=print) -> dict[str, list[dict]]:
-    """Every row once per round, interleaved; returns each row's samples."""
+ROW_GROUPS = ("import", "new", "hit", "load", "notebook", "run-all")
+
+
+def first_use_rounds(device: str, rounds: int = 5, notebook: bool = True, log=print,
+                     groups: frozenset[str] = frozenset(ROW_GROUPS)) -> dict[str, list[dict]]:
+    """Every row (of ``groups``, :data:`ROW_GROUPS`) once per round, interleaved; returns
+    each row's samples."""
     env = os.environ.copy()
     samples: dict[str, list[dict]] = {}
 
     def add(name: str, sample: dict) -> None:
         samples.setdefault(name, []).append(sample)
-        log(f"  {name:42s} {sample['seconds']:.3f} s  "
+        log(f"  {name:52s} {sample['seconds']:.3f} s  "
             + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in sample.items()
                        if k != "seconds"), flush=True)
 
@@ -311,22 +377,28 @@ def first_use_rounds(device: str, rounds: int = 5, notebook: bool = True, log=pr
         for r in range(rounds):
             log(f"round {r + 1}/{rounds}", flush=True)
             salt = base + (r + 1) / 64
-            add("import", _child(_import_code(device), env))
-            new = _child(_define_code(device, salt), env)
-            if (new["hits"], new["misses"]) != (0, 1):
-                raise RuntimeError(f"the salted kernel was not new: cache hits/misses {new['hits']}/{new['misses']}")
-            add("new kernel", new)
-            hit = _child(_define_code(device, salt), env)
-            if (hit["hits"], hit["misses"]) != (1, 0):
-                raise RuntimeError(f"the unchanged kernel missed the cache: {hit['hits']}/{hit['misses']}")
-            add("cache hit", hit)
-            add("load", _child(_load_code(device, artifact), env))
-            if notebook:
-                nb_salt = salt + 1 / 4096
+            if "import" in groups:
+                add("import", _child(_import_code(device), env))
+            if groups & {"new", "hit"}:
+                new = _child(_define_code(device, salt), env)
+                if (new["hits"], new["misses"]) != (0, 1):
+                    raise RuntimeError(f"the salted kernel was not new: cache hits/misses {new['hits']}/{new['misses']}")
+                add("new kernel", new)
+            if "hit" in groups:
+                hit = _child(_define_code(device, salt), env)
+                if (hit["hits"], hit["misses"]) != (1, 0):
+                    raise RuntimeError(f"the unchanged kernel missed the cache: {hit['hits']}/{hit['misses']}")
+                add("cache hit", hit)
+            if "load" in groups:
+                add("load", _child(_load_code(device, artifact), env))
+            nb_salt = salt + 1 / 4096
+            if notebook and "notebook" in groups:
                 add("notebook, new kernel", _notebook_once(nb_salt, {}, 1, log))
                 add("notebook, new kernel, PNEX_WARMUP=0", _notebook_once(nb_salt + 1 / 8192, {"PNEX_WARMUP": "0"}, 1,
                                                                           log))
                 add("notebook, cache hit", _notebook_once(nb_salt, {}, 0, log))
+            if notebook and "run-all" in groups:
+                add(RUN_ALL, _run_all_once(nb_salt + 1 / 16384))
     return samples
 
 
@@ -334,8 +406,9 @@ def summarise(samples: dict[str, list[dict]]) -> list[dict]:
     rows = []
     for name, runs in samples.items():
         row = {"row": name, "min_s": min(s["seconds"] for s in runs),
-               "median_s": statistics.median(s["seconds"] for s in runs), "goal_s": GOALS.get(name), "runs": runs}
-        for key in ("define_s", "first_call_s", "import_s", "load_s", "load_ext_s", "warmup_s"):
+               "median_s": statistics.median(s["seconds"] for s in runs), "goal_s": GOALS.get(name),
+               "median_goal_s": MEDIAN_GOALS.get(name), "runs": runs}
+        for key in ("define_s", "first_call_s", "import_s", "load_s", "load_ext_s", "warmup_s", "cell_report_s"):
             values = [s[key] for s in runs if isinstance(s.get(key), (int, float))]
             if values:
                 row[f"{key}_min"] = min(values)
@@ -345,12 +418,16 @@ def summarise(samples: dict[str, list[dict]]) -> list[dict]:
 
 def print_rows(rows: list[dict], device: str) -> None:
     print(f"\nfirst use, fresh processes, {device} (minimum / median over rounds; imports excluded where noted)")
-    print(f"{'row':42s} {'min s':>7} {'median s':>9} {'goal s':>7}  parts (minimum)")
+    print(f"{'row':52s} {'min s':>7} {'median s':>9} {'goal s':>9}  parts (minimum)")
     for r in rows:
         goal = f"{r['goal_s']:.2f}" if r["goal_s"] is not None else "-"
         flag = "" if r["goal_s"] is None or r["min_s"] <= r["goal_s"] else "  over the goal"
+        if r.get("median_goal_s") is not None:
+            goal += f"/{r['median_goal_s']:.2f}"
+            if r["median_s"] > r["median_goal_s"]:
+                flag += "  median over its goal"
         parts = " ".join(f"{k[:-4]}={v:.3f}" for k, v in r.items() if k.endswith("_min"))
-        print(f"{r['row']:42s} {r['min_s']:7.3f} {r['median_s']:9.3f} {goal:>7}  {parts}{flag}")
+        print(f"{r['row']:52s} {r['min_s']:7.3f} {r['median_s']:9.3f} {goal:>9}  {parts}{flag}")
 
 
 def main() -> int:
@@ -363,7 +440,14 @@ def main() -> int:
                         help="first, one more fresh process per row (new kernel, cache hit, load, and the "
                              "notebook cell unless --no-notebook) under cProfile, its profile printed")
     parser.add_argument("--profile-only", action="store_true", help="the --profile runs only: no rounds, no results")
+    parser.add_argument("--rows", default=",".join(ROW_GROUPS),
+                        help=f"which rows, comma-separated (default all: {','.join(ROW_GROUPS)}; 'notebook' is the "
+                             f"three 2-s-pause notebook rows, 'run-all' the Run-all row)")
+    parser.add_argument("--tag", default="", help="appended to the results file's name")
     opts = parser.parse_args()
+    groups = frozenset(g.strip() for g in opts.rows.split(",") if g.strip())
+    if not groups <= set(ROW_GROUPS):
+        parser.error(f"--rows: unknown {sorted(groups - set(ROW_GROUPS))}; choose from {', '.join(ROW_GROUPS)}")
 
     import torch
 
@@ -381,7 +465,7 @@ def main() -> int:
         profile_rows(device, notebook)
         if opts.profile_only:
             return 0
-    samples = first_use_rounds(device, opts.rounds, notebook)
+    samples = first_use_rounds(device, opts.rounds, notebook, groups=groups)
     rows = summarise(samples)
     if device == "cuda":
         header = result_header("first-use")
@@ -392,8 +476,8 @@ def main() -> int:
 
         header = {"benchmark": "first-use-cpu", "versions": versions(), "cpus": os.cpu_count(),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    path = write_result({**header, "device": device, "rounds": opts.rounds, "goals": GOALS, "rows": rows},
-                        "first-use" if device == "cuda" else "first-use-cpu")
+    path = write_result({**header, "device": device, "rounds": opts.rounds, "goals": GOALS, "median_goals": MEDIAN_GOALS,
+                         "rows": rows}, ("first-use" if device == "cuda" else "first-use-cpu") + (f"-{opts.tag}" if opts.tag else ""))
     print_rows(rows, device)
     print(f"wrote {path}")
     return 0

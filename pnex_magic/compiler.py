@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cache, vector, warmup
+from . import cache, numbasetup, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
 from .cubin import kernel_entry
@@ -217,6 +217,7 @@ def _numba_ptx(
     sig = numba_signature(spec, layout, variant, hidden)
     bounds = launch_bounds(fn, spec)
     try:
+        numbasetup.typing_setup()  # the first compile's typing set-up, cheaper than Numba's own (see there)
         with warnings.catch_warnings(), target_device(cc):
             warnings.simplefilter("ignore")
             # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
@@ -340,6 +341,7 @@ def ltoir_objects(
     from numba import cuda
 
     _, _, ObjectCode = linker_classes()
+    numbasetup.typing_setup()
     # No line info here: NVRTC's LTO-IR of the float16/bfloat16 helpers has no debug module
     # flags, and nvJitLink refuses to link modules whose flags conflict.
     try:

@@ -22,7 +22,6 @@ Names starting with ``_`` are not forwarded: tools that probe objects
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
 
@@ -41,8 +40,9 @@ class LazyCudaModule:
     @staticmethod
     def module() -> types.ModuleType:
         """The real ``numba.cuda`` (imported now if it was not)."""
-        if "numba.cuda" not in sys.modules:  # not beside the background warm-up's import of it
-            warmup.wait()
+        # Never beside the background warm-up: while it imports numba.cuda, the module is
+        # in sys.modules already, half initialised.  Once it is done this returns at once.
+        warmup.wait()
         from numba import cuda as module
 
         return module

@@ -353,8 +353,9 @@ def test_load_ext_warms_numba_up_in_the_background_unseen(tmp_path, pnex_env):
         ip = start_ipython()
         ip.run_line_magic("load_ext", "pnex_magic")
         from pnex_magic import cache, warmup
-        warmup.wait()
+        warmup._thread.join()  # all of it (wait() would take over after the step under way)
         assert "error" not in warmup.state() and warmup.state()["seconds"] > 0, warmup.state()
+        assert warmup.state()["skipped"] == [], warmup.state()
         from numba.cuda.descriptor import cuda_target
         # Numba's one-time set-up, done by the warm-up: the CUDA typing and target contexts
         print("CONTEXTS", cuda_target._typingctx is not None, cuda_target._targetctx is not None)
@@ -401,7 +402,7 @@ def test_a_compile_racing_the_warmup_is_correct(tmp_path, pnex_env):
         """,
         env,
     )
-    assert "STATE ['seconds'] False" in result.stdout, result.stdout + result.stderr
+    assert "STATE ['seconds', 'skipped', 'steps'] False" in result.stdout, result.stdout + result.stderr
     assert result.stderr == ""
 
 

@@ -14,7 +14,7 @@ import html
 import os
 import sys
 
-from .. import cache
+from .. import cache, warmup
 from .._version import __version__
 from ..compiler import probe_linker
 from ..launch import switch
@@ -127,7 +127,17 @@ def driver_vs_wheels(
 
 def doctor() -> DoctorReport:
     """Probe the GPU, driver, PyTorch build and CUDA compiler wheels (no compile of
-    user code); see :class:`DoctorReport`."""
+    user code); see :class:`DoctorReport`.
+
+    It takes over from ``%load_ext``'s warm-up first (:func:`pnex_magic.warmup.wait`), as
+    every pnex call that imports Numba does: its probes import ``numba.cuda`` (NVVM) and
+    CUDA Python, and run in the cell that ``%load_ext`` ends, at once.  Beside the
+    warm-up's import of ``numba.cuda`` they deadlocked on the package's module locks
+    (numba.cuda and numba.cuda.cudadrv import each other); Python broke the deadlock by
+    failing the warm-up's import, which left a ``numba.cuda`` without its submodules'
+    attributes, so every kernel of the process failed to compile (notebook 05 on CPU:
+    "module 'numba.cuda' has no attribute 'datamodel'")."""
+    warmup.wait()
     checks: list[Check] = []
     advice: list[str] = []
     in_colab = "google.colab" in sys.modules

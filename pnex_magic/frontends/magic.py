@@ -456,15 +456,17 @@ def load_ipython_extension(ip) -> None:
             ip.events.register("pre_run_cell", _numba_cell_waits)
 
 
-_NUMBA_WORD = re.compile(r"\bnumba\b")
+# Numba, or an import of what the warm-up imports with it (CUDA Python, llvmlite).
+_NUMBA_WORD = re.compile(r"\bnumba\b|\b(?:import|from)\s+(?:cuda|llvmlite)\b")
 
 
 def _numba_cell_waits(info: Any) -> None:
-    """Before a cell that names Numba runs (``from numba import cuda``, ``import numba``):
-    wait for the warm-up, as pnex does before its own calls, so that the cell's imports
-    never run beside the background thread's (two threads importing one package's
-    modules can deadlock on the module locks or see a half-initialised module).
-    A cell that does not name Numba runs at once."""
+    """Before a cell that names Numba runs (``from numba import cuda``, ``import numba``),
+    or imports CUDA Python or llvmlite (``from cuda.core import Linker``): take over from
+    the warm-up (it finishes its step under way), as pnex does before its own calls, so
+    that the cell's imports never run beside the background thread's (two threads
+    importing one package's modules can deadlock on the module locks or see a
+    half-initialised module).  A cell that does neither runs at once."""
     if _NUMBA_WORD.search(getattr(info, "raw_cell", "") or ""):
         warmup.wait()
 
