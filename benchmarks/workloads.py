@@ -73,7 +73,7 @@ if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from numba import cuda, float32, int32  # noqa: E402
+from numba import cuda, float32, int32, int64  # noqa: E402
 
 import pnex_magic as pnex
 from pnex_magic.autograd import attach_backward
@@ -92,7 +92,7 @@ __all__ = [
     "LLTM", "LLTMPnex", "LLTMOps", "lltm_ops", "lltm_forward", "lltm_backward",
     "lltm_cell_reference", "lltm_cell_backward_reference", "train_lltm", "bench_lltm",
     # k-means
-    "POINTS_CHOICES", "kmeans_ops", "kmeans_assign", "kmeans_reference", "kmeans_data", "check_labels", "bench_kmeans",
+    "POINTS_PER_THREAD", "kmeans_ops", "kmeans_tuned_ops", "kmeans_assign", "kmeans_reference", "kmeans_data", "check_labels", "bench_kmeans",
     # shared
     "Row", "Workload", "time_per_call", "copy_time", "dram_copy_bandwidth", "environment",
     "format_table", "markdown_table", "same_kernel", "run", "main",
@@ -1382,20 +1382,73 @@ def _rounds_lost(w: Workload, ours: list[str], theirs: list[str]) -> str:
 # =============================================================================================
 
 
-POINTS_CHOICES = (1, 2, 4, 8, 16)  # points per thread, the autotuner's choices (a Tune parameter)
+POINTS_PER_THREAD = 4  # also in n_threads below: (points.size(0) + 3) // 4 threads
 _kmeans_cache: dict = {}
 
 
 def kmeans_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
     """The assignment kernel, writing ``labels_dtype`` labels: int64 as ``argmin`` does, or
-    int32, 4 bytes less per point to write.  Made once per dtype.  How many points each
-    thread assigns (``POINTS``) and the block size are the autotuner's choice: the fastest
-    on this GPU and these shapes, measured at the first call and kept on disk."""
+    int32, 4 bytes less per point to write.  Made once per dtype."""
     if labels_dtype in _kmeans_cache:
         return _kmeans_cache[labels_dtype]
     LABELS = labels_dtype
 
     def kmeans_assign(
+        points: pnex.In("f32", (None, 2)),
+        centroids: pnex.In("f32", (None, 2)),
+        labels: pnex.Out(LABELS, ("points.size(0)",)),
+    ):
+        # Each thread assigns POINTS_PER_THREAD points, one block width apart (so that a
+        # warp's loads and stores are contiguous): it loads them all, compares them with
+        # every centroid, then stores their labels.  Several loads in flight per thread
+        # are what it takes to keep the GPU's memory busy.
+        n = points.shape[0]
+        first = cuda.blockIdx.x * cuda.blockDim.x * POINTS_PER_THREAD + cuda.threadIdx.x
+        x = cuda.local.array(POINTS_PER_THREAD, float32)
+        y = cuda.local.array(POINTS_PER_THREAD, float32)
+        best_d = cuda.local.array(POINTS_PER_THREAD, float32)
+        best = cuda.local.array(POINTS_PER_THREAD, int64)
+        for j in range(POINTS_PER_THREAD):
+            i = first + j * cuda.blockDim.x
+            x[j] = points[i, 0] if i < n else float32(0.0)
+            y[j] = points[i, 1] if i < n else float32(0.0)
+            best_d[j] = float32(math.inf)
+            best[j] = -1
+        for k in range(centroids.shape[0]):  # on a tie the first centroid wins, as in argmin
+            cx = centroids[k, 0]
+            cy = centroids[k, 1]
+            for j in range(POINTS_PER_THREAD):
+                dx = x[j] - cx
+                dy = y[j] - cy
+                d = dx * dx + dy * dy
+                if d < best_d[j]:
+                    best_d[j] = d
+                    best[j] = k
+        for j in range(POINTS_PER_THREAD):
+            i = first + j * cuda.blockDim.x
+            if i < n:
+                labels[i] = best[j]
+
+    if labels_dtype != torch.int64:
+        kmeans_assign.__name__ += "_" + str(labels_dtype).removeprefix("torch.")  # one op per dtype
+        kmeans_assign.__qualname__ = kmeans_assign.__name__
+    op = pnex.jit(n_threads="(points.size(0) + 3) // 4", threads_per_block=256)(kmeans_assign)
+    _kmeans_cache[labels_dtype] = op
+    return op
+
+
+
+
+def kmeans_tuned_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
+    """The assignment kernel of :func:`kmeans_ops` as pnex makes it easy to tune: how many
+    points each thread assigns (``POINTS``) and the block size are the autotuner's choice
+    (the fastest on this GPU and these shapes, timed at the first call and kept on disk),
+    and the tensors are read through ``.flat``.  Made once per dtype."""
+    if ("tuned", labels_dtype) in _kmeans_cache:
+        return _kmeans_cache[("tuned", labels_dtype)]
+    LABELS = labels_dtype
+
+    def kmeans_tuned(
         points: pnex.In("f32", (None, 2)),
         centroids: pnex.In("f32", (None, 2)),
         labels: pnex.Out(LABELS, ("points.size(0)",)),
@@ -1440,11 +1493,10 @@ def kmeans_ops(labels_dtype: torch.dtype = torch.int64) -> Any:
             if i < n:
                 out[i] = best[j]
 
-    if labels_dtype != torch.int64:
-        kmeans_assign.__name__ += "_" + str(labels_dtype).removeprefix("torch.")  # one op per dtype
-        kmeans_assign.__qualname__ = kmeans_assign.__name__
-    op = pnex.jit(n_threads="(points.size(0) + POINTS - 1) // POINTS", threads_per_block="auto")(kmeans_assign)
-    _kmeans_cache[labels_dtype] = op
+    kmeans_tuned.__name__ += "_" + str(labels_dtype).removeprefix("torch.")  # one op per dtype
+    kmeans_tuned.__qualname__ = kmeans_tuned.__name__
+    op = pnex.jit(n_threads="(points.size(0) + POINTS - 1) // POINTS", threads_per_block="auto")(kmeans_tuned)
+    _kmeans_cache[("tuned", labels_dtype)] = op
     return op
 
 
@@ -1486,6 +1538,10 @@ def check_labels(labels: torch.Tensor, expected: torch.Tensor, X: torch.Tensor, 
     )
 
 
+#: The row of :func:`kmeans_tuned_ops`, timed beside the kernel of notebook 04 (``tuned=True``).
+TUNED_KMEANS = "pnex kernel, Tune(POINTS) and block autotuned"
+
+
 def bench_kmeans(
     n_points: int = 20_000_000,
     *,
@@ -1496,6 +1552,7 @@ def bench_kmeans(
     loops: int = 20,
     compile_variants: bool = True,
     rounds: int | None = None,
+    tuned: bool = True,
 ) -> Workload:
     """The assignment step writing ``labels_dtype`` labels: the pnex kernel against the
     tutorial's function (its int64 result cast to ``labels_dtype``, if need be), eager and
@@ -1532,6 +1589,8 @@ def bench_kmeans(
     if compile_variants:
         variants.append((COMPILED, variant(COMPILED, torch.compile(reference, fullgraph=True))))
     variants.append(("pnex kernel", variant("pnex kernel", op)))
+    if tuned:
+        variants.append((TUNED_KMEANS, variant(TUNED_KMEANS, kmeans_tuned_ops(labels_dtype))))
     itemsize = torch.empty(0, dtype=labels_dtype).element_size()
     if device.type == "cuda":
         moved = X.numel() * X.element_size() + n_points * itemsize  # read the points, write the labels
