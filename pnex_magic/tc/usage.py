@@ -28,6 +28,8 @@ MIN_ARCH = {
     "mbarrier_init": (9, 0), "mbarrier_arrive": (9, 0), "mbarrier_arrive_expect_tx": (9, 0), "mbarrier_wait": (9, 0),
     "tma_load": (9, 0), "tensor_map_acquire": (9, 0), "setmaxnreg_inc": (9, 0), "setmaxnreg_dec": (9, 0),
     "named_barrier": (7, 0),
+    "cluster_ctarank": (9, 0), "cluster_sync": (9, 0), "mbarrier_arrive_cluster": (9, 0), "tma_load_multicast": (9, 0),
+    "fence_mbarrier_init_cluster": (9, 0),
 }
 
 
@@ -46,12 +48,15 @@ _ORIGIN = {
     "tensor_map_acquire": "the Tensor Memory Accelerator (cp.async.bulk.tensor) came with Hopper",
     "setmaxnreg_inc": "setmaxnreg exists on sm_90a: H100, H200",
     "setmaxnreg_dec": "setmaxnreg exists on sm_90a: H100, H200",
+    "tma_load_multicast": "the Tensor Memory Accelerator's multicast to a thread-block cluster came with Hopper",
 }
 
 
 def _origin(name: str) -> str:
     if name in _ORIGIN:
         return _ORIGIN[name]
+    if "cluster" in name:
+        return "thread-block clusters came with Hopper"
     if name.startswith("mbarrier"):
         return "mbarrier transaction counts (expect_tx) came with Hopper"
     if name.startswith("wgmma"):
