@@ -199,6 +199,8 @@ class KernelDefinition:
         problem = clusters.arch_problem(self.spec.name, self.spec.cluster_dims, cc)
         if problem is not None:
             raise KernelDefinitionError(problem + ("" if explicit else " (this GPU)"))
+        if self._rank_problem:
+            raise KernelDefinitionError(f"kernel {self.spec.name!r}, {self._rank_problem}")
         if needed is not None:
             from .tc.usage import arch_problem
 
@@ -209,6 +211,23 @@ class KernelDefinition:
                     + ("" if explicit else " (this GPU)")
                 )
         return arch_name(cc)
+
+    @functools.cached_property
+    def _rank_problem(self) -> str | None:
+        """A constant CTA rank or multicast mask outside the kernel's clusters
+        (:func:`pnex_magic.tc.usage.cluster_rank_problem`); only for a kernel that calls one."""
+        if not {"tma_load_multicast", "mbarrier_arrive_cluster"} & self._primitives:
+            return None
+        from .tc.usage import cluster_rank_problem
+
+        dims = self.spec.cluster_dims or (1, 1, 1)
+        return cluster_rank_problem(self.snapshot.function, dims[0] * dims[1] * dims[2])
+
+    @functools.cached_property
+    def _primitives(self) -> set[str]:
+        from .tc.usage import used_primitives
+
+        return used_primitives(self.snapshot.function)
 
     @functools.cached_property
     def required_cc(self) -> tuple[tuple[int, int], str] | None:

@@ -276,12 +276,11 @@ def register_bulk(*, literal: Callable, is_index: Callable, index_values: Callab
 
         return types.none(), codegen
 
+    # (a constant rank or mask outside the kernel's clusters is refused before this, from the
+    # source: pnex_magic.tc.usage.cluster_rank_problem; Numba retries a literal refused here as an int)
     def rank_error(name: str, rank: Any) -> str | None:
         if not isinstance(rank, types.Integer):
             return f"pnex.tc.{name}: the CTA rank must be an integer, got {rank}"
-        n = literal(rank)
-        if isinstance(n, int) and not 0 <= n < 16:
-            return f"pnex.tc.{name}: the CTA rank must be from 0 to 15 (a cluster has at most 16 blocks), got {n}"
         return None
 
     @intrinsic
@@ -311,10 +310,6 @@ def register_bulk(*, literal: Callable, is_index: Callable, index_values: Callab
             raise TypingError(f"pnex.tc.tma_load_multicast: the destination must be a writable shared array, got {tile}")
         if not isinstance(mask, types.Integer):
             raise TypingError(f"pnex.tc.tma_load_multicast: cta_mask must be an integer (bit r: CTA rank r), got {mask}")
-        n = literal(mask)
-        if isinstance(n, int) and not 0 < n < 1 << 16:
-            raise TypingError(f"pnex.tc.tma_load_multicast: cta_mask must name 1 to 16 CTA ranks (a 16-bit mask, "
-                              f"not 0), got {n:#x}")
         for problem in (subscripts_error("tma_load_multicast", tile, index, "tile"),
                         map_error("tma_load_multicast", desc), barrier_error("tma_load_multicast", bars, bar_index)):
             if problem:
@@ -348,11 +343,11 @@ def register_bulk(*, literal: Callable, is_index: Callable, index_values: Callab
     def _fence_init_impl():
         return lambda: _fence_init()
 
-    @overload(tc.mbarrier_arrive_cluster, target="cuda", prefer_literal=True)
+    @overload(tc.mbarrier_arrive_cluster, target="cuda")
     def _arrive_cluster_impl(bars, index, rank):
         return lambda bars, index, rank: _arrive_cluster(bars, index, rank)
 
-    @overload(tc.tma_load_multicast, target="cuda", prefer_literal=True)
+    @overload(tc.tma_load_multicast, target="cuda")
     def _tma_multicast_impl(tile, index, desc, coords, bars, bar_index, cta_mask):
         return lambda tile, index, desc, coords, bars, bar_index, cta_mask: _tma_multicast(
             tile, index, desc, coords, bars, bar_index, cta_mask)

@@ -74,12 +74,13 @@ def cluster_ctarank() -> int:
     return 0 if state is None else state.rank_of(tuple(thread.blockIdx))
 
 
-def _rank_error(name: str, rank: int, state: ClusterState | None) -> str:
+def _outside(state: ClusterState | None) -> str:
+    """``"outside the cluster (...)"``: what a rank past the cluster is outside of."""
     size = 1 if state is None else state.size
     shape = "a launch without cluster_dims is a cluster of 1 block" if state is None else \
         f"cluster_dims={state.dims}: {size} block{'s' if size > 1 else ''}"
-    return (f"pnex.tc.{name}: CTA rank {rank} is outside the cluster ({shape}, ranks 0 to {size - 1}); on the GPU "
-            f"this reaches no block's shared memory")
+    return (f"outside the cluster ({shape}, ranks 0 to {size - 1}); on the GPU it would reach no block's shared "
+            f"memory")
 
 
 def remote(name: str, array: Any, rank: Any) -> np.ndarray:
@@ -89,7 +90,7 @@ def remote(name: str, array: Any, rank: Any) -> np.ndarray:
     r = int(rank)
     own_rank = 0 if state is None else state.rank_of(tuple(thread.blockIdx))
     if not 0 <= r < (1 if state is None else state.size):
-        raise IndexError(_rank_error(name, r, state))
+        raise IndexError(f"pnex.tc.{name}: CTA rank {r} is {_outside(state)}")
     data = unwrap(array)
     if r == own_rank:
         return data
@@ -130,8 +131,8 @@ def tma_load_multicast(tile: Any, index: Any, desc: Any, coords: Any, bars: Any,
                          f"got {mask:#x}")
     outside = [r for r in range(16) if mask >> r & 1 and r >= size]
     if outside:
-        raise IndexError(f"pnex.tc.tma_load_multicast: cta_mask {mask:#b} names " + _rank_error(
-            "tma_load_multicast", outside[0], state).split(": ", 1)[1])
+        raise IndexError(f"pnex.tc.tma_load_multicast: cta_mask {mask:#b} names CTA rank {outside[0]}, "
+                         f"{_outside(state)}")
     for r in range(size):
         if mask >> r & 1:
             bulk.tma_load(remote("tma_load_multicast", tile, r), index, desc, coords,
@@ -149,6 +150,7 @@ def cluster_sync() -> None:
     with bulk._CHANGED:
         generation = state.barrier[1]
         state.barrier[0] += 1
+        bulk._last_change[0] = time.monotonic()  # an arrival is progress
         while state.barrier[1] == generation:
             if state.barrier[0] + state.ended() >= total:
                 state.barrier[0], state.barrier[1] = 0, generation + 1
