@@ -25,8 +25,8 @@ numba's raises whichever its scan meets first).
 A kernel with thread-block clusters (``cluster_dims``) runs one cluster at a time, its
 blocks at once (each a :class:`_Block` run from a thread of its own), each with shared
 memory of its own, their managers sharing a
-:class:`~pnex_magic.tc.simulate_cluster.ClusterState` through which the cluster
-primitives reach each other's shared memory.  A block that fails aborts the cluster's
+:class:`ClusterState` through which the cluster primitives
+(:mod:`pnex_magic.tc.simulate_cluster`) reach each other's shared memory.  A block that fails aborts the cluster's
 others.
 """
 
@@ -148,6 +148,37 @@ class _Block:
                 self._condition.wait(_POLL_SECONDS)
 
 
+class ClusterState:
+    """One running cluster: ``dims`` (blocks along x, y, z), its blocks' origin in the
+    grid, each rank's shared memory (numba's ``FakeCUDAShared``) and block manager."""
+
+    def __init__(self, dims: tuple[int, int, int], origin: tuple[int, int, int], shared: list[Any],
+                 managers: list[Any]):
+        self.dims = dims
+        self.origin = origin
+        self.size = dims[0] * dims[1] * dims[2]
+        self.shared = shared
+        self.managers = managers
+        self.barrier = [0, 0]  # cluster_sync: [threads arrived, generation]
+
+    def rank_of(self, block: tuple[int, ...]) -> int:
+        x, y, z = (int(b) % d for b, d in zip(tuple(block) + (0,) * (3 - len(block)), self.dims))
+        return x + self.dims[0] * (y + self.dims[1] * z)
+
+    def threads(self) -> int:
+        return self.size * int(np.prod(self.managers[0]._block_dim))
+
+    def ended(self) -> int:
+        return sum(len(getattr(m, "pnex_ended_threads", ())) for m in self.managers)
+
+    def failure(self) -> BaseException | None:
+        for m in self.managers:
+            failed = getattr(m, "pnex_failed_threads", {})
+            if failed:
+                return next(iter(failed.values()))
+        return None
+
+
 def _cluster_module(module_class: type) -> type:
     class ClusterModule(module_class):
         """numba's fake ``cuda`` module, with shared memory per block of the running cluster."""
@@ -167,8 +198,6 @@ def _run_cluster(fn: Any, origin: tuple[int, ...], dims: tuple[int, int, int], b
                  module: Any, args: Sequence[Any], shared: int) -> None:
     """Run the blocks of the cluster at ``origin`` at once; raise the first failure."""
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
-
-    from ..tc.simulate_cluster import ClusterState
 
     size = dims[0] * dims[1] * dims[2]
     # by rank: x fastest, as %cluster_ctarank counts

@@ -4,7 +4,9 @@ another block of the cluster (``cluster_ctarank``, ``cluster_sync``,
 
 The launch stage runs the blocks of one cluster at once, each with its own shared
 memory (:mod:`pnex_magic.launch.block_simulator`), and gives their block managers one
-:class:`ClusterState`: the cluster's shape and each rank's shared memory.  A shared
+``ClusterState`` (``pnex_cluster``): the cluster's shape (``dims``, ``size``), each
+rank's shared memory (``shared``) and block manager, ``rank_of(block)``, ``threads()``,
+``ended()``, ``failure()`` and the ``barrier`` of ``cluster_sync``.  A shared
 array of another block is the one at the same offset of that block's shared memory, as
 ``mapa`` maps it on the GPU (:func:`remote`): its dynamic shared memory, or the static
 array declared on the same line.  A kernel launched without ``cluster_dims`` is a
@@ -25,42 +27,11 @@ import numpy as np
 from . import simulate_bulk as bulk
 from .arrays import _declared, _root, declare, unwrap
 
-__all__ = ["ClusterState", "cluster_ctarank", "cluster_sync", "remote", "mbarrier_arrive_cluster",
+__all__ = ["cluster_ctarank", "cluster_sync", "remote", "mbarrier_arrive_cluster",
            "tma_load_multicast", "cluster_of"]
 
 
-class ClusterState:
-    """One running cluster: ``dims`` (blocks along x, y, z), its blocks' origin in the
-    grid, each rank's shared memory (numba's ``FakeCUDAShared``) and block manager."""
-
-    def __init__(self, dims: tuple[int, int, int], origin: tuple[int, int, int], shared: list[Any],
-                 managers: list[Any]):
-        self.dims = dims
-        self.origin = origin
-        self.size = dims[0] * dims[1] * dims[2]
-        self.shared = shared
-        self.managers = managers
-        self.barrier = [0, 0]  # cluster_sync: [threads arrived, generation]
-
-    def rank_of(self, block: tuple[int, ...]) -> int:
-        x, y, z = (int(b) % d for b, d in zip(tuple(block) + (0,) * (3 - len(block)), self.dims))
-        return x + self.dims[0] * (y + self.dims[1] * z)
-
-    def threads(self) -> int:
-        return self.size * int(np.prod(self.managers[0]._block_dim))
-
-    def ended(self) -> int:
-        return sum(len(getattr(m, "pnex_ended_threads", ())) for m in self.managers)
-
-    def failure(self) -> BaseException | None:
-        for m in self.managers:
-            failed = getattr(m, "pnex_failed_threads", {})
-            if failed:
-                return next(iter(failed.values()))
-        return None
-
-
-def cluster_of(name: str) -> tuple[ClusterState | None, Any]:
+def cluster_of(name: str) -> tuple[Any, Any]:
     """(the running cluster or ``None`` outside one, the calling simulated thread)."""
     thread = threading.current_thread()
     manager = getattr(thread, "_manager", None)
@@ -74,7 +45,7 @@ def cluster_ctarank() -> int:
     return 0 if state is None else state.rank_of(tuple(thread.blockIdx))
 
 
-def _outside(state: ClusterState | None) -> str:
+def _outside(state: Any) -> str:
     """``"outside the cluster (...)"``: what a rank past the cluster is outside of."""
     size = 1 if state is None else state.size
     shape = "a launch without cluster_dims is a cluster of 1 block" if state is None else \
