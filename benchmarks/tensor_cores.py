@@ -76,6 +76,10 @@ def gemm_variants(selected):
         "tma:128x256x4": lambda dt: Linear(TmaLinear(dt, 256, 4)),
         "tma:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3)),
         "tma:128x128x6": lambda dt: Linear(TmaLinear(dt, 128, 6)),
+        # 2-block clusters sharing W's tile by TMA multicast (BM 128 a block; <BN>x<STAGES>)
+        "tma-cluster:256x4": lambda dt: Linear(TmaLinear(dt, 256, 4, cluster=2)),
+        "tma-cluster:256x3": lambda dt: Linear(TmaLinear(dt, 256, 3, cluster=2)),
+        "tma-cluster:128x6": lambda dt: Linear(TmaLinear(dt, 128, 6, cluster=2)),
         "tma-persistent:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3, persistent=True)),
         "tma-persistent:128x128x5": lambda dt: Linear(TmaLinear(dt, 128, 5, persistent=True)),
         "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .clusters import grid_problem
 from .errors import ArgumentShapeError, ArgumentTypeError
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -222,7 +223,9 @@ def launch_grid(
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(blocks per grid, threads per block), both padded to three axes.  ``env``
     holds the arguments, the outputs and the ``Tune`` values of the variant launched;
-    ``block`` is the block shape to launch with (default: the spec's first candidate)."""
+    ``block`` is the block shape to launch with (default: the spec's first candidate).
+    A grid that is not a whole number of the kernel's clusters (``cluster_dims``) is an
+    ``ArgumentShapeError`` naming both."""
     shape = tuple(block) if block is not None else spec.threads_per_block
     grid = []
     for axis, (expr, tpb) in enumerate(zip(spec.n_threads, shape, strict=True)):
@@ -240,6 +243,9 @@ def launch_grid(
     while len(grid) < 3:
         grid.append(1)
         block.append(1)
+    problem = grid_problem(spec.name, grid, spec.cluster_dims) if all(grid) else None
+    if problem is not None:  # (the C++ launcher says the same: csrc/launcher_call.cpp)
+        raise ArgumentShapeError(problem)
     return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cache, numbasetup, vector, warmup
+from . import cache, clusters, numbasetup, vector, warmup
 from . import random as kernel_random
 from .arch import arch_name, parse_arch
 from .cubin import kernel_entry
@@ -218,7 +218,7 @@ def _numba_ptx(
     bounds = launch_bounds(fn, spec)
     try:
         numbasetup.typing_setup()  # the first compile's typing set-up, cheaper than Numba's own (see there)
-        with warnings.catch_warnings(), target_device(cc):
+        with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims):
             warnings.simplefilter("ignore")
             # Line info (``.loc``): ncu's source view and compute-sanitizer name the Python line;
             # it leaves registers and SASS unchanged (measured, benchmarks/checked_overhead.py).
@@ -315,7 +315,9 @@ def launch_bounds(fn: Callable, spec: KernelSpec) -> tuple[int] | None:
     (``pnex.tc.setmaxnreg_inc``/``_dec``): ptxas gives the code after ``setmaxnreg.inc``
     the registers it names only when the kernel declares its block size (``.maxntid``,
     CUDA's ``__launch_bounds__``); a register cap (``max_registers``) would bind every
-    warpgroup to it and spill.  ``None`` for every other kernel (their code is unchanged)."""
+    warpgroup to it and spill.  ``None`` for every other kernel (their code is unchanged).
+    A kernel's cluster shape (``cluster_dims``) is written beside these, by
+    :func:`pnex_magic.clusters.annotations` around the compile."""
     from .tc.usage import used_primitives
 
     if not {"setmaxnreg_inc", "setmaxnreg_dec"} & used_primitives(fn):
@@ -345,7 +347,8 @@ def ltoir_objects(
     # No line info here: NVRTC's LTO-IR of the float16/bfloat16 helpers has no debug module
     # flags, and nvJitLink refuses to link modules whose flags conflict.
     try:
-        with warnings.catch_warnings(), target_device(cc), _without_debug_subroutines():
+        with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims), \
+                _without_debug_subroutines():
             warnings.simplefilter("ignore")
             codes, _ = cuda.compile_all(
                 fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",

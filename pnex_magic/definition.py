@@ -26,7 +26,7 @@ import threading
 import types
 from typing import TYPE_CHECKING, Any
 
-from . import cache, simtyping
+from . import cache, clusters, simtyping
 from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
@@ -188,12 +188,19 @@ class KernelDefinition:
         (:func:`~pnex_magic.arch.default_arch`).  A kernel that calls tensor-core primitives
         (:mod:`pnex_magic.tc`) needs sm_80 or newer, one that calls ``wgmma`` sm_90 exactly:
         where the default is a stand-in (no GPU) it becomes that; a named or present GPU
-        without the primitive is refused, naming it."""
+        without the primitive is refused, naming it.  So for thread-block clusters
+        (``cluster_dims``), which need sm_90."""
         explicit = arch or self.options.arch
         cc = parse_arch(explicit or default_arch())
         needed = self.required_cc
-        if needed is not None and cc < needed[0] and explicit is None and default_is_stand_in():
-            cc = needed[0]
+        lowest = max(needed[0] if needed else (0, 0), clusters.MIN_CC if self.spec.cluster_dims else (0, 0))
+        if cc < lowest and explicit is None and default_is_stand_in():
+            cc = lowest
+        problem = clusters.arch_problem(self.spec.name, self.spec.cluster_dims, cc)
+        if problem is not None:
+            raise KernelDefinitionError(problem + ("" if explicit else " (this GPU)"))
+        if self._rank_problem:
+            raise KernelDefinitionError(f"kernel {self.spec.name!r}, {self._rank_problem}")
         if needed is not None:
             from .tc.usage import arch_problem
 
@@ -204,6 +211,23 @@ class KernelDefinition:
                     + ("" if explicit else " (this GPU)")
                 )
         return arch_name(cc)
+
+    @functools.cached_property
+    def _rank_problem(self) -> str | None:
+        """A constant CTA rank or multicast mask outside the kernel's clusters
+        (:func:`pnex_magic.tc.usage.cluster_rank_problem`); only for a kernel that calls one."""
+        if not {"tma_load_multicast", "mbarrier_arrive_cluster"} & self._primitives:
+            return None
+        from .tc.usage import cluster_rank_problem
+
+        dims = self.spec.cluster_dims or (1, 1, 1)
+        return cluster_rank_problem(self.snapshot.function, dims[0] * dims[1] * dims[2])
+
+    @functools.cached_property
+    def _primitives(self) -> set[str]:
+        from .tc.usage import used_primitives
+
+        return used_primitives(self.snapshot.function)
 
     @functools.cached_property
     def required_cc(self) -> tuple[tuple[int, int], str] | None:

@@ -15,7 +15,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp
+from tiles import Rule, TiledOp, grouped_tile
 
 BK = 32
 
@@ -41,13 +41,7 @@ def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3,
         m, k = a.shape
         n = b.shape[1]
         # grouped order: `group` block rows share each column of B while it is in L2
-        pid = cuda.blockIdx.x
-        tiles_n = n // bn
-        in_group = group * tiles_n
-        first_m = (pid // in_group) * group
-        rows = min(m // bm - first_m, group)
-        pm = first_m + (pid % in_group) % rows
-        pn = (pid % in_group) // rows
+        pm, pn = grouped_tile(cuda.blockIdx.x, m // bm, n // bn, group)
         m0 = pm * bm
         n0 = pn * bn
         tid = cuda.threadIdx.x

@@ -29,7 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp
+from tiles import Rule, TiledOp, grouped_tile
 
 BK = 64
 BM = 128
@@ -37,9 +37,22 @@ PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 
 
-def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
+def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
     """The pnex op ``c = linear(a, w, a_map, w_map)`` (``a @ w.T``); ``bn``, ``stages``:
-    the tile's width and the buffers in flight (``Tune`` choices, or one value each)."""
+    the tile's width and the buffers in flight (``Tune`` choices, or one value each).
+
+    ``cluster=2``: thread-block clusters of two blocks that compute adjacent row blocks
+    of one column block of C (:func:`tiles.grouped_tile` puts blocks 2c and 2c + 1
+    there), so they read the same ``BN`` x 64 tile of W, the larger operand (A's is
+    128 x 64): each block's producer loads half of its rows and multicasts them into
+    both blocks (``tma_load_multicast``), which halves W's traffic from L2 (a block
+    reads 32 KiB a k-tile instead of 48).  A buffer is then written by both producers,
+    so it is free only when the consumers of both blocks have released it: each
+    consumer warp arrives on the "empty" barrier of every block of the cluster
+    (``mbarrier_arrive_cluster``; 16 arrivals a phase).  ``w_map``'s box is then
+    ``BN / 2`` rows, and M a multiple of 256."""
+    if cluster not in (1, 2):
+        raise ValueError(f"make_linear_tma: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
     stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
     wide = max(bn_choices)
@@ -48,11 +61,14 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
     pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
     threads = 384
     columns = tuple(range(wide // 8))
+    everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
+    clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
 
     @pnex.jit(
         n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
         threads_per_block=threads,
         shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + 16 * STAGES",
+        **clusters,
     )
     def linear_tma(
         a: pnex.In(dtype, (None, None)),
@@ -70,25 +86,26 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
         bars = tc.tile(words64, STAGES * (BM + BN) * BK // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
         m, k = a.shape
         n = w.shape[0]
-        pid = cuda.blockIdx.x
-        tiles_n = n // BN
-        in_group = group * tiles_n
-        first_m = (pid // in_group) * group
-        rows = min(m // BM - first_m, group)
-        m0 = (first_m + (pid % in_group) % rows) * BM
-        n0 = ((pid % in_group) // rows) * BN
+        tile_m, tile_n = grouped_tile(cuda.blockIdx.x, m // BM, n // BN, group)
+        m0 = tile_m * BM
+        n0 = tile_n * BN
         tid = cuda.threadIdx.x
         wg = tid // 128
         lane = tid % 32
         ktiles = k // BK
         acc = cuda.local.array(regs, float32)  # the first wgmma writes it (accumulate=False)
         words = cuda.shared.array(0, uint32, alignment=1024)
+        part = BN // cluster  # the rows of W's tile this block's producer loads
+        rank = tc.cluster_ctarank() if cluster > 1 else 0
 
         if tid == 0:
             for s in range(STAGES):
                 tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
-                tc.mbarrier_init(bars, STAGES + s, 8)  # empty: one arrival per consumer warp
-        cuda.syncthreads()
+                tc.mbarrier_init(bars, STAGES + s, 8 * cluster)  # empty: one arrival per consumer warp of the cluster
+        if cluster > 1:
+            tc.cluster_sync()  # every block's barriers exist before another's copies and arrivals reach them
+        else:
+            cuda.syncthreads()
 
         if wg == 0:
             tc.setmaxnreg_dec(PRODUCER_REGS)
@@ -99,9 +116,13 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
                     s = kt % STAGES
                     if kt >= STAGES:  # the consumers released this buffer's previous round
                         tc.mbarrier_wait(bars, STAGES + s, (kt // STAGES - 1) & 1)
-                    tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)
+                    tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)  # W's halves from both blocks
                     tc.tma_load(sa, (s, 0, 0), a_map, (m0, kt * BK), bars, s)
-                    tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
+                    if cluster > 1:
+                        tc.tma_load_multicast(sb, (s, rank * part, 0), w_map, (n0 + rank * part, kt * BK), bars, s,
+                                              everyone)
+                    else:
+                        tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
             cuda.syncthreads()  # the consumers' two barriers below (bar.sync counts threads, not sites)
             cuda.syncthreads()
         else:
@@ -116,7 +137,11 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
                 tc.wgmma_commit()
                 tc.wgmma_wait(1)  # the previous k-tile's wgmma is done: its buffer can be refilled
                 if kt > 0 and lane == 0:
-                    tc.mbarrier_arrive(bars, STAGES + (kt - 1) % STAGES)
+                    if cluster > 1:  # by both blocks' producers: each is told
+                        for r in range(cluster):
+                            tc.mbarrier_arrive_cluster(bars, STAGES + (kt - 1) % STAGES, r)
+                    else:
+                        tc.mbarrier_arrive(bars, STAGES + (kt - 1) % STAGES)
             tc.wgmma_wait(0)
             cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
             # the accumulators go to shared memory here, in the branch whose registers hold them
@@ -140,6 +165,8 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8):
                 col = (ch % (BN // 8)) * 8
                 chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
                 tc.store_words(c, (m0 + row, n0 + col), chunk)
+        if cluster > 1:
+            tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
     return linear_tma
 
@@ -190,7 +217,6 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
         n = w.shape[0]
         tiles_n = n // BN
         tiles = (m // BM) * tiles_n
-        in_group = group * tiles_n
         tid = cuda.threadIdx.x
         wg = tid // 128
         lane = tid % 32
@@ -210,10 +236,9 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
                 tc.tensor_map_acquire(w_map)
                 it = 0
                 for tile in range(cuda.blockIdx.x, tiles, blocks):
-                    first_m = (tile // in_group) * group
-                    rows = min(m // BM - first_m, group)
-                    m0 = (first_m + (tile % in_group) % rows) * BM
-                    n0 = ((tile % in_group) // rows) * BN
+                    tile_m, tile_n = grouped_tile(tile, m // BM, tiles_n, group)
+                    m0 = tile_m * BM
+                    n0 = tile_n * BN
                     for kt in range(ktiles):
                         s = it % STAGES
                         if it >= STAGES:  # the consumers released this buffer's previous round
@@ -232,10 +257,9 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
             r = row0 + warp * 16 + g
             it = 0
             for tile in range(cuda.blockIdx.x, tiles, blocks):
-                first_m = (tile // in_group) * group
-                rows = min(m // BM - first_m, group)
-                m0 = (first_m + (tile % in_group) % rows) * BM
-                n0 = ((tile % in_group) // rows) * BN
+                tile_m, tile_n = grouped_tile(tile, m // BM, tiles_n, group)
+                m0 = tile_m * BM
+                n0 = tile_n * BN
                 for kt in range(ktiles):
                     s = it % STAGES
                     tc.mbarrier_wait(bars, s, (it // STAGES) & 1)
@@ -284,16 +308,24 @@ def _sm_count(device):
 
 class TmaLinear:
     """``c = a @ w.T`` through :func:`make_linear_tma`'s op: checks the tile rules, makes
-    (or finds) the tensor maps of ``a`` and ``w``, and calls the op."""
+    (or finds) the tensor maps of ``a`` and ``w``, and calls the op.  ``cluster=2``: the
+    clustered kernel (W's box is half the tile: each block of a pair loads half)."""
 
-    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False):
+    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
+        if persistent and cluster != 1:
+            raise ValueError("TmaLinear: the persistent kernel has no clustered variant; give persistent or cluster=2")
         self.persistent = persistent
-        self.op = (make_linear_persistent if persistent else make_linear_tma)(dtype, bn, stages)
+        self.cluster = cluster
+        if persistent:
+            self.op = make_linear_persistent(dtype, bn, stages)
+        else:
+            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster)
         self.bn = bn
+        blocks = "the block tile BM" if cluster == 1 else f"the cluster's {cluster} block tiles BM"
         self.tiled = TiledOp(self.op, [
-            Rule("a", 0, BM, "M", "the block tile BM"),
+            Rule("a", 0, BM * cluster, "M", blocks),
             Rule("w", 0, self.bn, "N", "the block tile BN"),
             Rule("a", 1, BK, "K", "the k-tile BK", minimum=BK),
         ])
@@ -301,7 +333,7 @@ class TmaLinear:
     def __call__(self, a, w):
         self.tiled.check(a, w)
         a_map = tc.tensor_map(a, (BM, BK))
-        w_map = tc.tensor_map(w, (self.bn, BK))
+        w_map = tc.tensor_map(w, (self.bn // self.cluster, BK))
         if not self.persistent:
             return self.op(a, w, a_map, w_map)
         tiles = (a.shape[0] // BM) * (w.shape[0] // self.bn)

@@ -20,7 +20,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp
+from tiles import Rule, TiledOp, grouped_tile
 
 BK = 64
 SQRT1_2 = 0.7071067811865476
@@ -81,13 +81,9 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
         ahead = STAGES - ahead_less
         m, k = a.shape
         n = w.shape[0]
-        pid = cuda.blockIdx.x
-        tiles_n = n // BN
-        in_group = group * tiles_n
-        first_m = (pid // in_group) * group
-        rows = min(m // bm - first_m, group)
-        m0 = (first_m + (pid % in_group) % rows) * bm
-        n0 = ((pid % in_group) // rows) * BN
+        tile_m, tile_n = grouped_tile(cuda.blockIdx.x, m // bm, n // BN, group)
+        m0 = tile_m * bm
+        n0 = tile_n * BN
         tid = cuda.threadIdx.x
         wg = tid // 128
         acc = cuda.local.array(regs, float32)  # the first wgmma writes it (accumulate=False)

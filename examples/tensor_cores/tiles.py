@@ -13,6 +13,8 @@ It is an ordinary Python call in front of the op: ``torch.compile(fullgraph=True
 traces through it (a size check on a symbolic size becomes a guard), and everything
 else (``pnex.inspect``, the report, ``.definition``) reaches the op itself, also as
 ``tiled.op``.
+
+:func:`grouped_tile` is the GEMM kernels' block order (a device function they share).
 """
 
 from __future__ import annotations
@@ -20,9 +22,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from numba import cuda
+
 import pnex_magic as pnex
 
-__all__ = ["Rule", "TiledOp"]
+__all__ = ["Rule", "TiledOp", "grouped_tile"]
+
+
+@cuda.jit(device=True, inline=True)
+def grouped_tile(pid, m_tiles, n_tiles, group):
+    """(row block, column block) of C that block ``pid`` computes, of ``m_tiles`` x
+    ``n_tiles``: consecutive blocks walk down ``group`` row blocks, then step one column
+    block right (the last group may have fewer rows), so that the blocks resident at once
+    read a few row blocks of A and column blocks of W from L2 again and again.  With
+    ``group`` and ``m_tiles`` even, blocks 2c and 2c + 1 compute adjacent row blocks of
+    one column block (a 2-block cluster that shares W's tile)."""
+    in_group = group * n_tiles
+    first_m = (pid // in_group) * group
+    rows = min(m_tiles - first_m, group)
+    return first_m + (pid % in_group) % rows, (pid % in_group) // rows
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..blocks import parse_autotune_key, parse_threads_per_block
+from ..clusters import parse_cluster_dims, ptx_cluster_dims
 from ..dtypes import resolve_dtype
 from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
@@ -79,6 +80,8 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         "autotune_key": None if spec.autotune_key is None else [str(e) for e in spec.autotune_key],
         # Dynamic shared memory per block (format 4; absent: none).
         "shared_bytes": str(spec.shared_bytes),
+        # Thread-block clusters (written only for a kernel that has them: other files read as before).
+        **({"cluster_dims": list(spec.cluster_dims)} if spec.cluster_dims is not None else {}),
     }
 
 
@@ -230,6 +233,10 @@ def _spec(d: Any) -> KernelSpec:
         shared_bytes = shared_bytes_expression(kernel, shared, [p for p in params if isinstance(p, TuneParam)], visible)
     except KernelDefinitionError as exc:
         raise _Malformed(str(exc)) from None
+    try:
+        cluster_dims = parse_cluster_dims(kernel, d.get("cluster_dims"), len(texts))
+    except KernelDefinitionError as exc:
+        raise _Malformed(str(exc)) from None
     return KernelSpec(
         name=kernel,
         qualname=_get(d, "qualname", str, "the spec"),
@@ -240,6 +247,7 @@ def _spec(d: Any) -> KernelSpec:
         candidates=candidates,
         autotune_key=key,
         shared_bytes=shared_bytes,
+        cluster_dims=cluster_dims,
     )
 
 
@@ -332,6 +340,9 @@ def read_op_entry(d: Any, files: Mapping[str, bytes], where: str) -> OpEntry:
             raise _Malformed(f"cooperative is {cooperative!r}")
         # Its PTX says so too: a file that lost the flag still launches cooperatively.
         cooperative = cooperative or any(uses_grid_sync(img.ptx) for layouts in images for img in layouts.values())
+        shapes = {ptx_cluster_dims(img.ptx) for layouts in images for img in layouts.values()}
+        if shapes != {spec.cluster_dims}:  # the code launches clusters of the shape its PTX declares
+            raise _Malformed(f"its spec gives cluster_dims={spec.cluster_dims}, its code {sorted(shapes, key=str)}")
     except (_Malformed, PnexError) as exc:
         raise ArtifactError(f"{where}: op {name!r} is malformed in the manifest: {exc}") from None
     return OpEntry(op_name, spec, images, max_registers, backward, cooperative)

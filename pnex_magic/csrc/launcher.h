@@ -152,6 +152,7 @@ struct Spec {
   std::shared_ptr<const HiddenArrays> hidden;  // null: the kernel reads no device array as a global
   bool check_always = false;  // every launch runs the checked variant (check=True)
   bool cooperative = false;   // it synchronises its grid: launched cooperatively (cooperative.h)
+  std::array<unsigned, 3> cluster{0, 0, 0};  // blocks per thread-block cluster (cluster_dims=); 0: none
   std::mutex mutex;      // loading code
   std::shared_mutex table_mutex;
   std::vector<Choice> table;  // autotune decisions made so far

@@ -462,6 +462,21 @@ void PnexKernel::operator()(const c10::OperatorHandle&, c10::DispatchKeySet, tor
     }
     TORCH_CHECK_VALUE(over < 0, "pnex: ", spec.kernel, "(): the launch needs ", std::to_string(blocks_over),
                       " blocks on axis ", std::to_string(over), ", more than CUDA allows");
+    if (spec.cluster[0]) {  // thread-block clusters: launched only whole (pnex_magic/clusters.py, same words)
+      std::string bad;
+      for (int axis = 0; axis < 3; ++axis) {
+        if (grid[axis] % spec.cluster[axis] == 0) continue;
+        bad += std::string(bad.empty() ? "" : ", ") + "xyz"[axis] + ": " + std::to_string(grid[axis]) +
+               " blocks, not a multiple of " + std::to_string(spec.cluster[axis]);
+      }
+      auto dims = [](const auto& d, const char* sep) {
+        return std::to_string(d[0]) + sep + std::to_string(d[1]) + sep + std::to_string(d[2]);
+      };
+      TORCH_CHECK_VALUE(bad.empty(), spec.kernel, "(): the grid (", dims(grid, " x "),
+                        " blocks) is not a whole number of clusters of cluster_dims=(", dims(spec.cluster, ", "),
+                        ") (", bad, "); the GPU launches clusters only whole. Give n_threads a multiple of "
+                        "cluster_dims x threads_per_block on each axis (or pad the problem)");
+    }
     const std::array<unsigned, 3>& block = spec.candidates[chosen];
     const int variant = spec.candidate_variant[chosen];
     // A checked launch: the checked variant, with a zeroed error record as its last

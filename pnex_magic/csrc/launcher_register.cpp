@@ -265,6 +265,10 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   if (d.contains("describe")) spec->python->describe = d["describe"];
   if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
   if (d.contains("cooperative")) spec->cooperative = d["cooperative"].cast<bool>();
+  if (d.contains("cluster_dims")) {
+    const auto dims = d["cluster_dims"].cast<std::vector<unsigned>>();
+    for (size_t axis = 0; axis < dims.size() && axis < 3; ++axis) spec->cluster[axis] = dims[axis];
+  }
   if (d.contains("hidden")) spec->hidden = read_hidden(d["hidden"]);
 
   register_kernels(name, spec, autograd_fallback);

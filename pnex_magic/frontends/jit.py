@@ -28,6 +28,7 @@ def jit(
     backward: str | None = None,
     flops: str | int | None = None,
     shared_bytes: int | str = 0,
+    cluster_dims: int | tuple[int, ...] | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -102,6 +103,16 @@ def jit(
         sm_86/sm_89).  An int, or an expression over ``Tune`` parameters and integer
         constants (``+ - * // % min max``), evaluated per ``Tune`` variant:
         ``"STAGES * (BM + BN) * 64 * 2"``.  It may not depend on the call's sizes.
+    cluster_dims : int or tuple of up to 3 ints, optional
+        Thread-block clusters (sm_90: H100, H200), CUDA's ``__cluster_dims__``: the
+        grid's blocks are grouped ``x * y * z`` at a time (8 at most), each group run at
+        once on neighbouring SMs, where the ``pnex.tc`` cluster primitives reach each
+        other's shared memory and barriers (``cluster_ctarank``, ``cluster_sync``,
+        ``mbarrier_arrive_cluster``, ``tma_load_multicast``).  The code declares the shape
+        (``.reqnctapercluster``), so a launch needs nothing else, but its grid must be a
+        whole number of clusters on every axis: a call whose grid is not is refused,
+        naming both.  Refused for GPUs before sm_90.  The CPU simulator runs a cluster's
+        blocks at once.
 
     Returns
     -------
@@ -135,7 +146,7 @@ def jit(
         d = definition(
             fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
             flops=flops,
-            shared_bytes=shared_bytes,
+            shared_bytes=shared_bytes, cluster_dims=cluster_dims,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

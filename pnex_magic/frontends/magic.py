@@ -67,6 +67,14 @@ def _split_expressions(text: str) -> list[str]:
 
 
 
+def _cluster_dims(text: str) -> tuple[int, ...]:
+    """``--cluster-dims``: ``X[,Y[,Z]]`` (the core checks the values)."""
+    try:
+        return tuple(int(p) for p in text.strip().strip("()").split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"--cluster-dims expects X[,Y[,Z]] (positive ints), got {text!r}") from None
+
+
 def _threads_per_block(text: str) -> int | tuple[int, ...] | str | list | None:
     """``--threads-per-block``: ``N[,N[,N]]`` (one block shape), ``auto``, or a list of
     candidates written as in Python, ``[128, 256]`` or ``[(32, 8), (16, 16)]``."""
@@ -149,6 +157,7 @@ class _Options:
     flops: str | None = None  # the FLOP count of a call, an expression over the parameters
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
     shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
+    cluster_dims: tuple[int, ...] | None = None  # --cluster-dims X[,Y[,Z]]: thread-block clusters (sm_90)
 
 
 @magics_class
@@ -204,6 +213,12 @@ class PnexMagics(Magics):
         "--tune", dest="tune", action="append", nargs="+", metavar="NAME=C1,C2",
         help="New choices for a Tune parameter of the kernel (repeatable), e.g. --tune ITEMS=1,2,4: the "
              "autotuner tries them (the first is the default); one choice makes it a plain constant.",
+    )
+    @magic_arguments.argument(
+        "--cluster-dims", dest="cluster_dims", metavar="X[,Y[,Z]]",
+        help="Thread-block clusters (sm_90: H100, H200), CUDA's __cluster_dims__: blocks per cluster along x, y, z "
+             "(8 at most in all), run at once and reaching each other's shared memory through the pnex.tc cluster "
+             "primitives; a call whose grid is not whole clusters is refused.",
     )
     @magic_arguments.argument(
         "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
@@ -357,6 +372,7 @@ class PnexMagics(Magics):
             profile=ns.profile,
             flops=_join(ns.flops) or None,
             shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
+            cluster_dims=_cluster_dims(ns.cluster_dims) if ns.cluster_dims else None,
         )
 
     @magic_arguments.magic_arguments()

@@ -21,6 +21,13 @@ its argument wrappers, its blocks in ``np.ndindex`` order, one at a time.  A thr
 that raises aborts the block's others (they raise at their next barrier), and the
 launch raises its exception, as numba's manager does (the first to end with one here;
 numba's raises whichever its scan meets first).
+
+A kernel with thread-block clusters (``cluster_dims``) runs one cluster at a time, its
+blocks at once (each a :class:`_Block` run from a thread of its own), each with shared
+memory of its own, their managers sharing a
+:class:`ClusterState` through which the cluster primitives
+(:mod:`pnex_magic.tc.simulate_cluster`) reach each other's shared memory.  A block that fails aborts the cluster's
+others.
 """
 
 from __future__ import annotations
@@ -98,6 +105,16 @@ class _Block:
             if self._failed is not None or self._waiting + len(self._ended) == len(self._threads):
                 self._condition.notify()
 
+    def abort(self) -> None:
+        """Make every thread of this block raise at its next barrier or wait (another block
+        of its cluster failed)."""
+        with self._condition:
+            threads = list(self._threads)
+        for t in threads:
+            t.abort = True
+            t.syncthreads_blocked = False
+            t.syncthreads_event.set()
+
     def run(self, grid_point: tuple[int, ...], args: Sequence[Any]) -> None:
         thread_class = _thread_class()
 
@@ -131,9 +148,95 @@ class _Block:
                 self._condition.wait(_POLL_SECONDS)
 
 
-def run(fn: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0) -> None:
+class ClusterState:
+    """One running cluster: ``dims`` (blocks along x, y, z), its blocks' origin in the
+    grid, each rank's shared memory (numba's ``FakeCUDAShared``) and block manager."""
+
+    def __init__(self, dims: tuple[int, int, int], origin: tuple[int, int, int], shared: list[Any],
+                 managers: list[Any]):
+        self.dims = dims
+        self.origin = origin
+        self.size = dims[0] * dims[1] * dims[2]
+        self.shared = shared
+        self.managers = managers
+        self.barrier = [0, 0]  # cluster_sync: [threads arrived, generation]
+
+    def rank_of(self, block: tuple[int, ...]) -> int:
+        x, y, z = (int(b) % d for b, d in zip(tuple(block) + (0,) * (3 - len(block)), self.dims))
+        return x + self.dims[0] * (y + self.dims[1] * z)
+
+    def threads(self) -> int:
+        return self.size * int(np.prod(self.managers[0]._block_dim))
+
+    def ended(self) -> int:
+        return sum(len(getattr(m, "pnex_ended_threads", ())) for m in self.managers)
+
+    def failure(self) -> BaseException | None:
+        for m in self.managers:
+            failed = getattr(m, "pnex_failed_threads", {})
+            if failed:
+                return next(iter(failed.values()))
+        return None
+
+
+def _cluster_module(module_class: type) -> type:
+    class ClusterModule(module_class):
+        """numba's fake ``cuda`` module, with shared memory per block of the running cluster."""
+
+        def __init__(self, grid_dim, block_dim, dynshared_size):
+            super().__init__(grid_dim, block_dim, dynshared_size)
+            self.per_block: dict[tuple, Any] = {}
+
+        @property
+        def shared(self):
+            return self.per_block[tuple(threading.current_thread().blockIdx)]
+
+    return ClusterModule
+
+
+def _run_cluster(fn: Any, origin: tuple[int, ...], dims: tuple[int, int, int], block_dim: tuple[int, int, int],
+                 module: Any, args: Sequence[Any], shared: int) -> None:
+    """Run the blocks of the cluster at ``origin`` at once; raise the first failure."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    size = dims[0] * dims[1] * dims[2]
+    # by rank: x fastest, as %cluster_ctarank counts
+    points = [(origin[0] + r % dims[0], origin[1] + (r // dims[0]) % dims[1], origin[2] + r // (dims[0] * dims[1]))
+              for r in range(size)]
+    blocks = [_Block(fn, block_dim) for _ in points]
+    memories = [FakeCUDAShared(shared) for _ in points]
+    state = ClusterState(dims, tuple(origin), memories, blocks)
+    for b, point, memory in zip(blocks, points, memories):
+        b.pnex_cluster = state
+        module.per_block[point] = memory
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def supervise(b: _Block, point: tuple[int, ...]) -> None:
+        try:
+            b.run(point, args)
+        except BaseException as exc:  # noqa: BLE001 - raised by the launch, below
+            with lock:
+                errors.append(exc)
+            for other in blocks:
+                if other is not b:
+                    other.abort()
+
+    supervisors = [threading.Thread(target=supervise, args=(b, p), daemon=True) for b, p in zip(blocks, points)]
+    for t in supervisors:
+        t.start()
+    for t in supervisors:
+        t.join()
+    module.per_block.clear()
+    if errors:
+        raise errors[0]
+
+
+def run(fn: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0,
+        cluster: tuple[int, int, int] | None = None) -> None:
     """What ``FakeCUDAKernel(fn)[grid, block, 0, shared](*args)`` does (numba's arguments
-    and fake ``cuda`` module, the blocks one after another), with :class:`_Block`'s barrier."""
+    and fake ``cuda`` module, the blocks one after another), with :class:`_Block`'s barrier;
+    ``cluster``: the blocks of each thread-block cluster of that shape at once."""
     from numba.cuda.errors import normalize_kernel_dimensions
     from numba.cuda.simulator import kernel as simulator
     from numba.cuda.simulator.args import ArgHint, InOut
@@ -141,7 +244,7 @@ def run(fn: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0) ->
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, swapped_cuda_module
 
     grid_dim, block_dim = normalize_kernel_dimensions(grid, block)
-    module = FakeCUDAModule(grid_dim, block_dim, shared)
+    module = (FakeCUDAModule if cluster is None else _cluster_module(FakeCUDAModule))(grid_dim, block_dim, shared)
     with simulator._push_kernel_context(module):
         retr: list[Any] = []
 
@@ -156,7 +259,12 @@ def run(fn: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0) ->
 
         fake_args = [fake_arg(arg) for arg in args]
         with swapped_cuda_module(fn, module):
-            for grid_point in np.ndindex(*grid_dim):
-                _Block(fn, block_dim).run(grid_point, fake_args)
+            if cluster is not None:  # (the grid is a whole number of clusters: launch_grid checked it)
+                for index in np.ndindex(*(g // c for g, c in zip(grid_dim, cluster))):
+                    origin = tuple(i * c for i, c in zip(index, cluster))
+                    _run_cluster(fn, origin, cluster, block_dim, module, fake_args, shared)
+            else:
+                for grid_point in np.ndindex(*grid_dim):
+                    _Block(fn, block_dim).run(grid_point, fake_args)
         for write_back in retr:
             write_back()

@@ -262,6 +262,8 @@ def launcher_spec(definition: Kernel) -> dict[str, Any]:
         **describe_launch(definition.spec), "get_image": get_image, "choose": choose, "describe": describe,
         "check": bool(getattr(definition.options, "check", False)), "hidden": hidden,
         "cooperative": bool(getattr(definition, "cooperative", False)),
+        # thread-block clusters: the grid must be a whole number of them (clusters.grid_problem)
+        **({"cluster_dims": list(definition.spec.cluster_dims)} if definition.spec.cluster_dims else {}),
     }
 
 

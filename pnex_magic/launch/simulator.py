@@ -7,7 +7,8 @@ prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
 (:mod:`.grid_simulator`); any other, block after block as numba runs it, with a
 barrier that its threads tell instead of one that a loop polls
-(:mod:`.block_simulator`).  It is slow: keep problem sizes small.  An autotuned op
+(:mod:`.block_simulator`), the blocks of a thread-block cluster at once.  It is
+slow: keep problem sizes small.  An autotuned op
 runs its first candidate here (first block, first ``Tune`` choices).
 
 The source it runs is the kernel's, rewritten once per definition so that it
@@ -134,10 +135,16 @@ class SimulatorLauncher:
             warnings.filterwarnings(
                 "ignore", r"(overflow|invalid value|divide by zero|underflow) encountered", RuntimeWarning)
             try:
+                cluster = definition.spec.cluster_dims
+                if whole_grid and cluster is not None:
+                    raise KernelLaunchError(
+                        f"kernel {definition.spec.name!r} synchronises its grid and has thread-block clusters "
+                        f"(cluster_dims={cluster}): the CUDA simulator does not run the two together; run it on a GPU"
+                    )
                 if whole_grid:  # a grid sync: every block at once (numba's simulator runs them one by one)
                     grid_simulator.run(definition.spec.name, simulated, grid, block, args, shared)
-                else:
-                    block_simulator.run(simulated, grid, block, args, shared)  # numba's, with a barrier that is told
+                else:  # numba's, with a barrier that is told; a cluster's blocks at once
+                    block_simulator.run(simulated, grid, block, args, shared, cluster)
             except PnexError:
                 raise
             except Exception as exc:

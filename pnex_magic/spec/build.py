@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
+from ..clusters import parse_cluster_dims
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from ..dtypes import DType, record_dtype_names, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
@@ -82,11 +83,13 @@ def build_spec(
     signature: inspect.Signature | None = None,
     tune: dict[str, Any] | None = None,
     shared_bytes: Any = 0,
+    cluster_dims: Any = None,
 ) -> KernelSpec:
     """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
     return its :class:`KernelSpec`.  ``tune`` replaces the choices of ``Tune``
     parameters by name (``%%pnex --tune ITEMS=1,2,4``); ``shared_bytes`` is the dynamic
-    shared memory per block (:func:`~pnex_magic.spec.validate.shared_bytes_expression`)."""
+    shared memory per block (:func:`~pnex_magic.spec.validate.shared_bytes_expression`);
+    ``cluster_dims`` the blocks per thread-block cluster (:mod:`pnex_magic.clusters`)."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -225,6 +228,7 @@ def build_spec(
         refuse_tuned(kernel, tuned, expr, f"autotune_key[{i}]")
     check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
     shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible)
+    clusters = parse_cluster_dims(kernel, cluster_dims, len(nt))
     if not any(p.role in ("out", "inmut") for p in params):
         raise KernelDefinitionError(
             f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "
@@ -241,6 +245,7 @@ def build_spec(
         candidates=candidates if len(candidates) > 1 else (),
         autotune_key=key,
         shared_bytes=shared,
+        cluster_dims=clusters,
     )
 
 

@@ -140,6 +140,8 @@ class KernelSpec:
     #: Dynamic shared memory per block, in bytes: an expression over ``Tune`` parameters
     #: and integer constants (``shared_bytes=``), a constant of each variant.
     shared_bytes: Expr = Const(0)
+    #: Blocks per thread-block cluster along x, y, z (``cluster_dims=``, sm_90); ``None``: no clusters.
+    cluster_dims: tuple[int, int, int] | None = None
 
     @property
     def autotuned(self) -> bool:
@@ -289,6 +291,8 @@ class KernelSpec:
         )
         if self.shared_bytes != Const(0):
             text += f" shared_bytes={self.shared_bytes}"
+        if self.cluster_dims is not None:
+            text += f" cluster_dims={self.cluster_dims}"
         if self.candidates or self.autotune_key is not None:
             key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
             text += f" candidates={self.candidates} autotune_key={key}"

@@ -76,6 +76,16 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
     ``tensor_map_acquire(desc)`` before the first copy; ``named_barrier(i, threads)``;
     ``setmaxnreg_inc(n)`` / ``setmaxnreg_dec(n)`` move registers between warpgroups (the
     kernel then compiles with its block size as launch bounds).  sm_90.
+``cluster_ctarank()``, ``cluster_sync()``, ``mbarrier_arrive_cluster(bars, i, rank)``, ``tma_load_multicast(..., cta_mask)``
+    Thread-block clusters (``jit(cluster_dims=(x, y, z))``, sm_90): the block's rank in its
+    cluster (x fastest); a barrier of every thread of the cluster (after ``mbarrier_init``,
+    before the other blocks use the barriers; before exiting while others may still reach
+    this block); one arrival on ``bars[i]`` of block ``rank`` (``mapa``: the barrier at
+    the same place of its shared memory); ``tma_load`` into every block whose rank is a
+    bit of the 16-bit ``cta_mask``, completing the bytes on each one's barrier.
+    ``fence_mbarrier_init_cluster()`` (``mbarrier_init`` issues it too).  A constant rank
+    or mask outside the cluster is refused at definition; the simulator runs a cluster's
+    blocks at once.
 ``warp_sum(x)``, ``warp_max(x)``, ``block_sum(x, scratch)``, ``block_max(x, scratch)``, ``block_scan_sum(x, scratch)``
     Reductions over the warp (shuffles) or the block (1-D blocks of whole warps;
     ``scratch``: a shared array of at least one element per warp); the scan is

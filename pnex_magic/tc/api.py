@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layouts, rules, simulate, simulate_bulk
+from . import layouts, rules, simulate, simulate_bulk, simulate_cluster
 
 __all__ = [
     "mma",
@@ -41,6 +41,11 @@ __all__ = [
     "setmaxnreg_inc",
     "setmaxnreg_dec",
     "named_barrier",
+    "cluster_ctarank",
+    "cluster_sync",
+    "mbarrier_arrive_cluster",
+    "tma_load_multicast",
+    "fence_mbarrier_init_cluster",
     "warp_sum",
     "warp_max",
     "block_sum",
@@ -193,6 +198,46 @@ def named_barrier(index: Any, threads: Any) -> None:
     barrier 0 of every thread): a barrier among the warpgroups that compute, which the
     producer does not join."""
     simulate_bulk.named_barrier(index, threads)
+
+
+def cluster_ctarank() -> Any:
+    """``%cluster_ctarank``: this block's rank in its thread-block cluster (``jit(cluster_dims=...)``),
+    0 to the cluster's blocks - 1, x fastest; 0 in a launch without clusters."""
+    return simulate_cluster.cluster_ctarank()
+
+
+def cluster_sync() -> None:
+    """``barrier.cluster.arrive`` + ``barrier.cluster.wait``: wait until every thread of every
+    block of the cluster has arrived (every thread calls it, like ``cuda.syncthreads()``);
+    their shared-memory writes before it are visible to all after it.  Before a block's
+    barriers are used by another (after :func:`mbarrier_init`), and before a block exits
+    while others may still reach its shared memory."""
+    simulate_cluster.cluster_sync()
+
+
+def mbarrier_arrive_cluster(bars: Any, index: Any, rank: Any) -> None:
+    """``mapa`` + ``mbarrier.arrive.release.cluster.shared::cluster``: one arrival on the
+    barrier ``bars[index]`` of the cluster's block ``rank`` (the barrier at the same place
+    of its shared memory; ``rank`` may be this block's own): how the blocks that read a
+    multicast tile tell each block that writes into it that its buffer is free."""
+    simulate_cluster.mbarrier_arrive_cluster(bars, index, rank)
+
+
+def tma_load_multicast(tile: Any, index: Any, desc: Any, coords: Any, bars: Any, bar_index: Any, cta_mask: Any) -> None:
+    """:func:`tma_load` into every block of the cluster whose rank is a bit of ``cta_mask``
+    (``cp.async.bulk.tensor.2d...multicast::cluster``, a 16-bit mask): one read of the box
+    from global memory lands at ``tile[index]`` of each of them and completes its bytes on
+    each one's ``bars[bar_index]``.  Each block then expects the bytes of every copy that
+    lands in it.  The barrier must be initialised in every block of the mask (a
+    :func:`cluster_sync` after :func:`mbarrier_init`).  sm_90."""
+    simulate_cluster.tma_load_multicast(tile, index, desc, coords, bars, bar_index, cta_mask)
+
+
+def fence_mbarrier_init_cluster() -> None:
+    """``fence.mbarrier_init.release.cluster``: make this thread's :func:`mbarrier_init`
+    visible to the cluster's other blocks (whose :func:`mbarrier_arrive_cluster` and
+    multicast copies reach it), before the :func:`cluster_sync` that publishes it.
+    (:func:`mbarrier_init` issues it after each barrier too.)"""
 
 
 def _register_count(name: str, count: Any) -> None:

@@ -246,3 +246,108 @@ def register_bulk(*, literal: Callable, is_index: Callable, index_values: Callab
     @overload(tc.setmaxnreg_dec, target="cuda", prefer_literal=True)
     def _dec_impl(count):
         return lambda count: _dec(count)
+
+    # ---- thread-block clusters ------------------------------------------------------------------------
+
+    i16 = ir.IntType(16)
+
+    @intrinsic
+    def _ctarank(typingctx):
+        def codegen(context, builder, signature, args):
+            return builder.asm(ir.FunctionType(i32, []), "mov.u32 $0, %cluster_ctarank;", "=r", [], False)
+
+        return types.int32(), codegen
+
+    @intrinsic
+    def _cluster_sync(typingctx):
+        def codegen(context, builder, signature, args):
+            # not .aligned: the threads of a warp may reach it from different places (branches)
+            builder.asm(ir.FunctionType(void, []), "barrier.cluster.arrive;\nbarrier.cluster.wait;",
+                        "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    @intrinsic
+    def _fence_init(typingctx):
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(void, []), "fence.mbarrier_init.release.cluster;", "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    # (a constant rank or mask outside the kernel's clusters is refused before this, from the
+    # source: pnex_magic.tc.usage.cluster_rank_problem; Numba retries a literal refused here as an int)
+    def rank_error(name: str, rank: Any) -> str | None:
+        if not isinstance(rank, types.Integer):
+            return f"pnex.tc.{name}: the CTA rank must be an integer, got {rank}"
+        return None
+
+    @intrinsic
+    def _arrive_cluster(typingctx, bars, index, rank):
+        for problem in (barrier_error("mbarrier_arrive_cluster", bars, index), rank_error("mbarrier_arrive_cluster", rank)):
+            if problem:
+                raise TypingError(problem)
+
+        def codegen(context, builder, signature, args):
+            bars_ty, index_ty, rank_ty = signature.args
+            address = barrier_address(context, builder, bars_ty, args[0], index_ty, args[1])
+            target = as_i32(context, builder, args[2], rank_ty)
+            asm = ("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, $0, $1;\n"
+                   "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}")
+            builder.asm(ir.FunctionType(void, [i32, i32]), asm, "r,r,~{memory}", [address, target], True)
+            return context.get_dummy_value()
+
+        return types.none(bars, index, rank), codegen
+
+    @intrinsic
+    def _tma_multicast(typingctx, tile, index, desc, coords, bars, bar_index, mask):
+        if not is_index(index) or not (isinstance(coords, types.BaseTuple) and len(coords) == 2
+                                       and all(isinstance(t, types.Integer) for t in coords)):
+            raise TypingError(f"pnex.tc.tma_load_multicast: the coordinates must be a (row, column) pair of integers, "
+                              f"got {coords}")
+        if not isinstance(tile, types.Array) or not tile.mutable:
+            raise TypingError(f"pnex.tc.tma_load_multicast: the destination must be a writable shared array, got {tile}")
+        if not isinstance(mask, types.Integer):
+            raise TypingError(f"pnex.tc.tma_load_multicast: cta_mask must be an integer (bit r: CTA rank r), got {mask}")
+        for problem in (subscripts_error("tma_load_multicast", tile, index, "tile"),
+                        map_error("tma_load_multicast", desc), barrier_error("tma_load_multicast", bars, bar_index)):
+            if problem:
+                raise TypingError(problem)
+
+        def codegen(context, builder, signature, args):
+            tile_ty, index_ty, desc_ty, coords_ty, bars_ty, bar_index_ty, mask_ty = signature.args
+            where = element_pointer(context, builder, tile_ty, args[0], index_values(context, builder, index_ty, args[1]))
+            row, col = [as_i32(context, builder, v, t)
+                        for v, t in zip(index_values(context, builder, coords_ty, args[3]), (types.intp, types.intp))]
+            bar = barrier_address(context, builder, bars_ty, args[4], bar_index_ty, args[5])
+            bits = builder.trunc(as_i32(context, builder, args[6], mask_ty), i16)
+            asm = ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                   "[$0], [$1, {$2, $3}], [$4], $5;")  # coordinates innermost first: column, row
+            builder.asm(ir.FunctionType(void, [i32, i64, i32, i32, i32, i16]), asm, "r,l,r,r,r,h,~{memory}",
+                        [shared_address(builder, where), map_address(context, builder, desc_ty, args[2]), col, row, bar,
+                         bits], True)
+            return context.get_dummy_value()
+
+        return types.none(tile, index, desc, coords, bars, bar_index, mask), codegen
+
+    @overload(tc.cluster_ctarank, target="cuda")
+    def _ctarank_impl():
+        return lambda: _ctarank()
+
+    @overload(tc.cluster_sync, target="cuda")
+    def _cluster_sync_impl():
+        return lambda: _cluster_sync()
+
+    @overload(tc.fence_mbarrier_init_cluster, target="cuda")
+    def _fence_init_impl():
+        return lambda: _fence_init()
+
+    @overload(tc.mbarrier_arrive_cluster, target="cuda")
+    def _arrive_cluster_impl(bars, index, rank):
+        return lambda bars, index, rank: _arrive_cluster(bars, index, rank)
+
+    @overload(tc.tma_load_multicast, target="cuda")
+    def _tma_multicast_impl(tile, index, desc, coords, bars, bar_index, cta_mask):
+        return lambda tile, index, desc, coords, bars, bar_index, cta_mask: _tma_multicast(
+            tile, index, desc, coords, bars, bar_index, cta_mask)

@@ -127,7 +127,8 @@ def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
     thread = threading.current_thread()
     manager = getattr(thread, "_manager", None)
     block = tuple(getattr(thread, "blockIdx", ()))
-    key = (id(manager), block)
+    cluster = getattr(manager, "pnex_cluster", None)  # its blocks run at once: one may arrive for another's
+    key = (id(cluster),) if cluster is not None else (id(manager), block)
     with _CHANGED:
         if _state(_word(array, i))[1] == 0:
             raise RuntimeError(f"pnex.tc.mbarrier_wait: barrier {i} was not initialised (pnex.tc.mbarrier_init)")
@@ -136,16 +137,22 @@ def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
         try:
             while _state(_word(array, i))[3] == want:  # the phase of this parity has not completed yet
                 if manager is not None:
-                    ended = len([t for t in getattr(manager, "pnex_ended_threads", ()) if t[0] == block])
-                    # blocked: the waiting threads whose phase has not completed (one that has will wake)
-                    blocked = sum(_state(_word(b, j))[3] == p for b, j, p in waiting.values())
-                    if blocked + ended >= _block_threads(manager):
+                    if cluster is not None:
+                        ended, total, failed = cluster.ended(), cluster.threads(), [cluster.failure()]
+                    else:
+                        ended = len([t for t in getattr(manager, "pnex_ended_threads", ()) if t[0] == block])
+                        total = _block_threads(manager)
                         failed = [e for (b, _), e in sorted(getattr(manager, "pnex_failed_threads", {}).items())
                                   if b == block]
+                    # blocked: the waiting threads whose phase has not completed (one that has will wake)
+                    blocked = sum(_state(_word(b, j))[3] == p for b, j, p in waiting.values())
+                    if blocked + ended >= total:
+                        failed = [e for e in failed if e is not None]
                         if failed:  # the thread that would have arrived failed first: its error is the cause
                             raise type(failed[0])(str(failed[0]))
+                        where = f"block {block}" if cluster is None else f"the cluster of block {block}"
                         raise RuntimeError(
-                            f"pnex.tc.mbarrier_wait: every thread of block {block} waits on a barrier "
+                            f"pnex.tc.mbarrier_wait: every thread of {where} waits on a barrier "
                             f"(barrier {i}, phase parity {want}) that no arrival or copy can complete: the GPU "
                             f"would hang here"
                         )

@@ -16,7 +16,7 @@ from .api import FUNCTIONS
 _PACKAGE = "pnex_magic.tc"
 
 __all__ = ["MIN_ARCH", "ONLY_ARCH", "used_primitives", "required_cc", "arch_problem", "primitive_lines",
-           "primitive_sites", "call_primitive"]
+           "primitive_sites", "call_primitive", "cluster_rank_problem"]
 
 #: The oldest architecture each primitive runs on.
 MIN_ARCH = {
@@ -28,6 +28,8 @@ MIN_ARCH = {
     "mbarrier_init": (9, 0), "mbarrier_arrive": (9, 0), "mbarrier_arrive_expect_tx": (9, 0), "mbarrier_wait": (9, 0),
     "tma_load": (9, 0), "tensor_map_acquire": (9, 0), "setmaxnreg_inc": (9, 0), "setmaxnreg_dec": (9, 0),
     "named_barrier": (7, 0),
+    "cluster_ctarank": (9, 0), "cluster_sync": (9, 0), "mbarrier_arrive_cluster": (9, 0), "tma_load_multicast": (9, 0),
+    "fence_mbarrier_init_cluster": (9, 0),
 }
 
 
@@ -46,12 +48,15 @@ _ORIGIN = {
     "tensor_map_acquire": "the Tensor Memory Accelerator (cp.async.bulk.tensor) came with Hopper",
     "setmaxnreg_inc": "setmaxnreg exists on sm_90a: H100, H200",
     "setmaxnreg_dec": "setmaxnreg exists on sm_90a: H100, H200",
+    "tma_load_multicast": "the Tensor Memory Accelerator's multicast to a thread-block cluster came with Hopper",
 }
 
 
 def _origin(name: str) -> str:
     if name in _ORIGIN:
         return _ORIGIN[name]
+    if "cluster" in name:
+        return "thread-block clusters came with Hopper"
     if name.startswith("mbarrier"):
         return "mbarrier transaction counts (expect_tx) came with Hopper"
     if name.startswith("wgmma"):
@@ -185,4 +190,60 @@ def arch_problem(fn: types.FunctionType, cc: tuple[int, int]) -> str | None:
         low = MIN_ARCH.get(name)
         if low is not None and cc < low:
             return f"calls pnex.tc.{name}, which needs {_arch_name(low)} or newer ({_origin(name)})"
+    return None
+
+
+#: The cluster primitives' operand that names CTA ranks: (position, keyword, a mask or one rank).
+_RANK_OPERANDS = {"tma_load_multicast": (6, "cta_mask", True), "mbarrier_arrive_cluster": (2, "rank", False)}
+
+
+def _constant(node: ast.expr, namespace: Mapping[str, Any]) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        value = namespace.get(node.id)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
+def cluster_rank_problem(fn: types.FunctionType, blocks: int) -> str | None:
+    """Why a constant CTA rank or multicast mask of the kernel ``fn`` (and the device
+    functions it calls) names a block outside its clusters of ``blocks`` blocks (on the
+    GPU: undefined behaviour), e.g. ``"line 12: pnex.tc.tma_load_multicast's cta_mask
+    0b101 names CTA rank 2..."``; ``None`` when none does (or the source is not here)."""
+    import inspect
+    import textwrap
+
+    for f in _functions(fn, set()):
+        try:
+            source = textwrap.dedent(inspect.getsource(f))
+            tree = ast.parse(source)
+        except (OSError, TypeError, SyntaxError):
+            continue
+        namespace = dict(f.__globals__)
+        namespace.update(zip(f.__code__.co_freevars, (c.cell_contents if _filled(c) else None
+                                                      for c in f.__closure__ or ())))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = call_primitive(node.func, namespace)
+            if name not in _RANK_OPERANDS:
+                continue
+            position, keyword, is_mask = _RANK_OPERANDS[name]
+            given = node.args[position] if len(node.args) > position else next(
+                (k.value for k in node.keywords if k.arg == keyword), None)
+            value = None if given is None else _constant(given, namespace)
+            if value is None:
+                continue
+            line = f.__code__.co_firstlineno + node.lineno - 1
+            if is_mask and not 0 < value < 1 << 16:
+                return (f"line {line}: pnex.tc.{name}'s {keyword} {value:#x} must name 1 to 16 CTA ranks (a 16-bit "
+                        f"mask, bit r for rank r, not 0)")
+            ranks = [r for r in range(max(value.bit_length(), 1)) if value >> r & 1] if is_mask else [value]
+            outside = [r for r in ranks if not 0 <= r < blocks]
+            if outside:
+                what = f"{keyword} {value:#b}" if is_mask else f"{keyword} {value}"
+                return (f"line {line}: pnex.tc.{name}'s {what} names CTA rank {outside[0]}, outside its cluster of "
+                        f"{blocks} block{'s' if blocks > 1 else ''} (ranks 0 to {blocks - 1}; cluster_dims sets the "
+                        f"shape); on the GPU it would reach no block's shared memory")
     return None
