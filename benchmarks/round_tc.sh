@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # One device call for a round of GPU work (tensor cores, issue 35; the simulator, issue 34;
-# first use, workloads and JAX per call, issue 37), from the repository root with .whl carried.  Each part's log and the results files it
-# wrote are copied under $OUT as soon as it ends, so a call cut off by its time limit still
-# brings back every part that finished.
+# first use, workloads and JAX per call, issue 37), from the repository root with .whl carried.
 #   bash benchmarks/round_tc.sh [tests] [sim] [bench] [notebooks] [firstuse] [workloads] [jax]
 # Environment: TEST_FILES, TESTS_LIMIT, SIM_KERNELS, SIM_LIMIT, BENCH_ARGS, BENCH_LIMIT,
 # NOTEBOOKS, NOTEBOOKS_LIMIT, FIRSTUSE_ROUNDS, FIRSTUSE_LIMIT, WORKLOADS_ARGS, WORKLOADS_LIMIT,
@@ -10,7 +8,11 @@
 set -u
 . benchmarks/device_setup.sh >/dev/null 2>&1 || exit 1
 export PNEX_EXPECT_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-OUT=${OUT:-./gpu-out}; LOGS=$OUT/logs; mkdir -p "$LOGS"
+# Each part's log and the results files and notebooks it wrote go into ONE archive,
+# $OUT/round.tgz, remade as soon as the part ends (the device tool brings back at most 8
+# files; a call cut off by its time limit still brings back every part that finished):
+#   tar -xzf <files_at>/round.tgz -C <somewhere>
+OUT=${OUT:-./gpu-out}; STAGE=$(mktemp -d); LOGS=$STAGE/logs; mkdir -p "$LOGS" "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$LOGS/gpu.txt"
 for part in "$@"; do
   t0=$SECONDS; stamp=$(mktemp); touch "$stamp"
@@ -26,7 +28,8 @@ for part in "$@"; do
     *) echo "unknown part $part" > "$LOGS/$part.log" ;;
   esac
   echo "$part: rc=$? $((SECONDS - t0)) s" | tee -a "$LOGS/summary.txt"
-  find benchmarks/results notebooks -newer "$stamp" -type f -print0 | xargs -0 -r cp --parents -t "$OUT"
+  find benchmarks/results notebooks /tmp -maxdepth 3 -newer "$stamp" -type f \( -path "benchmarks/*" -o -path "notebooks/*" -o -name "*.failed.ipynb" \) -print0 | xargs -0 -r cp --parents -t "$STAGE"
+  tar -czf "$OUT/round.tgz" -C "$STAGE" .
 done
 for f in tests sim; do [ -e "$LOGS/$f.log" ] && tail -6 "$LOGS/$f.log"; done
 [ -e "$LOGS/bench.log" ] && grep -E "^(f16|bf16|attention|epilogue|profile)" "$LOGS/bench.log" | tail -20
