@@ -6,6 +6,7 @@
     python benchmarks/first_use_phases.py --rounds 7 --warmup 0   # PNEX_WARMUP=0 in the children
     python benchmarks/first_use_phases.py --ablate scipy,gc,setup      # what each part of the set-up gains
     python benchmarks/first_use_phases.py --against /tmp/main-checkout  # before/after, interleaved
+    python benchmarks/first_use_phases.py --device cpu --heap 200000 --gc-threshold 300  # a GPU host's heap, on CPU
 
 Each round is a fresh Python process that does what ``benchmarks/first_use.py``'s
 "new kernel" row does (``import torch``, on a GPU the CUDA context, ``import
@@ -29,6 +30,11 @@ total:
   simulator, a different thing: that row is skipped, with its reason;
 * waiting for pnex's background warm-up (where it runs), and what is left (``other``);
   Python's garbage collections (all phases together) are a row of their own.
+
+``--heap N --gc-threshold 300`` imitates on CPU a GPU host's first kernel: N more
+long-lived objects (torch's CUDA state) for every full collection to walk, and
+collections as frequent as the GPU path's more objects make them; the rows "full
+collections in: PHASE" say where the full (generation 2) collections came.
 
 ``--ablate scipy,gc,setup`` measures this checkout also with parts of
 :mod:`pnex_magic.numbasetup` turned off (``setup``: Numba's own set-up, as before issue
@@ -235,11 +241,15 @@ def {name}(a: pnex.In("f32", (None,)), result: pnex.Out("f32", "a")):
 
 
 class _Collections:
-    """Python's garbage collections on the main thread: count and seconds per generation."""
+    """Python's garbage collections on the main thread: count and seconds per generation;
+    each full (generation 2) collection also by the phase it came in (the innermost
+    phase open on the main thread), with its seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: _Clock | None = None) -> None:
         self.started = 0.0
+        self.clock = clock
         self.found: dict[int, list] = {}
+        self.full: list[list] = []
         import gc
 
         gc.callbacks.append(self._callback)
@@ -250,26 +260,46 @@ class _Collections:
         if phase == "start":
             self.started = time.perf_counter()
         else:
+            seconds = time.perf_counter() - self.started
             entry = self.found.setdefault(info["generation"], [0, 0.0])
             entry[0] += 1
-            entry[1] += time.perf_counter() - self.started
+            entry[1] += seconds
+            if info["generation"] == 2:
+                stack = getattr(self.clock.local, "stack", None) if self.clock is not None else None
+                self.full.append([stack[-1] if stack else "other", seconds])
 
     def take(self) -> dict[str, list]:
         found, self.found = self.found, {}
         return {str(g): v for g, v in sorted(found.items())}
 
+    def take_full(self) -> list[list]:
+        """The full collections since the last call: ``[phase, seconds]`` each."""
+        found, self.full = self.full, []
+        return found
+
+
+def _long_lived_heap(count: int) -> list:
+    """``count`` objects the collector tracks and that live as long as the process (dicts
+    holding a list each, as a large library's state does): a GPU host's heap imitated
+    on CPU, where torch's CUDA state makes every full collection walk more objects."""
+    return [{"i": [i]} for i in range(count // 2)]
+
 
 def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tuple[str, ...] = (),
-          prepare: bool = False) -> dict:
+          prepare: bool = False, heap: int = 0, threshold0: int = 0) -> dict:
     """One fresh process's figures (run as ``python first_use_phases.py --child ...``);
     ``warmup_at_import``: pnex's background warm-up started right after ``import
     pnex_magic`` (the experiment of starting it at import); ``ablate``: parts of
     :mod:`pnex_magic.numbasetup` turned off (``scipy``: the BLAS probe finds SciPy;
     ``gc``: no freeze of older objects; ``setup``: no set-up of pnex's, Numba's own);
-    ``prepare``: the untimed first child, which waits for the C++ launcher's build."""
+    ``prepare``: the untimed first child, which waits for the C++ launcher's build;
+    ``heap``: that many more long-lived objects made after ``import torch``
+    (:func:`_long_lived_heap`); ``threshold0``: the collector's first threshold
+    (:func:`gc.set_threshold`; 0: Python's, 700), lower for more collections: the more
+    objects of a GPU host's first kernel imitated."""
     begin = time.perf_counter()
     clock = _Clock()
-    collections = _Collections()
+    collections = _Collections(clock)
     _AfterImport(clock).install()
     import torch
 
@@ -280,6 +310,11 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
     if device == "cuda":
         torch.ones(1, device="cuda")
         sync()
+    kept = _long_lived_heap(heap)  # noqa: F841 - lives as long as the process
+    if threshold0:
+        import gc
+
+        gc.set_threshold(threshold0, *gc.get_threshold()[1:])
     t_torch = time.perf_counter()
     import pnex_magic as pnex
 
@@ -309,6 +344,7 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
     found: dict = {"torch_s": t_torch - begin, "import_pnex_s": t_pnex - t_torch, "import_numba_cuda_s": t_numba - t_pnex}
     clock.take()  # the imports' stages are not the kernel's
     collections.take()
+    collections.take_full()
     for which, value in (("first", salt), ("second", salt + 0.5)):
         hits, misses = cache.stats.hits, cache.stats.misses
         name = f"phases_{which}"
@@ -336,7 +372,7 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
         main_phases = phases.get("main", {})
         main_phases["other"] = main_phases.pop("outside", 0.0)
         found[which] = {"seconds": t1 - t0, "phases": main_phases, "background": phases.get("background", {}),
-                        "gc": collections.take()}
+                        "gc": collections.take(), "full_collections": collections.take_full()}
         if which == "first":
             found["script_s"] = t1 - t_torch
     from pnex_magic import warmup
@@ -354,11 +390,12 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
 
 
 def _run_child(device: str, salt: float, env: dict[str, str], warmup_at_import: bool = False,
-               ablate: tuple[str, ...] = (), prepare: bool = False) -> dict:
+               ablate: tuple[str, ...] = (), prepare: bool = False, heap: int = 0, threshold0: int = 0) -> dict:
     done = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child", device, repr(salt)]
         + (["--warmup-at-import"] if warmup_at_import else []) + [f"--ablate={a}" for a in ablate]
-        + (["--prepare"] if prepare else []),
+        + (["--prepare"] if prepare else []) + ([f"--heap={heap}"] if heap else [])
+        + ([f"--gc-threshold={threshold0}"] if threshold0 else []),
         capture_output=True, text=True, timeout=1200, env=env,
     )
     if done.returncode != 0 or "RESULT " not in done.stdout:
@@ -367,11 +404,12 @@ def _run_child(device: str, salt: float, env: dict[str, str], warmup_at_import: 
 
 
 def run_rounds(device: str, rounds: int, envs: dict[str, dict[str, str]], log=print,
-               warmup_at_import: bool = False, ablations: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+               warmup_at_import: bool = False, ablations: tuple[str, ...] = (), heap: int = 0,
+               threshold0: int = 0) -> dict[str, list[dict]]:
     """``rounds`` fresh processes per checkout (``envs``: a name and the environment that
     imports it) and per ablation of this checkout (``ablations``: each a
     ``+``-separated set of :func:`child`'s ``ablate``), interleaved round by round, so
-    that load on a shared machine hits each."""
+    that load on a shared machine hits each; ``heap``, ``threshold0``: see :func:`child`."""
     variants = {name: (env, ()) for name, env in envs.items()}
     this = next(iter(envs.values()))
     for ablation in ablations:
@@ -384,7 +422,8 @@ def run_rounds(device: str, rounds: int, envs: dict[str, dict[str, str]], log=pr
     samples: dict[str, list[dict]] = {name: [] for name in variants}
     for r in range(rounds):
         for k, (name, (env, ablate)) in enumerate(variants.items()):
-            sample = _run_child(device, base + (r + 1) / 64 + k / 4096, env, warmup_at_import, ablate)
+            sample = _run_child(device, base + (r + 1) / 64 + k / 4096, env, warmup_at_import, ablate, heap=heap,
+                                threshold0=threshold0)
             log(f"  round {r + 1}/{rounds} {name}: new kernel {sample['first']['seconds']:.3f} s, second "
                 f"{sample['second']['seconds']:.3f} s, script {sample['script_s']:.3f} s", flush=True)
             samples[name].append(sample)
@@ -420,6 +459,20 @@ def summarise(samples: list[dict], device: str) -> list[dict]:
         gc_row[which] = _stats([sum(v[1] for v in s[which]["gc"].values()) for s in samples])
         gc_row[f"{which}_full_collections"] = [s[which]["gc"].get("2", [0])[0] for s in samples]
     rows.append(gc_row)
+    full_phases: list[str] = []
+    for s in samples:
+        for which in ("first", "second"):
+            for p, _ in s[which].get("full_collections", []):
+                if p not in full_phases:
+                    full_phases.append(p)
+    for phase in full_phases:  # where the full collections came, and what they cost there
+        row = {"row": f"  full collections in: {phase}", "section": "new kernel"}
+        for which in ("first", "second"):
+            row[which] = _stats([sum(sec for p, sec in s[which].get("full_collections", []) if p == phase)
+                                 for s in samples])
+            row[f"{which}_count"] = [sum(p == phase for p, _ in s[which].get("full_collections", []))
+                                     for s in samples]
+        rows.append(row)
     for which in ("first", "second"):
         rows.append({"row": f"total, {which} kernel (define to first result)", "section": "total",
                      **_stats([s[which]["seconds"] for s in samples])})
@@ -472,8 +525,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         ablate = tuple(a.split("=", 1)[1] for a in argv if a.startswith("--ablate="))
+        heap = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--heap=")), 0)
+        threshold0 = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--gc-threshold=")), 0)
         print("RESULT " + json.dumps(child(argv[1], float(argv[2]), "--warmup-at-import" in argv, ablate,
-                                           "--prepare" in argv)))
+                                           "--prepare" in argv, heap, threshold0)))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -491,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure this checkout with parts of pnex_magic.numbasetup turned off, each "
                              "a variant of its own: scipy (the BLAS probe imports SciPy), gc (no freeze of "
                              "older objects), setup (Numba's own set-up); join parts with + (scipy+gc)")
+    parser.add_argument("--heap", type=int, default=0, metavar="N",
+                        help="each child makes N more long-lived objects after import torch: a GPU host's large "
+                             "heap (torch's CUDA state) imitated on CPU, for the garbage collections' cost")
+    parser.add_argument("--gc-threshold", type=int, default=0, metavar="N",
+                        help="each child sets the collector's first threshold to N (Python's: 700): more "
+                             "collections, as a GPU host's first kernel (more objects) triggers; with --heap")
     parser.add_argument("--warmup-at-import", action="store_true",
                         help="experiment: each child starts pnex's background warm-up right after import pnex_magic")
     opts = parser.parse_args(argv)
@@ -521,13 +582,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = {p for a in ablations for p in a.split("+")} - {"scipy", "gc", "setup"}
     if unknown:
         parser.error(f"--ablate: unknown {sorted(unknown)}; choose from scipy, gc, setup")
-    samples = run_rounds(device, opts.rounds, envs, warmup_at_import=opts.warmup_at_import, ablations=ablations)
+    samples = run_rounds(device, opts.rounds, envs, warmup_at_import=opts.warmup_at_import, ablations=ablations,
+                         heap=opts.heap, threshold0=opts.gc_threshold)
     results = {name: {"folder": str(checkouts.get(name, ROOT)), "rows": summarise(found, device), "samples": found}
                for name, found in samples.items()}
     header = result_header("first-use-phases") if device == "cuda" else cpu_header("first-use-phases")
     stem = "first-use-phases" + ("" if device == "cuda" else "-cpu") + (f"-{opts.tag}" if opts.tag else "")
     path = write_result({**header, "device": device, "rounds": opts.rounds, "pnex_warmup": opts.warmup,
-                         "warmup_at_import": opts.warmup_at_import, "rows": results["this checkout"]["rows"],
+                         "warmup_at_import": opts.warmup_at_import, "heap": opts.heap, "gc_threshold": opts.gc_threshold, "rows": results["this checkout"]["rows"],
                          "checkouts": results}, stem)
     print_rows(results["this checkout"]["rows"], device, opts.rounds)
     if len(results) > 1:

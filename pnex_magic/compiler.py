@@ -471,6 +471,19 @@ def compile_kernel(
                     variant=variant,
                     cooperative=bool(entry.meta["cooperative"] if "cooperative" in entry.meta else uses_grid_sync(ptx)),
                 )
+    with numbasetup.first_compile_frozen():  # the first compile's full collections: its own objects only
+        compiled = _compile_new(fn, spec, arch, cc, key, max_registers, cache_id, use_cache, layout, variant, hidden,
+                                make_fn)
+    numbasetup.first_compile_ran()
+    return compiled
+
+
+def _compile_new(
+    fn: Callable | None, spec: KernelSpec, arch: str, cc: tuple[int, int], key: str, max_registers: int | None,
+    cache_id: str | None, use_cache: bool, layout: str, variant: int, hidden: Sequence[Any],
+    make_fn: Callable[[], Callable] | None,
+) -> CompiledKernel:
+    """:func:`compile_kernel` on a cache miss: Numba, the link, the cache's store."""
     start = time.perf_counter()
     if fn is None:
         fn = make_fn()

@@ -34,6 +34,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import numbasetup
 from .definition import JitOptions, KernelDefinition
 from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
@@ -157,20 +158,23 @@ def registered(definition: Kernel) -> Iterator[PnexOp]:
     block fails, the previous op of the same name is registered again."""
     start = time.perf_counter()
     defined_here = isinstance(definition, KernelDefinition)
-    if defined_here:
-        definition.check_compiles()
-    name = definition.op_name
-    snapshot = _snapshot(name)
-    op: PnexOp | None = None
-    try:
-        op = make_op(definition)
-        _adopt(op)
-        if defined_here and definition.options.verbose:
-            _print_summary(definition, start)
-        yield op
-    except BaseException:
-        _restore(snapshot, name, op)
-        raise
+    # The process's first kernel: its compile, registration and the block's first call
+    # (the magic's) with older objects frozen (see pnex_magic.numbasetup.first_compile_frozen).
+    with numbasetup.first_compile_frozen() if defined_here else contextlib.nullcontext():
+        if defined_here:
+            definition.check_compiles()
+        name = definition.op_name
+        snapshot = _snapshot(name)
+        op: PnexOp | None = None
+        try:
+            op = make_op(definition)
+            _adopt(op)
+            if defined_here and definition.options.verbose:
+                _print_summary(definition, start)
+            yield op
+        except BaseException:
+            _restore(snapshot, name, op)
+            raise
 
 
 

@@ -30,7 +30,12 @@ differences that change no compiled code:
   may come somewhat sooner than it would have).  A program that manages the
   collector itself (collection disabled, or objects frozen already) is left alone;
   one that froze objects on another thread while the set-up ran would find them
-  unfrozen after it (:func:`gc.unfreeze` unfreezes all).
+  unfrozen after it (:func:`gc.unfreeze` unfreezes all).  The same freeze covers the
+  rest of the process's first compile and definition (:func:`first_compile_frozen`:
+  the kernel's typing, lowering, the link, the cache's store, the op's registration),
+  whose allocations trigger more full collections.  Overlapping freezes (the warm-up's
+  set-up and a foreground compile, on two threads) share one, taken by the first and
+  released by the last under one lock.
 
 Thread safety: the set-up holds Numba-CUDA's global compiler lock (with upstream
 Numba's, where it is installed), which every Numba compile holds while it refreshes
@@ -55,7 +60,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["typing_setup", "state"]
+__all__ = ["typing_setup", "state", "first_compile_frozen", "first_compile_ran"]
 
 _state: dict[str, Any] = {}
 #: Numba-CUDA's function that probes for SciPy's BLAS: its name, and its module's.
@@ -134,13 +139,57 @@ def _blas_probe_without_scipy() -> Iterator[list[str]]:
             sys.meta_path.remove(finder)
 
 
+# The collector's freeze has one owner at a time: gc.unfreeze() unfreezes everything, so
+# blocks that overlap (the warm-up's set-up and a foreground compile, a compile inside a
+# definition) share one freeze, taken by the first in and released by the last out.
+_collector_lock = threading.Lock()
+_holders = 0  # blocks inside _older_objects_frozen, on every thread
+_owned = False  # whether the first of them froze (then the last one out unfreezes)
+_first_compile_ran = False
+
+
 @contextlib.contextmanager
 def _older_objects_frozen() -> Iterator[bool]:
-    if not gc.isenabled() or gc.get_freeze_count():  # the program manages the collector: leave it alone
+    """Objects made before the block frozen while it (and any overlapping block, on any
+    thread) runs, unfrozen when the last one ends; yields whether they are frozen.  A
+    program that manages the collector (collection disabled, or objects frozen already,
+    when the first block starts) is left alone."""
+    global _holders, _owned
+    with _collector_lock:
+        if _holders == 0:
+            _owned = gc.isenabled() and not gc.get_freeze_count()
+            if _owned:
+                gc.freeze()
+        _holders += 1
+        frozen = _owned
+    try:
+        yield frozen
+    finally:
+        with _collector_lock:
+            _holders -= 1
+            if _holders == 0 and _owned:
+                _owned = False
+                gc.unfreeze()
+
+
+@contextlib.contextmanager
+def first_compile_frozen() -> Iterator[bool]:
+    """Older objects frozen (as during :func:`typing_setup`) until this process's first
+    compile has ended (:func:`first_compile_ran`): a first kernel's definition leaves
+    some 110,000 more objects tracked by the collector (Numba's registries, its
+    lowering's and pnex's compile path's state; measured on CPU), whose allocations
+    trigger full collections that would each walk every older object (torch's CUDA
+    state, on a GPU host).  Later blocks do nothing: a later kernel made no full
+    collection in any round of ``benchmarks/first_use_phases.py`` (H100 and CPU)."""
+    if _first_compile_ran:
         yield False
         return
-    gc.freeze()
-    try:
-        yield True
-    finally:
-        gc.unfreeze()
+    with _older_objects_frozen() as frozen:
+        yield frozen
+
+
+def first_compile_ran() -> None:
+    """A compile (Numba's, then the link) has ended: :func:`first_compile_frozen` does
+    nothing from now on."""
+    global _first_compile_ran
+    _first_compile_ran = True

@@ -23,7 +23,10 @@ import types
 import weakref
 
 import pytest
+import torch
+from numba import cuda
 
+import pnex_magic as pnex
 from pnex_magic import numbasetup, warmup
 
 HAS_SCIPY = importlib.util.find_spec("scipy") is not None
@@ -78,11 +81,13 @@ def k_vec(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
         pnex.vstore(out, i * 4, (v[0] + 1, v[1] * 2, v[2], v[3]))
 
 from pnex_magic import cache, numbasetup, warmup
+import gc as _gc
 found = {op._pnex.spec.name: op._pnex.compiled().ptx for op in (k_math, k_half, k_shared, k_vec)}
 print("RESULT " + json.dumps({
     "ptx": found, "misses": cache.stats.misses, "setup": numbasetup.state(), "warmup": warmup.state(),
     "have_blas": sys.modules["numba.cuda.np.arraymath"]._HAVE_BLAS, "scipy_linalg": "scipy.linalg" in sys.modules,
-    "frozen_after": __import__("gc").get_freeze_count(),
+    "frozen_after": _gc.get_freeze_count(), "gc_enabled": _gc.isenabled(),
+    "first_compile_ran": numbasetup._first_compile_ran,
 }))
 '''
 
@@ -136,7 +141,8 @@ def test_every_route_of_the_typing_setup_compiles_the_same_code(tmp_path, pnex_e
     if HAS_SCIPY:  # pnex's set-up kept SciPy out; Numba's own imported it for the probe
         assert pnex_route["setup"]["scipy_refused"] and not pnex_route["scipy_linalg"]
         assert pnex_route["have_blas"] is False and numba_route["have_blas"] is True and numba_route["scipy_linalg"]
-    assert pnex_route["frozen_after"] == warm_route["frozen_after"] == 0
+    assert pnex_route["frozen_after"] == warm_route["frozen_after"] == 0  # the first compile's freeze: ended
+    assert pnex_route["gc_enabled"] and warm_route["gc_enabled"] and pnex_route["first_compile_ran"]
     # The same code (the warm-up's: but for Numba's unique ids), declarations in any order.
     assert {k: _canonical(v) for k, v in pnex_route["ptx"].items()} == {
         k: _canonical(v) for k, v in numba_route["ptx"].items()}
@@ -229,6 +235,127 @@ def test_a_program_that_manages_the_collector_is_left_alone():
         assert gc.get_freeze_count() == count  # still the program's
     finally:
         gc.unfreeze()
+
+
+def _cycle() -> weakref.ref:
+    """A weak reference to garbage that only the cyclic collector frees."""
+    return weakref.ref(_Node())
+
+
+@pytest.fixture
+def first_compile(monkeypatch):
+    """This process's first compile still to come (as in a fresh process)."""
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    monkeypatch.setattr(numbasetup, "_first_compile_ran", False)
+    yield
+    assert numbasetup._holders == 0 and gc.get_freeze_count() == 0
+
+
+def test_the_first_compile_freezes_older_objects_and_later_ones_do_not(first_compile):
+    old = _cycle()
+    with numbasetup.first_compile_frozen() as frozen:
+        assert frozen is True and gc.get_freeze_count() > 0
+        gc.collect()
+        assert old() is not None  # frozen: not walked during the first compile
+        new = _cycle()
+        gc.collect()
+        assert new() is None  # the compile's own garbage: collected as ever
+        during = _cycle()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.collect()
+    assert old() is None and during() is None  # nothing left uncollected
+    numbasetup.first_compile_ran()
+    with numbasetup.first_compile_frozen() as frozen:
+        assert frozen is False and gc.get_freeze_count() == 0
+
+
+def test_the_first_compile_leaves_a_program_that_manages_the_collector_alone(first_compile):
+    gc.disable()
+    try:
+        with numbasetup.first_compile_frozen() as frozen:
+            assert frozen is False and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with numbasetup.first_compile_frozen() as frozen, numbasetup._older_objects_frozen() as inner:
+            assert frozen is False and inner is False
+        assert gc.get_freeze_count() == count  # still the program's
+    finally:
+        gc.unfreeze()
+
+
+def test_overlapping_freezes_share_one_released_by_the_last(first_compile):
+    """The warm-up's set-up (another thread) and a foreground compile overlap, in either
+    order of ending: one freeze, released when both have ended."""
+    for warmup_ends_first in (True, False):
+        entered, release, seen = threading.Event(), threading.Event(), []
+
+        def warm():
+            with numbasetup._older_objects_frozen() as frozen:
+                seen.append(frozen)
+                entered.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=warm)
+        thread.start()
+        assert entered.wait(30)
+        with numbasetup.first_compile_frozen() as frozen:
+            assert frozen is True and seen == [True] and gc.get_freeze_count() > 0
+            if warmup_ends_first:
+                release.set()
+                thread.join(30)
+                assert gc.get_freeze_count() > 0  # the compile still holds it
+        if warmup_ends_first:
+            assert gc.get_freeze_count() == 0
+        else:
+            assert gc.get_freeze_count() > 0  # the warm-up still holds it
+        release.set()
+        thread.join(30)
+        assert gc.get_freeze_count() == 0 and numbasetup._holders == 0
+
+
+def test_a_first_compile_beside_the_warmup_leaves_the_collector_as_it_was(first_compile, fake_steps, monkeypatch):
+    """A real compile on a cache miss, while the warm-up's step (a freeze, as its typing
+    set-up's) runs: the compile's code sees older objects frozen, garbage made before and
+    during it is collected after it, and the freeze count is back to 0."""
+    from pnex_magic import compiler
+
+    def frozen_step():
+        with numbasetup._older_objects_frozen():
+            fake_steps.started.set()
+            fake_steps.release.wait(30)
+
+    monkeypatch.setattr(warmup, "_steps", lambda: [("typing set-up", frozen_step)])
+    during: list = []
+    compile_new = compiler._compile_new
+
+    def watched(*args, **kwargs):
+        during.append((gc.get_freeze_count(), _cycle()))
+        return compile_new(*args, **kwargs)
+
+    monkeypatch.setattr(compiler, "_compile_new", watched)
+    thread = warmup.start()
+    assert fake_steps.started.wait(30)
+    threading.Timer(0.2, fake_steps.release.set).start()  # the step ends while the compile waits for it
+    old = _cycle()
+    scale = 1.0 + time.time_ns() % 1_000_000 / 1e7  # a new kernel: a cache miss
+
+    @pnex.jit(n_threads="a.numel()")
+    def scaled(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] * scale
+
+    thread.join(30)
+    assert len(during) == 1 and during[0][0] > 0  # compiled with older objects frozen
+    assert scaled._pnex.compiled_if_available().cache_hit is False and numbasetup._first_compile_ran
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.collect()
+    assert old() is None and during[0][1]() is None
+    a = torch.randn(33)
+    torch.testing.assert_close(scaled(a), a * scale)
 
 
 # --------------------------------------------------------------------------- the warm-up hands over
