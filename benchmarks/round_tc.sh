@@ -4,7 +4,8 @@
 #   bash benchmarks/round_tc.sh [tests] [sim] [bench] [notebooks] [firstuse] [workloads] [jax]
 # Environment: TEST_FILES, TESTS_LIMIT, SIM_KERNELS, SIM_LIMIT, BENCH_ARGS, BENCH_LIMIT,
 # NOTEBOOKS, NOTEBOOKS_LIMIT, FIRSTUSE_ROUNDS, FIRSTUSE_LIMIT, WORKLOADS_ARGS, WORKLOADS_LIMIT,
-# JAX_ARGS, JAX_LIMIT (seconds per part).
+# JAX_ARGS, JAX_LIMIT (seconds per part).  The tests part ends with SIGINT at its limit, so that
+# pytest still prints the failures it has seen (a killed run printed none: 2026-11-27 23:30).
 set -u
 . benchmarks/device_setup.sh >/dev/null 2>&1 || exit 1
 export PNEX_EXPECT_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -17,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$LOGS/gp
 for part in "$@"; do
   t0=$SECONDS; stamp=$(mktemp); touch "$stamp"
   case $part in
-    tests) timeout "${TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider -rf ${TEST_FILES:-tests/test_tc_gpu.py tests/test_tc_checked_gpu.py tests/test_simulator_gpu.py} > "$LOGS/tests.log" 2>&1 ;;
+    tests) timeout -s INT -k 30 "${TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider -rf ${TEST_FILES:-tests/test_tc_gpu.py tests/test_tc_checked_gpu.py tests/test_simulator_gpu.py} > "$LOGS/tests.log" 2>&1 ;;
     sim) timeout "${SIM_LIMIT:-200}" python3 benchmarks/sim_vs_gpu.py --kernels "${SIM_KERNELS:-300}" > "$LOGS/sim.log" 2>&1 ;;
     bench) timeout "${BENCH_LIMIT:-330}" python3 benchmarks/tensor_cores.py ${BENCH_ARGS:---profile --repeats 7 --variants wgmma:128x256x4,wgmma:128x128x3,wgmma:128x256x3,mma:128x128x3} > "$LOGS/bench.log" 2>&1 ;;
     notebooks) timeout "${NOTEBOOKS_LIMIT:-540}" python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-} > "$LOGS/notebooks.log" 2>&1 ;;
