@@ -216,10 +216,11 @@ def cluster_sync() -> None:
 
 
 def mbarrier_arrive_cluster(bars: Any, index: Any, rank: Any) -> None:
-    """``mapa`` + ``mbarrier.arrive.release.cluster.shared::cluster``: one arrival on the
-    barrier ``bars[index]`` of the cluster's block ``rank`` (the barrier at the same place
-    of its shared memory; ``rank`` may be this block's own): how the blocks that read a
-    multicast tile tell each block that writes into it that its buffer is free."""
+    """``mapa`` + ``mbarrier.arrive.shared::cluster`` (release, at the default .cta scope, as
+    CUTLASS's ``ClusterBarrier::arrive``): one arrival on the barrier ``bars[index]`` of the
+    cluster's block ``rank`` (the barrier at the same place of its shared memory; ``rank``
+    may be this block's own): how the blocks that read a multicast tile tell each block that
+    writes into it that its buffer is free."""
     simulate_cluster.mbarrier_arrive_cluster(bars, index, rank)
 
 

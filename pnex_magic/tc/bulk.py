@@ -293,8 +293,12 @@ def register_bulk(*, literal: Callable, is_index: Callable, index_values: Callab
             bars_ty, index_ty, rank_ty = signature.args
             address = barrier_address(context, builder, bars_ty, args[0], index_ty, args[1])
             target = as_i32(context, builder, args[2], rank_ty)
+            # The default semantics (.release at .cta scope), as CUTLASS's ClusterBarrier::arrive
+            # writes it: with .release.cluster, ptxas put MEMBAR.ALL.GPU (and CGAERRBAR) before
+            # every arrival, in the consumers' k-loop of the clustered GEMM, which then ran at half
+            # the plain kernel's rate on an H100.
             asm = ("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, $0, $1;\n"
-                   "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}")
+                   "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}")
             builder.asm(ir.FunctionType(void, [i32, i32]), asm, "r,r,~{memory}", [address, target], True)
             return context.get_dummy_value()
 

@@ -86,7 +86,7 @@ def remote(name: str, array: Any, rank: Any) -> np.ndarray:
 
 
 def mbarrier_arrive_cluster(bars: Any, index: Any, rank: Any) -> None:
-    """``mbarrier.arrive.release.cluster.shared::cluster``: one arrival on barrier
+    """``mbarrier.arrive.shared::cluster``: one arrival on barrier
     ``bars[index]`` of block ``rank`` of the cluster (its own rank included)."""
     bulk.mbarrier_arrive(remote("mbarrier_arrive_cluster", bars, rank), index)
 
