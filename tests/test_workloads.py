@@ -103,22 +103,22 @@ def test_kmeans_first_of_equal_distances_and_no_centroids():
 
 
 def _autotune_kmeans(points_per_thread: int, tmp_path: Path):
-    """benchmarks/autotune.py's pnex.Tune k-means kernels with ``POINTS`` fixed to one of
-    its choices (the simulator runs the first choice only) and 32-thread blocks."""
+    """The benchmarks' pnex.Tune k-means kernels (``workloads.kmeans_tuned_ops``, which
+    benchmarks/autotune.py times too) with ``POINTS`` fixed to one of its choices (the
+    simulator runs the first choice only) and 32-thread blocks."""
     import importlib
+    import inspect
     import textwrap
 
-    import autotune
-
-    src = autotune.KERNELS
-    body = src[src.index("def _kmeans(labels_type):"):src.index("kmeans_tuned_i32 = _kmeans")]
+    body = textwrap.dedent(inspect.getsource(wl.kmeans_tuned_ops))
     assert "POINTS: pnex.Tune(1, 2, 4, 8, 16)" in body and 'threads_per_block="auto"' in body
     body = body.replace("POINTS: pnex.Tune(1, 2, 4, 8, 16)", f"POINTS: pnex.Tune({points_per_thread})")
     body = body.replace('threads_per_block="auto"', "threads_per_block=32")
     name = f"autotune_kmeans_{points_per_thread}"
     (tmp_path / f"{name}.py").write_text(
-        "import math\nimport pnex_magic as pnex\nfrom numba import cuda, float32, int32\n"
-        + textwrap.dedent(body) + "i32 = _kmeans('i32')\ni64 = _kmeans('i64')\n"
+        "import math\nfrom typing import Any\nimport torch\nimport pnex_magic as pnex\n"
+        "from numba import cuda, float32, int32\n_kmeans_cache = {}\n"
+        + body + "i32 = kmeans_tuned_ops(torch.int32)\ni64 = kmeans_tuned_ops(torch.int64)\n"
     )
     sys.path.insert(0, str(tmp_path))
     try:
