@@ -69,5 +69,29 @@ exp, expm1, log, log1p, sin, cos, tan, tanh, erf = (
     _unary(n) for n in ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "erf"))
 atan2 = _binary("atan2", math.atan2)
 hypot = _binary("hypot", math.hypot)
-pow = _binary("pow", math.pow)  # noqa: A001 - math.pow's name
+
+
+def pow(x, y):  # noqa: A001 - math.pow's name
+    raise NotImplementedError
+
+
+@overload(pow)
+def _pow(x, y):
+    """``math.pow`` as Numba-CUDA types it (asked of its typing context): an int32
+    exponent (or a smaller one) is libdevice's ``powi``, square-and-multiply as
+    Numba's CPU target computes any integer exponent; every other integer exponent,
+    a literal one included, converts to float64 for ``pow`` (``Math_pow`` has no
+    other integer case), where Numba's CPU target would still square and multiply."""
+    from numba.cuda.descriptor import cuda_target
+
+    ctx = cuda_target.typing_context
+    ctx.refresh()
+    sig = ctx.resolve_function_type(ctx.resolve_value_type(math.pow), (x, y), {})
+    if sig is not None and isinstance(y, types.Integer) and isinstance(sig.args[1], types.Float):
+        return lambda x, y: math.pow(np.float64(x), np.float64(y))
+    if _single(_signature(math.pow, (x, y))):
+        return lambda x, y: np.float32(math.pow(np.float64(x), np.float64(y)))
+    return lambda x, y: math.pow(x, y)
+
+
 power = _binary("power", operator.pow)

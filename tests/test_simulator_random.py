@@ -107,6 +107,12 @@ REGRESSIONS = {
         "r2[i] = d[i]",
         "r3[i] = c[i]",
     ],
+    "math.pow of an int64 exponent is pow of its float64 (Numba-CUDA types no other integer exponent)": [
+        "r0[i] = math.pow((1.25 + b[i] * b[i]), i)",
+        "r1[i] = math.pow((1.25 + a[i] * a[i]), d[i] & 7)",
+        "r2[i] = d[i]",
+        "r3[i] = c[i]",
+    ],
     "math.hypot is the C library's (CPython's own differs in the last bit)": [
         "w = float(max(i, b[i]))",
         "r0[i] = math.cos(math.hypot(sf, math.cos(w)))",
