@@ -38,7 +38,6 @@ from . import numbasetup
 from .definition import JitOptions, KernelDefinition
 from .launch.kernel import Kernel
 from .op import PnexOp, Superseded, make_op
-from .roofline import parse_flops
 from .spec import build_spec
 
 __all__ = ["definition", "registered"]
@@ -67,7 +66,10 @@ def definition(
         tune=tune, shared_bytes=shared_bytes, cluster_dims=cluster_dims,
     )
     found = KernelDefinition(fn, spec, options or JitOptions())
-    found.flops = parse_flops(spec, flops)
+    if flops is not None:  # lazy: the roofline (and the report's modules it imports) is not a kernel's first need
+        from .roofline import parse_flops
+
+        found.flops = parse_flops(spec, flops)
     return found
 
 
