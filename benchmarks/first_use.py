@@ -358,9 +358,12 @@ ROW_GROUPS = ("import", "new", "hit", "load", "notebook", "run-all")
 
 
 def first_use_rounds(device: str, rounds: int = 5, notebook: bool = True, log=print,
-                     groups: frozenset[str] = frozenset(ROW_GROUPS)) -> dict[str, list[dict]]:
+                     groups: frozenset[str] = frozenset(ROW_GROUPS), seconds: float | None = None) -> dict[str, list[dict]]:
     """Every row (of ``groups``, :data:`ROW_GROUPS`) once per round, interleaved; returns
-    each row's samples."""
+    each row's samples.  ``seconds``: no round starts after that many seconds (the
+    rounds run so far are the result: a device call's time limit cut off a run that
+    wrote nothing, 2026-11-28)."""
+    start = time.perf_counter()
     env = os.environ.copy()
     samples: dict[str, list[dict]] = {}
 
@@ -375,6 +378,9 @@ def first_use_rounds(device: str, rounds: int = 5, notebook: bool = True, log=pr
         base = 1.0 + (time.time_ns() % 1_000_000) / 1e7  # new constants in every run of the script
         _child(_define_code(device, base))  # the C++ launcher exists before anything is timed
         for r in range(rounds):
+            if r and seconds is not None and time.perf_counter() - start > seconds:
+                log(f"stopped after {r} of {rounds} rounds: --seconds {seconds:g} passed", flush=True)
+                break
             log(f"round {r + 1}/{rounds}", flush=True)
             salt = base + (r + 1) / 64
             if "import" in groups:
@@ -444,6 +450,9 @@ def main() -> int:
                         help=f"which rows, comma-separated (default all: {','.join(ROW_GROUPS)}; 'notebook' is the "
                              f"three 2-s-pause notebook rows, 'run-all' the Run-all row)")
     parser.add_argument("--tag", default="", help="appended to the results file's name")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="start no round after this many seconds; the rounds done are the result (for a time-limited "
+                             "call; the results file's 'rounds_done' says how many)")
     opts = parser.parse_args()
     groups = frozenset(g.strip() for g in opts.rows.split(",") if g.strip())
     if not groups <= set(ROW_GROUPS):
@@ -465,8 +474,9 @@ def main() -> int:
         profile_rows(device, notebook)
         if opts.profile_only:
             return 0
-    samples = first_use_rounds(device, opts.rounds, notebook, groups=groups)
+    samples = first_use_rounds(device, opts.rounds, notebook, groups=groups, seconds=opts.seconds)
     rows = summarise(samples)
+    rounds_done = max((len(r["runs"]) for r in rows), default=0)
     if device == "cuda":
         header = result_header("first-use")
     else:  # result_header asks the GPU its name
@@ -476,7 +486,7 @@ def main() -> int:
 
         header = {"benchmark": "first-use-cpu", "versions": versions(), "cpus": os.cpu_count(),
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    path = write_result({**header, "device": device, "rounds": opts.rounds, "goals": GOALS, "median_goals": MEDIAN_GOALS,
+    path = write_result({**header, "device": device, "rounds": opts.rounds, "rounds_done": rounds_done, "goals": GOALS, "median_goals": MEDIAN_GOALS,
                          "rows": rows}, ("first-use" if device == "cuda" else "first-use-cpu") + (f"-{opts.tag}" if opts.tag else ""))
     print_rows(rows, device)
     print(f"wrote {path}")

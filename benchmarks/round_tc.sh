@@ -23,7 +23,7 @@ for part in "$@"; do
     bench) timeout "${BENCH_LIMIT:-330}" python3 benchmarks/tensor_cores.py ${BENCH_ARGS:---profile --repeats 7 --variants wgmma:128x256x4,wgmma:128x128x3,wgmma:128x256x3,mma:128x128x3} > "$LOGS/bench.log" 2>&1 ;;
     notebooks) timeout "${NOTEBOOKS_LIMIT:-540}" python3 benchmarks/run_notebooks.py ${NOTEBOOKS:-} > "$LOGS/notebooks.log" 2>&1 ;;
     firstuse) { timeout "${FIRSTUSE_LIMIT:-240}" python3 benchmarks/first_use_phases.py --rounds "${FIRSTUSE_ROUNDS:-5}" &&
-                timeout "${FIRSTUSE_LIMIT:-240}" python3 benchmarks/first_use.py --rounds "${FIRSTUSE_ROUNDS:-5}"; } > "$LOGS/firstuse.log" 2>&1 ;;
+                timeout "${FIRSTUSE_LIMIT:-240}" python3 benchmarks/first_use.py --rounds "${FIRSTUSE_ROUNDS:-5}" --seconds $(( ${FIRSTUSE_LIMIT:-240} * 2 / 3 )); } > "$LOGS/firstuse.log" 2>&1 ;;
     workloads) timeout "${WORKLOADS_LIMIT:-300}" python3 benchmarks/workloads.py ${WORKLOADS_ARGS:-} > "$LOGS/workloads.log" 2>&1 ;;
     jax) timeout "${JAX_LIMIT:-200}" python3 benchmarks/jax_overhead.py ${JAX_ARGS:-} > "$LOGS/jax.log" 2>&1 ;;
     *) echo "unknown part $part" > "$LOGS/$part.log" ;;
