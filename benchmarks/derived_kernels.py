@@ -107,6 +107,7 @@ def lltm(dtype: torch.dtype) -> Any:
                        threads_per_block=workloads.LLTM_THREADS_PER_BLOCK, backward="auto")
     clone = type(fn)(fn.__code__, fn.__globals__, fn.__name__ + "_derived", fn.__defaults__, fn.__closure__)
     clone.__qualname__ = clone.__name__
+    clone.__module__ = fn.__module__  # "workloads": the op's name hashes module.qualname
     clone.__annotations__ = dict(fn.__annotations__)
     return derived(clone)
 

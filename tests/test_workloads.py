@@ -118,6 +118,7 @@ def _autotune_kmeans(points_per_thread: int, tmp_path: Path):
     (tmp_path / f"{name}.py").write_text(
         "import math\nfrom typing import Any\nimport torch\nimport pnex_magic as pnex\n"
         "from numba import cuda, float32, int32\n_kmeans_cache = {}\n"
+        "def named_in_workloads(fn):\n    return fn\n"  # named after this module: ops of their own
         + body + "i32 = kmeans_tuned_ops(torch.int32)\ni64 = kmeans_tuned_ops(torch.int64)\n"
     )
     sys.path.insert(0, str(tmp_path))
@@ -144,6 +145,50 @@ def test_autotune_kmeans_kernel_every_choice_matches_eager(points_per_thread, tm
     assert kernels.i32(X, torch.tensor([[1.0, 0.0], [1.0, 0.0]])).tolist() == [0, 0]  # ties: the first
     assert kernels.i64(X, torch.empty(0, 2)).tolist() == [-1, -1]
     assert torch.equal(kernels.i32(X.t().contiguous().t(), X), torch.tensor([0, 1], dtype=torch.int32))
+
+
+def test_the_facade_exports_every_part_and_the_ops_keep_their_names():
+    """workloads.py re-exports workloads_lib: every public name of its modules is in
+    ``wl.__all__`` and is the same object, and the kernels' ops are named after the
+    ``workloads`` module, as when they were written there (an op's name hashes module.qualname)."""
+    import importlib
+    import pkgutil
+
+    import workloads_lib
+
+    parts = [importlib.import_module(f"workloads_lib.{m.name}") for m in pkgutil.iter_modules(workloads_lib.__path__)]
+    assert {m.__name__.split(".")[1] for m in parts} >= {"timing", "results", "rounds", "provenance",
+                                                         "diffusion_kernels", "diffusion_bench", "lltm", "kmeans"}
+    exported = set(wl.__all__)
+    assert len(exported) == len(wl.__all__)
+    for module in parts:
+        for name in getattr(module, "__all__", ()):
+            if name in ("ROUNDS", "WORKLOADS_MODULE", "named_in_workloads"):  # settings and the naming helper
+                continue
+            assert name in exported, f"{module.__name__}.{name} is not in workloads.__all__"
+            assert getattr(wl, name) is getattr(module, name), name
+    assert all(hasattr(wl, name) for name in wl.__all__)
+    ops = [wl.diffusion_step, wl.diffusion_blocked, wl.lltm_forward, wl.lltm_backward, wl.kmeans_assign,
+           *wl.lltm_ops(torch.float64), wl.kmeans_ops(torch.int32), wl.kmeans_tuned_ops(torch.int32)]
+    assert {op.definition.spec.module for op in ops} == {"workloads"}
+    assert wl.diffusion_step.definition.op_name == "diffusion_step_7c65175a"  # sha256("workloads.diffusion_step")
+    assert wl.kmeans_ops(torch.int64) is wl.kmeans_assign and wl.lltm_ops(torch.float32).forward is wl.lltm_forward
+
+
+def test_the_rounds_setting_is_read_and_written_through_the_facade(monkeypatch):
+    # ROUNDS and _TRACEBACKS live in workloads_lib.rounds, where _run_rounds reads them; the
+    # facade's wl.ROUNDS / wl._TRACEBACKS read and write them there (overhead.py sets the latter).
+    from workloads_lib import rounds
+
+    before = (rounds.ROUNDS, rounds._TRACEBACKS)
+    with monkeypatch.context() as m:
+        m.setattr(wl, "ROUNDS", 1)
+        m.setattr(wl, "_TRACEBACKS", not before[1])
+        assert (rounds.ROUNDS, wl.ROUNDS, rounds._TRACEBACKS) == (1, 1, not before[1])
+        calls = []
+        wl._run_rounds([], [("a", lambda: calls.append("a") or 1.0)])
+        assert calls == ["a"]  # one round
+    assert (rounds.ROUNDS, rounds._TRACEBACKS) == before and "ROUNDS" not in vars(wl)
 
 
 def test_check_labels_rejects_a_wrong_label():
