@@ -26,7 +26,7 @@ import threading
 import types
 from typing import TYPE_CHECKING, Any
 
-from . import cache, clusters
+from . import cache, clusters, simtyping
 from ._version import __version__, installed_versions
 from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
@@ -445,7 +445,6 @@ class KernelDefinition:
         """The kernel rewritten to compute with Numba's types (:mod:`pnex_magic.simtyping`),
         from the disk cache where an earlier process stored it (no Numba typing then),
         else typed now (and stored)."""
-        from . import simtyping  # lazy: a GPU's first kernel never simulates (47 ms of imports)
         from .compiler import numba_signature  # lazy, as compile_kernel above
 
         spec = _checking().checked_spec(self.spec) if checked else self.spec

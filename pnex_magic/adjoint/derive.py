@@ -33,7 +33,7 @@ from .. import annotations as annotations_module
 from ..checking.index_ranges import IndexRanges
 from ..checking.rewrite import proven_subscripts
 from ..checking.sizes import tensor_dims
-from ..checking.source import kernel_source, namespace_of, rebuild
+from ..kernelsource import kernel_source, namespace_of, rebuild
 from ..define import definition
 from ..definition import JitOptions, KernelDefinition
 from ..errors import KernelDefinitionError

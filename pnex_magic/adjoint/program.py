@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..checking.guards import int_constant
-from ..checking.source import bound_names, range_call
+from ..kernelsource import bound_names, range_call
 from ..spec import TensorParam
 from .ir import Assign, Block, Carried, For, If, Join, Load, Operand, Store, is_float, is_int, promote
 from .rules import BINARY, BUILTINS, MATH, RULES, UNARY, fill

@@ -8,10 +8,11 @@ holds as :class:`~pnex_magic.errors.KernelIndexError`.  One room per concern:
 ==========================  ===========================================================
 module                      what it holds
 ==========================  ===========================================================
-:mod:`.source`              the AST utilities every source transformation shares: a
-                            kernel's ``def`` with its file's line numbers, its namespace,
-                            a function rebuilt from a rewritten ``def``, bound names,
-                            more trailing parameters (hidden arguments)
+:mod:`..kernelsource`        (below this package, shared with the simulator's typed
+                            rewrite and the derived backward) the AST utilities every
+                            source transformation uses: a kernel's ``def`` with its
+                            file's line numbers, its namespace, a function rebuilt from
+                            a rewritten ``def``, bound names, more trailing parameters
 :mod:`.bindings`            what each name of a kernel is bound to
 :mod:`.sizes`               which expressions are a tensor's size, which sizes are equal
 :mod:`.intervals`           interval proofs: the values integer expressions can take
@@ -49,7 +50,7 @@ from .record import (
     error_buffer,
     violation_error,
 )
-from .source import (
+from ..kernelsource import (
     KernelSource,
     bound_names,
     kernel_source,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..lazycuda import is_lazy_cuda
-from .source import range_call
+from ..kernelsource import range_call
 
 __all__ = ["Bindings", "RangeBinding", "Element", "UNKNOWN", "PARAM"]
 
@@ -68,7 +68,7 @@ class Element:
 
 class Bindings:
     """The bindings of kernel ``fdef``'s names; ``namespace`` holds its globals and
-    closure values (:func:`pnex_magic.checking.source.namespace_of`)."""
+    closure values (:func:`pnex_magic.kernelsource.namespace_of`)."""
 
     def __init__(self, fdef: ast.FunctionDef, namespace: Mapping[str, Any]):
         self.namespace = namespace

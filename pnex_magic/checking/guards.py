@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from .bindings import Bindings
 from .intervals import Intervals
 from .sizes import DimKey, TensorSizes
-from .source import range_call
+from ..kernelsource import range_call
 
 __all__ = ["Fact", "Guards", "NEGATED", "int_constant", "plus_constant"]
 

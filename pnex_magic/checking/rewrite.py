@@ -46,7 +46,7 @@ from .guards import Fact
 from .helpers import CHECK, LOAD, LOAD_ON_CHIP, RESERVED, STORE, VLOAD, VSTORE, ZERO
 from .index_ranges import IndexRanges
 from .record import ERR_PARAM, Site
-from .source import bound_names
+from ..kernelsource import bound_names
 from .tc_helpers import CHECKED, OPERANDS, helper_name
 
 __all__ = ["Rewriter", "array_roles"]

@@ -24,7 +24,7 @@ from .index_ranges import IndexRanges
 from .record import ERR_PARAM, FLAG, Site, describe_violation
 from .rewrite import Rewriter, array_roles
 from .sizes import tensor_dims
-from .source import bound_names, kernel_source, namespace_of, plain_signature, rebuild
+from ..kernelsource import bound_names, kernel_source, namespace_of, plain_signature, rebuild
 from .tc_helpers import TC_HELPERS
 
 __all__ = ["CheckedKernel", "checked_kernel"]

@@ -23,7 +23,7 @@ import logging
 import types
 from typing import Any
 
-from ..checking.source import bound_names, kernel_source, namespace_of, plain_signature, rebuild
+from ..kernelsource import bound_names, kernel_source, namespace_of, plain_signature, rebuild
 from ..errors import KernelLaunchError, KernelTypingError
 from ..snapshot import DeviceFunction
 from . import numba_types as T

@@ -21,7 +21,7 @@ import pickle
 import types
 from typing import Any
 
-from ..checking.source import namespace_of, rebuild
+from ..kernelsource import namespace_of, rebuild
 from ..snapshot import DeviceFunction, FrozenModule
 from . import runtime
 

@@ -1,7 +1,9 @@
 """A kernel's source as a syntax tree, and a function built back from a rewritten tree.
 
 The AST utilities that every source transformation of a kernel shares (the checked
-variant here; the derived backward of :mod:`pnex_magic.adjoint`):
+variant, :mod:`pnex_magic.checking`; the simulator's typed rewrite,
+:mod:`pnex_magic.simtyping`; the derived backward, :mod:`pnex_magic.adjoint`), in a
+module of their own below all three, so that importing one does not import the others:
 
 * :func:`kernel_source`: the kernel's ``def`` parsed from its file, its lines
   numbered as in that file (a ``%%pnex`` cell's pseudo-file numbers lines from the
@@ -29,7 +31,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import KernelDefinitionError
+from .errors import KernelDefinitionError
 
 __all__ = [
     "KernelSource", "kernel_source", "namespace_of", "plain_signature", "rebuild", "with_parameters", "bound_names",
