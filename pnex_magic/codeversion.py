@@ -15,9 +15,9 @@ therefore names the code itself:
 * **anything else** (an editable install, a checkout): the SHA-256 of the contents of
   the package's ``*.py`` files (:func:`code_files`), by path.  Reading them costs a
   few milliseconds, so each file's digest is kept in a cache record (kind ``code``)
-  with the file's size, mtime, ctime and inode: a later process reads a file again
-  only where one of those changed (ctime changes on every write, and no tool sets it
-  back).  A ``git checkout`` that touches files without changing them costs a re-read,
+  with the file's size, mtime, ctime and inode, and the tree's digest with all of
+  them: a later process stats the files and reads one again only where one of those
+  changed (ctime changes on every write, and no tool sets it back).  A ``git checkout`` that touches files without changing them costs a re-read,
   not a recompile; two worktrees at the same commit share their compiled kernels.
 
 :func:`code_files` leaves out the modules that do not change anything the cache holds:
@@ -60,7 +60,7 @@ EXCLUDED = frozenset({
 })
 
 _PACKAGE = Path(__file__).resolve().parent
-_RECORD_KIND = "code"  # the cache records of file digests (one per package folder)
+_RECORD_KIND = "code"  # the cache records of the digests (two per package folder)
 _RACY_NS = 3_000_000_000
 
 
@@ -142,32 +142,45 @@ def _source_digest(package: Path) -> str:
         log.warning("pnex: cannot read pnex_magic's own files in %s (%s): compiled kernels are cached by its "
                     "version (%s) alone", package, exc, __version__)
         return "unreadable"
-    slot = hashlib.sha256(str(package).encode()).hexdigest()
-    memo = cache.load_record(_RECORD_KIND, slot) or {}
-    known = memo.get("files") if memo.get("package") == str(package) else None
-    known = known if isinstance(known, dict) else {}
-    files: dict[str, str] = {}
-    total = hashlib.sha256()
-    changed = False
-    # A file changed within the last seconds may change again within its timestamps'
-    # granularity (git's "racy" files): its digest is not kept, it is read next time.
+    stamps: dict[str, str] = {}
     racy_after = time.time_ns() - _RACY_NS
     for rel, entry in listing:
         try:
             st = entry.stat()
-            stamp = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}:"
-            old = known.get(rel)
-            if isinstance(old, str) and len(old) == len(stamp) + 64 and old.startswith(stamp):
-                digest = old[len(stamp):]
-            else:
-                with open(entry.path, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-                changed = True
         except OSError:  # removed meanwhile: as if it were not there
-            changed = True
             continue
-        files[rel] = (stamp if max(st.st_mtime_ns, st.st_ctime_ns) < racy_after else "racy:") + digest
+        # A file changed within the last seconds may change again within its timestamps'
+        # granularity (git's "racy" files): its stamp is not trusted, it is read every time.
+        racy = max(st.st_mtime_ns, st.st_ctime_ns) >= racy_after
+        stamps[rel] = "racy" if racy else f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    # One record holds the digest of the whole tree under the stamps of all its files (a
+    # process finds it unchanged by one comparison), another each file's digest under its
+    # stamp (a changed tree reads only its changed files).
+    slot = hashlib.sha256(str(package).encode()).hexdigest()
+    files_slot = hashlib.sha256(f"{package}\0files".encode()).hexdigest()
+    tree = hashlib.sha256("\n".join(f"{rel}:{stamp}" for rel, stamp in stamps.items()).encode()).hexdigest()
+    summary = cache.load_record(_RECORD_KIND, slot)
+    if summary and summary.get("stamps") == tree and isinstance(summary.get("version"), str):
+        return summary["version"]
+    known = cache.load_record(_RECORD_KIND, files_slot) or {}
+    known = known.get("files") if known.get("package") == str(package) else None
+    known = known if isinstance(known, dict) else {}
+    files: dict[str, str] = {}
+    total = hashlib.sha256()
+    for rel, stamp in stamps.items():
+        old = known.get(rel)
+        if stamp != "racy" and isinstance(old, str) and len(old) == len(stamp) + 65 and old.startswith(stamp + "="):
+            digest = old[len(stamp) + 1:]
+        else:
+            try:
+                with open(package / rel, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            except OSError:
+                continue
+        files[rel] = f"{stamp}={digest}"
         total.update(f"{rel}\0{digest}\n".encode())
-    if changed or len(files) != len(known):
-        cache.store_record(_RECORD_KIND, slot, {"package": str(package), "files": files})
-    return total.hexdigest()[:16]
+    version = total.hexdigest()[:16]
+    cache.store_record(_RECORD_KIND, files_slot, {"package": str(package), "files": files})
+    if "racy" not in stamps.values():
+        cache.store_record(_RECORD_KIND, slot, {"package": str(package), "stamps": tree, "version": version})
+    return version
