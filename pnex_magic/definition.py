@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import cache, clusters, simtyping
 from ._version import __version__, installed_versions
+from .codeversion import code_version
 from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
 from .cubin import cubin_arch
 from .errors import KernelCompileError, KernelDefinitionError
@@ -111,7 +112,9 @@ _NVVM_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
 def toolchain_versions() -> str:
     """Versions that change compiled code: part of every cache key.
 
-    Read from the installed distributions' metadata, without importing Numba or
+    pnex_magic's own is its version and its code's (:func:`pnex_magic.codeversion.code_version`:
+    a development install's code changes under one version number).  The others are
+    read from the installed distributions' metadata, without importing Numba or
     loading NVVM, so that a cache hit runs no part of the compiler.  Where no NVVM
     wheel is installed, numba-cuda finds a CUDA toolkit through $CUDA_HOME,
     $CUDA_PATH or $CONDA_PREFIX: those folders (and the toolkit's version.json)
@@ -119,7 +122,7 @@ def toolchain_versions() -> str:
     import torch
 
     found = installed_versions(*_TOOLCHAIN_DISTS)
-    parts = [f"pnex_magic={__version__}", f"torch={torch.__version__}"]
+    parts = [f"pnex_magic={__version__}+{code_version()}", f"torch={torch.__version__}"]
     parts += [f"{dist}={version or 'none'}" for dist, version in found.items()]
     if not any(found[dist] for dist in _NVVM_WHEELS):
         for var in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"):

@@ -22,6 +22,7 @@ import tempfile
 import threading
 
 from . import cache
+from .codeversion import code_version
 
 __all__ = [
     "Disassembly", "PendingDisassembly", "disassemble", "find_disassembler", "tidy_sass", "SASS_ADVICE", "functions",
@@ -202,8 +203,9 @@ def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembl
         return Disassembly(None, None, f"{NO_DISASSEMBLER}: {SASS_ADVICE}")
     tool, path = found
     # The disassembler takes 0.2-0.5 s even for a tiny cubin: its listing is kept in the
-    # cache folder, keyed by the cubin and the tool, for the next process (a re-run cell).
-    key = hashlib.sha256(f"{digest}|{tool}|{os.path.realpath(path)}".encode()).hexdigest()
+    # cache folder, keyed by the cubin, the tool and the code that tidies its output, for
+    # the next process (a re-run cell).
+    key = hashlib.sha256(f"{digest}|{tool}|{os.path.realpath(path)}|{code_version()}".encode()).hexdigest()
     stored = cache.load_record(_RECORD_KIND, key)
     if stored is not None and isinstance(stored.get("text"), str):
         return Disassembly(stored["text"], tool, "")

@@ -123,10 +123,14 @@ def test_the_quickstart_runs_from_the_installed_wheel(venv, tmp_path):
     quickstart = next((b for b in _readme_blocks() if "@pnex.jit" in b), None)
     assert quickstart is not None, "README.md has no ```python block with @pnex.jit (the quickstart)"
     script = tmp_path / "quickstart.py"
-    script.write_text(quickstart + "\nimport pnex_magic\nprint('PNEX_MODULE', pnex_magic.__file__)\n")
+    script.write_text(quickstart + "\nimport pnex_magic\nprint('PNEX_MODULE', pnex_magic.__file__)\n"
+                      "from pnex_magic.codeversion import code_version\nprint('PNEX_CODE', code_version())\n")
     out = _run(venv, [str(script)], tmp_path, tmp_path / "cache")
     _installed_from(out, venv)
     assert "schema" in out.lower() and "ptx" in out.lower(), out[-2000:]  # pnex.inspect's summary
+    # The cache keys name the installed code by the wheel's RECORD (no file of the package read).
+    [code] = [line.split()[1] for line in out.splitlines() if line.startswith("PNEX_CODE ")]
+    assert re.fullmatch(r"wheel:[0-9a-f]{16}", code), code
 
 
 MAGIC = '''

@@ -16,6 +16,7 @@ import sys
 
 from .. import cache, warmup
 from .._version import __version__
+from ..codeversion import code_version
 from ..compiler import probe_linker
 from ..launch import switch
 from ..render.html import ERR, OK, WARN
@@ -141,7 +142,7 @@ def doctor() -> DoctorReport:
     checks: list[Check] = []
     advice: list[str] = []
     in_colab = "google.colab" in sys.modules
-    checks.append(Check("pnex_magic", "ok", f"{__version__} on Python {sys.version.split()[0]}"
+    checks.append(Check("pnex_magic", "ok", f"{__version__} ({code_version()}) on Python {sys.version.split()[0]}"
                         + (" (Google Colab)" if in_colab else "")))
 
     # PyTorch and the GPU.
