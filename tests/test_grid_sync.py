@@ -159,7 +159,9 @@ def test_threads_of_a_block_at_different_barriers_is_an_error_not_a_hang():
             cuda.cg.this_grid().sync()
         x[i] = 1.0
 
-    with pytest.raises(KernelLaunchError, match=r"cuda.syncthreads\(\) while others wait at a grid sync"):
+    with pytest.raises(KernelLaunchError, match=r"(?s)every thread of its grid .*thread 1 of block \(0, 0, 0\) waits "
+                                                r"at cuda\.syncthreads\(\) on line \d+.*threads 0, 2-3 of block "
+                                                r"\(1, 0, 0\) wait at cuda\.cg\.this_grid\(\)\.sync\(\)"):
         mixed_barriers(torch.zeros(8))
 
 

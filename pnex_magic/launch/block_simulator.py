@@ -28,6 +28,12 @@ memory of its own, their managers sharing a
 :class:`ClusterState` through which the cluster primitives
 (:mod:`pnex_magic.tc.simulate_cluster`) reach each other's shared memory.  A block that fails aborts the cluster's
 others.
+
+Each block, or each cluster's blocks together, has a :class:`~pnex_magic.launch.waits.Waits`
+(``pnex_waits``) where every wait of its threads is noted (this barrier, and the waits of
+:mod:`pnex_magic.tc`): once every thread that has not returned waits and none of the
+waits can end, the launch raises :class:`~pnex_magic.launch.waits.Deadlock`, naming
+where each group of threads waits, instead of hanging as the GPU would.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from .waits import PARK_AFTER_S, Waits
 
 __all__ = ["run"]
 
@@ -65,7 +73,13 @@ def _thread_class() -> type:
             if self.abort:
                 raise RuntimeError("abort flag set on syncthreads call")
             self._manager.arrived(self)
-            self.syncthreads_event.wait()
+            if not self.syncthreads_event.wait(PARK_AFTER_S):  # a long wait: noted for the deadlock detection
+                waits = self._manager.pnex_waits
+                try:
+                    waits.park(self, "cuda.syncthreads()", functools.partial(self._manager.releasable, self))
+                    self.syncthreads_event.wait()
+                finally:
+                    waits.unpark(self)
             self.syncthreads_event.clear()
             after, self.pnex_next = self.pnex_next, None
             if after is not None:  # the next thread's turn (one at a time wants the GIL)
@@ -80,7 +94,7 @@ class _Block:
     """Runs one block's threads (what numba's thread class reads of its manager:
     ``_block_dim``, ``block_state``) and releases its barriers."""
 
-    def __init__(self, fn: Any, block_dim: tuple[int, int, int]):
+    def __init__(self, fn: Any, block_dim: tuple[int, int, int], waits: Waits | None = None):
         self._f = fn
         self._block_dim = block_dim
         self.block_state = np.zeros(block_dim, dtype=np.bool_)
@@ -89,6 +103,14 @@ class _Block:
         self._waiting = 0  # threads at the barrier
         self._ended: list[Any] = []  # threads that have ended, in the order they ended
         self._failed: Any = None  # the first thread that ended with an exception
+        # where the threads that run at once (this block, or its cluster's blocks) wait: a deadlock is an error
+        self.pnex_waits = waits if waits is not None else Waits(int(np.prod(block_dim)), fn)
+        self.pnex_waits.blocks.append(self)
+
+    def releasable(self, thread: Any) -> bool:
+        """Whether ``thread``'s wait at the barrier has ended or this manager will end it
+        (every thread of the block that has not ended is at the barrier)."""
+        return not thread.syncthreads_blocked or self._waiting + len(self._ended) == len(self._threads)
 
     def arrived(self, thread: Any) -> None:
         with self._condition:
@@ -102,7 +124,9 @@ class _Block:
             self._ended.append(thread)
             if thread.exception and self._failed is None:
                 self._failed = thread
-            if self._failed is not None or self._waiting + len(self._ended) == len(self._threads):
+            deadlock = self.pnex_waits.ended(thread, bool(thread.exception))
+            if deadlock is not None or self._failed is not None or \
+                    self._waiting + len(self._ended) == len(self._threads):
                 self._condition.notify()
 
     def abort(self) -> None:
@@ -128,11 +152,14 @@ class _Block:
             t.start()
         with self._condition:
             while True:
-                if self._failed is not None:
+                deadlock = self.pnex_waits.deadlock
+                if self._failed is not None or deadlock is not None:
                     for t in self._threads:  # (they end on their own: daemons, as numba's)
                         t.abort = True
                         t.syncthreads_blocked = False
                         t.syncthreads_event.set()
+                    if deadlock is not None:  # (the thread that found it raised it too, with its prefix)
+                        raise deadlock
                     exc, tb = self._failed.exception
                     raise exc.with_traceback(tb)
                 if len(self._ended) == len(self._threads):
@@ -203,7 +230,8 @@ def _run_cluster(fn: Any, origin: tuple[int, ...], dims: tuple[int, int, int], b
     # by rank: x fastest, as %cluster_ctarank counts
     points = [(origin[0] + r % dims[0], origin[1] + (r // dims[0]) % dims[1], origin[2] + r // (dims[0] * dims[1]))
               for r in range(size)]
-    blocks = [_Block(fn, block_dim) for _ in points]
+    waits = Waits(size * int(np.prod(block_dim)), fn)  # the cluster's threads run at once
+    blocks = [_Block(fn, block_dim, waits) for _ in points]
     memories = [FakeCUDAShared(shared) for _ in points]
     state = ClusterState(dims, tuple(origin), memories, blocks)
     for b, point, memory in zip(blocks, points, memories):

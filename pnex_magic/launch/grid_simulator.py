@@ -14,7 +14,9 @@ sync, except that CUDA's grid sync counts blocks by their first thread: the othe
 blocks wait for each block's thread (0, 0, 0) to arrive.  A grid sync that waits for
 a block whose thread (0, 0, 0) has returned would never end on the GPU; here it is a
 :class:`~pnex_magic.errors.KernelLaunchError` saying so, as is a wait that can never
-end because threads of one block wait at different barriers.
+end because threads wait at different barriers (one block's threads at
+``syncthreads()`` and at a grid sync, a warp-level operation that part of a warp skips,
+an mbarrier: :mod:`.waits`, with one ``Waits`` for the whole grid).
 
 Every thread is a Python thread, so the grid is limited to :data:`MAX_THREADS`
 threads (a clear error beyond).  Which kernels run this way: those whose code, or a
@@ -32,6 +34,7 @@ import numpy as np
 
 from ..errors import KernelLaunchError
 from ..snapshot import code_names
+from .waits import PARK_AFTER_S, Waits
 
 __all__ = ["MAX_THREADS", "uses_grid_sync", "run"]
 
@@ -77,11 +80,20 @@ class _Cg:
 
 
 class _Block:
-    """What numba's thread class reads of its block (``_block_dim``, ``block_state``)."""
+    """What numba's thread class reads of its block (``_block_dim``, ``block_state``), its
+    threads and the grid's :class:`~.waits.Waits` (``pnex_waits``)."""
 
-    def __init__(self, block_dim: tuple[int, int, int]):
+    def __init__(self, block_dim: tuple[int, int, int], waits: Waits):
         self._block_dim = block_dim
         self.block_state = np.zeros(block_dim, dtype=np.bool_)
+        self._threads: list[Any] = []
+        self.pnex_waits = waits
+        waits.blocks.append(self)
+
+    def at_barrier(self, thread: Any) -> bool:
+        """Whether ``thread``'s wait at ``cuda.syncthreads()`` has ended or the manager will
+        end it (every thread of the block that has not ended waits there)."""
+        return not thread.syncthreads_blocked or all(t.syncthreads_blocked or t.pnex_ended for t in self._threads)
 
 
 def _module_class() -> type:
@@ -114,30 +126,42 @@ def _thread_class() -> type:
             self.grid_blocked = False
             self.grid_event = threading.Event()
             self.manager = manager
+            self.pnex_ended = False
 
         def run(self):
             try:
                 super().run()
             finally:
+                self.pnex_ended = True
+                self._manager.pnex_waits.ended(self, bool(self.exception))
                 self.manager.changed()
 
-        def _wait(self, barrier: str, flag: str, event: threading.Event) -> None:
+        def _wait(self, barrier: str, flag: str, event: threading.Event, done: Any) -> None:
             """Say this thread waits at ``barrier`` (setting ``flag``), then wait until the
-            manager releases it (or aborts the grid)."""
+            manager releases it (or aborts the grid); ``done()``: whether that wait has
+            ended or the manager will end it."""
             if self.abort:
                 raise RuntimeError(f"abort flag set on {barrier}")
             setattr(self, flag, True)
             self.manager.changed()
-            event.wait()
+            if not event.wait(PARK_AFTER_S):  # a long wait: noted for the deadlock detection
+                waits = self._manager.pnex_waits
+                try:
+                    waits.park(self, barrier, done)
+                    event.wait()
+                finally:
+                    waits.unpark(self)
             event.clear()
             if self.abort:
                 raise RuntimeError(f"abort flag set on {barrier}")
 
         def syncthreads(self):
-            self._wait("syncthreads", "syncthreads_blocked", self.syncthreads_event)
+            self._wait("cuda.syncthreads()", "syncthreads_blocked", self.syncthreads_event,
+                       lambda: self._manager.at_barrier(self))
 
         def grid_sync(self):
-            self._wait("grid sync", "grid_blocked", self.grid_event)
+            self._wait("cuda.cg.this_grid().sync()", "grid_blocked", self.grid_event,
+                       lambda: not self.grid_blocked or self.manager.at_grid_sync())
 
     return GridThread
 
@@ -152,6 +176,13 @@ class _Manager:
         self.block = block
         self._condition = threading.Condition()
         self._news = False
+        self.waits = Waits(int(np.prod(grid)) * int(np.prod(block)), fn, "grid")
+        self._threads: list[Any] = []
+
+    def at_grid_sync(self) -> bool:
+        """Whether every thread of the grid that has not ended waits at a grid sync (the
+        manager then releases it, or says why the GPU would hang)."""
+        return all(t.grid_blocked or t.pnex_ended for t in self._threads)
 
     def changed(self) -> None:
         with self._condition:
@@ -160,11 +191,12 @@ class _Manager:
 
     def run(self, *args: Any) -> None:
         thread_class = _thread_class()
-        threads = []
+        threads = self._threads
         for block_index in np.ndindex(*self.grid):
-            block = _Block(self.block)
+            block = _Block(self.block, self.waits)
             for thread_index in np.ndindex(*self.block):
                 threads.append(thread_class(lambda: self.fn(*args), block, block_index, thread_index, self))
+                block._threads.append(threads[-1])
         firsts = {tuple(t.blockIdx): t for t in threads if tuple(t.threadIdx) == (0, 0, 0)}
         for t in threads:
             t.start()
@@ -185,6 +217,9 @@ class _Manager:
                 if not self._news:
                     self._condition.wait(_POLL_SECONDS)
                 self._news = False
+            if self.waits.deadlock is not None:  # (its threads' waits, named with their lines)
+                self._abort(threads)
+                raise self.waits.deadlock
             for t in live:
                 if t.exception:
                     self._abort(threads)
@@ -193,13 +228,11 @@ class _Manager:
             by_block: dict[tuple, list[Any]] = {}
             for t in live:
                 by_block.setdefault(tuple(t.blockIdx), []).append(t)
-            released = False
             for members in by_block.values():  # a block whose live threads all wait at syncthreads()
                 if all(t.syncthreads_blocked for t in members):
                     for t in members:
                         t.syncthreads_blocked = False
                         t.syncthreads_event.set()
-                    released = True
             if live and all(t.grid_blocked for t in live):  # every live thread at a grid sync
                 gone = [block for block, first in firsts.items() if not first.is_alive()]
                 if several_blocks and gone:
@@ -208,14 +241,6 @@ class _Manager:
                 for t in live:
                     t.grid_blocked = False
                     t.grid_event.set()
-                released = True
-            if live and not released and all(t.syncthreads_blocked or t.grid_blocked for t in live):
-                self._abort(threads)
-                raise KernelLaunchError(
-                    f"kernel {self.kernel!r} cannot go on: in one block, some threads wait at cuda.syncthreads() "
-                    f"while others wait at a grid sync (grid.sync()), so neither barrier can complete (on the GPU "
-                    f"this kernel would hang). Make every thread of a block reach the same barriers"
-                )
         for t in threads:  # an exception set as a thread ended
             if t.exception:
                 raise t.exception[0].with_traceback(t.exception[1])

@@ -7,7 +7,9 @@ prototype and test without a GPU.  A kernel that synchronises its grid
 (``cuda.cg.this_grid().sync()``) runs with every block at once
 (:mod:`.grid_simulator`); any other, block after block as numba runs it, with a
 barrier that its threads tell instead of one that a loop polls
-(:mod:`.block_simulator`), the blocks of a thread-block cluster at once.  It is
+(:mod:`.block_simulator`), the blocks of a thread-block cluster at once.  A kernel
+whose threads wait where they can never all meet (a hang on the GPU) is a
+``KernelLaunchError`` that says where each group of threads waits (:mod:`.waits`).  It is
 slow: keep problem sizes small.  An autotuned op
 runs its first candidate here (first block, first ``Tune`` choices).
 
@@ -38,6 +40,7 @@ from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
 from . import block_simulator, checks, grid_simulator
 from .hidden import hidden_tensors
 from .kernel import Kernel
+from .waits import Deadlock
 
 
 __all__ = ["SimulatorLauncher"]
@@ -147,6 +150,9 @@ class SimulatorLauncher:
                     block_simulator.run(simulated, grid, block, args, shared, cluster)
             except PnexError:
                 raise
+            except Deadlock as exc:  # (names the lines itself: the traceback is the block manager's)
+                raise KernelLaunchError(f"kernel {definition.spec.name!r} cannot finish in the CUDA simulator: {exc}") \
+                    from None
             except Exception as exc:
                 raise KernelLaunchError(
                     f"kernel {definition.spec.name!r} failed in the CUDA simulator{_where(exc, simulated)}: "

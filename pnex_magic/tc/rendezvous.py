@@ -5,8 +5,10 @@ numba-cuda's simulator runs each CUDA thread as a Python thread.  A warp-level
 instruction needs every lane's operands at once: each lane hands its own to its
 warp's rendezvous (:func:`collective`); the last lane to arrive computes every lane's
 result from the whole warp's operands, and each lane takes its own.  Lanes that meet
-at different operations, or that wait for a lane that has ended, fail together with
-one error (on the GPU the warp would hang or compute garbage).
+at different operations fail together with one error (on the GPU the warp would hang or
+compute garbage); lanes that wait for a lane that never comes (it has ended, or waits
+elsewhere) are part of the launch's deadlock report (:mod:`pnex_magic.launch.waits`),
+or, in a launch without one, fail once a lane they wait for has ended.
 
 Cost: a simulated FlashAttention launch meets here tens of thousands of times, so a
 thread keeps its place (block, warp, lane) and its warp's rendezvous once found, and a
@@ -158,26 +160,52 @@ def _gate() -> Any:
     return gate
 
 
+def _describe(waits: Any, warp: _Warp, warp_index: int, group: int, name: str) -> str:
+    """What a lane waits at, for a deadlock's report (``waits``: the launch's
+    :class:`pnex_magic.launch.waits.Waits`): the operation and the lanes that have not come."""
+    missing = [lane for lane in range(warp.lanes) if warp.names[lane] is None]
+    several = len(missing) > 1
+    who = f"{'lane' if group == 32 else 'thread'}{'s' if several else ''} {waits.ranges(missing)}"
+    unit = "warp" if group == 32 else "warpgroup"
+    verb = "have" if several else "has"
+    return f"the {unit}-level {name} of {unit} {warp_index} ({who} of the {unit} {verb} not come)"
+
+
 def _wait(gate: Any, warp: _Warp, generation: int, manager: Any, block: tuple, warp_index: int, group: int,
           name: str) -> None:
     """Wait at ``gate`` until ``warp``'s ``generation`` completes; every :data:`_WAIT_S`,
-    look whether the launch was aborted or a lane that has not arrived has ended."""
+    look whether the launch was aborted.  A wait longer than that is noted in the launch's
+    deadlock detection (its block manager's ``pnex_waits``, :mod:`pnex_magic.launch.waits`;
+    a lane not noted counts as running, so a short wait costs nothing there), or, in a
+    launch without one, fails once a lane that has not arrived has ended."""
     thread = threading.current_thread()
     unit = "warp" if group == 32 else "warpgroup"
-    while not gate.acquire(timeout=_WAIT_S):
-        if getattr(thread, "abort", False):  # (the lanes after this one in the chain see it themselves)
-            raise RuntimeError(f"abort flag set while {unit} {warp_index} waited at {name}")
-        with warp.lock:
-            if warp.generation != generation:
-                continue  # opened meanwhile: this gate's turn comes
-            gone = _ended_lanes(manager, block, warp_index, group, warp)
-            if gone:  # they will never come: the warp fails, every waiting lane with the same error
-                warp.results = _Failed(RuntimeError(
-                    f"lane(s) {', '.join(map(str, gone))} of {unit} {warp_index} (block {block}) ended before "
-                    f"reaching {name} (an error in that lane, or a return that the others did not take): every "
-                    f"lane of a {unit} must execute it"
-                ))
-                warp.open_gates()
+    waits = getattr(manager, "pnex_waits", None)
+    parked = False
+    try:
+        while not gate.acquire(timeout=_WAIT_S):
+            if getattr(thread, "abort", False):  # (the lanes after this one in the chain see it themselves)
+                raise RuntimeError(f"abort flag set while {unit} {warp_index} waited at {name}")
+            if waits is not None:
+                if not parked:
+                    parked = True
+                    waits.park(thread, lambda: _describe(waits, warp, warp_index, group, name),
+                               lambda: warp.generation != generation)
+                continue
+            with warp.lock:
+                if warp.generation != generation:
+                    continue  # opened meanwhile: this gate's turn comes
+                gone = _ended_lanes(manager, block, warp_index, group, warp)
+                if gone:  # they will never come: the warp fails, every waiting lane with the same error
+                    warp.results = _Failed(RuntimeError(
+                        f"lane(s) {', '.join(map(str, gone))} of {unit} {warp_index} (block {block}) ended before "
+                        f"reaching {name} (an error in that lane, or a return that the others did not take): every "
+                        f"lane of a {unit} must execute it"
+                    ))
+                    warp.open_gates()
+    finally:
+        if parked:
+            waits.unpark(thread)
 
 
 class _Failed:

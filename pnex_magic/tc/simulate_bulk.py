@@ -12,9 +12,12 @@ per CUDA thread), with the GPU's semantics:
   barrier: a program that waits on the barrier before it reads the tile computes what
   the GPU computes.
 
-A program that would hang on the GPU (a wait no arrival can end) raises instead, once
-every thread of its block is waiting, or once no barrier anywhere has moved for
-:data:`STALL_S` seconds.
+A program that would hang on the GPU (a wait no arrival can end) raises instead: in a
+pnex launch, once no thread of its block (or cluster, or grid) is left running, whatever
+the others wait at (:mod:`pnex_magic.launch.waits`); under numba's own block manager,
+once every thread of its block waits on an mbarrier or has ended; and in any, once no
+barrier anywhere has moved for :data:`STALL_S` seconds (a thread that spins on memory
+instead of waiting).
 """
 
 from __future__ import annotations
@@ -132,6 +135,10 @@ def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
     with _CHANGED:
         if _state(_word(array, i))[1] == 0:
             raise RuntimeError(f"pnex.tc.mbarrier_wait: barrier {i} was not initialised (pnex.tc.mbarrier_init)")
+        waits = getattr(manager, "pnex_waits", None)  # the launch's deadlock detection, where it has one
+        if waits is not None:
+            _park_wait(waits, thread, array, i, want)
+            return
         waiting = _WAITING.setdefault(key, {})
         waiting[thread] = (array, i, want)
         try:
@@ -164,6 +171,31 @@ def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
                 _CHANGED.wait(_WAIT_S)
         finally:
             waiting.pop(thread, None)
+
+
+def _park_wait(waits: Any, thread: Any, array: np.ndarray, i: int, want: int) -> None:
+    """:func:`mbarrier_wait` (``_CHANGED`` held) in a launch that detects deadlocks
+    (:class:`pnex_magic.launch.waits.Waits`): it raises when no thread is left to complete
+    the phase."""
+    if _state(_word(array, i))[3] != want:
+        return  # (complete already)
+
+    def what() -> str:
+        pending, count, tx, _ = _state(_word(array, i))
+        return (f"pnex.tc.mbarrier_wait (barrier {i}, phase parity {want}: {pending} of {count} "
+                f"arrival{'s' if count != 1 else ''} and {max(-tx, 0)} bytes still to come)")
+
+    waits.park(thread, what, lambda: _state(_word(array, i))[3] != want)
+    try:
+        while _state(_word(array, i))[3] == want:  # the phase of this parity has not completed yet
+            if getattr(thread, "abort", False):
+                raise RuntimeError(f"abort flag set while waiting on barrier {i}")
+            if time.monotonic() - _last_change[0] > STALL_S:
+                raise RuntimeError(f"pnex.tc.mbarrier_wait: barrier {i} (phase parity {want}) did not complete "
+                                   f"in {STALL_S:.0f} s with no barrier moving: the GPU would hang here")
+            _CHANGED.wait(_WAIT_S)
+    finally:
+        waits.unpark(thread)
 
 
 def check_map(name: str, desc: Any) -> tuple[Any, int, int, int]:
@@ -278,10 +310,18 @@ def named_barrier(index: Any, threads: Any) -> None:
             _last_change[0] = time.monotonic()
             _CHANGED.notify_all()
             return
-        while state[1] == generation:
-            if getattr(thread, "abort", False):
-                raise RuntimeError(f"abort flag set while waiting at named barrier {i}")
-            if time.monotonic() - _last_change[0] > STALL_S:
-                raise RuntimeError(f"pnex.tc.named_barrier: barrier {i} waited {STALL_S:.0f} s for {n} threads with "
-                                   f"nothing moving: the GPU would hang here")
-            _CHANGED.wait(_WAIT_S)
+        waits = getattr(manager, "pnex_waits", None)  # the launch's deadlock detection, where it has one
+        if waits is not None:
+            waits.park(thread, lambda: f"pnex.tc.named_barrier({i}, {n}) ({state[0]} of its {n} threads have come)",
+                       lambda: state[1] != generation)
+        try:
+            while state[1] == generation:
+                if getattr(thread, "abort", False):
+                    raise RuntimeError(f"abort flag set while waiting at named barrier {i}")
+                if time.monotonic() - _last_change[0] > STALL_S:
+                    raise RuntimeError(f"pnex.tc.named_barrier: barrier {i} waited {STALL_S:.0f} s for {n} threads "
+                                       f"with nothing moving: the GPU would hang here")
+                _CHANGED.wait(_WAIT_S)
+        finally:
+            if waits is not None:
+                waits.unpark(thread)

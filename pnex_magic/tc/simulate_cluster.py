@@ -13,7 +13,10 @@ array declared on the same line.  A kernel launched without ``cluster_dims`` is 
 cluster of one block, as on the GPU: rank 0, and ``cluster_sync`` is the block's barrier.
 
 A rank or a multicast mask outside the cluster raises (the GPU's behaviour there is
-undefined).  ``cluster_sync`` counts a thread that has returned as arrived.
+undefined).  ``cluster_sync`` counts a thread that has returned as arrived (PTX's
+``exit`` releases a ``barrier.cluster`` that only exited threads hold up); threads of
+the cluster that wait where they can never all meet are the launch's deadlock
+(:mod:`pnex_magic.launch.waits`).
 """
 
 from __future__ import annotations
@@ -118,20 +121,30 @@ def cluster_sync() -> None:
         thread.syncthreads()
         return
     total = state.threads()
+    waits = getattr(thread._manager, "pnex_waits", None)  # the launch's deadlock detection, where it has one
+    parked = False
     with bulk._CHANGED:
         generation = state.barrier[1]
         state.barrier[0] += 1
         bulk._last_change[0] = time.monotonic()  # an arrival is progress
-        while state.barrier[1] == generation:
-            if state.barrier[0] + state.ended() >= total:
-                state.barrier[0], state.barrier[1] = 0, generation + 1
-                bulk._last_change[0] = time.monotonic()
-                bulk._CHANGED.notify_all()
-                return
-            failed = state.failure()
-            if failed is not None or getattr(thread, "abort", False):
-                raise RuntimeError(f"pnex.tc.cluster_sync: a thread of the cluster failed: {failed}")
-            if time.monotonic() - bulk._last_change[0] > bulk.STALL_S:
-                raise RuntimeError(f"pnex.tc.cluster_sync waited {bulk.STALL_S:.0f} s for the cluster's {total} "
-                                   f"threads with nothing moving: the GPU would hang here")
-            bulk._CHANGED.wait(bulk._WAIT_S)
+        try:
+            while state.barrier[1] == generation:
+                if state.barrier[0] + state.ended() >= total:
+                    state.barrier[0], state.barrier[1] = 0, generation + 1
+                    bulk._last_change[0] = time.monotonic()
+                    bulk._CHANGED.notify_all()
+                    return
+                if waits is not None and not parked:  # (ended or releasable by a waiting thread's next look)
+                    parked = True
+                    waits.park(thread, "pnex.tc.cluster_sync()", lambda: state.barrier[1] != generation
+                               or state.barrier[0] + state.ended() >= total)
+                failed = state.failure()
+                if failed is not None or getattr(thread, "abort", False):
+                    raise RuntimeError(f"pnex.tc.cluster_sync: a thread of the cluster failed: {failed}")
+                if time.monotonic() - bulk._last_change[0] > bulk.STALL_S:
+                    raise RuntimeError(f"pnex.tc.cluster_sync waited {bulk.STALL_S:.0f} s for the cluster's {total} "
+                                       f"threads with nothing moving: the GPU would hang here")
+                bulk._CHANGED.wait(bulk._WAIT_S)
+        finally:
+            if parked:
+                waits.unpark(thread)
