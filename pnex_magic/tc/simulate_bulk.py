@@ -163,14 +163,25 @@ def mbarrier_wait(bars: Any, index: Any, parity: Any) -> None:
                             f"(barrier {i}, phase parity {want}) that no arrival or copy can complete: the GPU "
                             f"would hang here"
                         )
-                if getattr(thread, "abort", False):
-                    raise RuntimeError(f"abort flag set while waiting on barrier {i}")
-                if time.monotonic() - _last_change[0] > STALL_S:
-                    raise RuntimeError(f"pnex.tc.mbarrier_wait: barrier {i} (phase parity {want}) did not complete "
-                                       f"in {STALL_S:.0f} s with no barrier moving: the GPU would hang here")
-                _CHANGED.wait(_WAIT_S)
+                _pause(thread, f"on barrier {i}", _mbarrier_stalled(i, want))
         finally:
             waiting.pop(thread, None)
+
+
+def _pause(thread: Any, where: str, stalled: str) -> None:
+    """One turn of a barrier wait's loop (``_CHANGED`` held): raise if the launch aborts
+    the thread (``where`` it waits) or if no barrier has moved for :data:`STALL_S`
+    seconds (``stalled``: the error), else sleep until a barrier changes."""
+    if getattr(thread, "abort", False):
+        raise RuntimeError(f"abort flag set while waiting {where}")
+    if time.monotonic() - _last_change[0] > STALL_S:
+        raise RuntimeError(stalled)
+    _CHANGED.wait(_WAIT_S)
+
+
+def _mbarrier_stalled(i: int, want: int) -> str:
+    return (f"pnex.tc.mbarrier_wait: barrier {i} (phase parity {want}) did not complete "
+            f"in {STALL_S:.0f} s with no barrier moving: the GPU would hang here")
 
 
 def _park_wait(waits: Any, thread: Any, array: np.ndarray, i: int, want: int) -> None:
@@ -188,12 +199,7 @@ def _park_wait(waits: Any, thread: Any, array: np.ndarray, i: int, want: int) ->
     waits.park(thread, what, lambda: _state(_word(array, i))[3] != want)
     try:
         while _state(_word(array, i))[3] == want:  # the phase of this parity has not completed yet
-            if getattr(thread, "abort", False):
-                raise RuntimeError(f"abort flag set while waiting on barrier {i}")
-            if time.monotonic() - _last_change[0] > STALL_S:
-                raise RuntimeError(f"pnex.tc.mbarrier_wait: barrier {i} (phase parity {want}) did not complete "
-                                   f"in {STALL_S:.0f} s with no barrier moving: the GPU would hang here")
-            _CHANGED.wait(_WAIT_S)
+            _pause(thread, f"on barrier {i}", _mbarrier_stalled(i, want))
     finally:
         waits.unpark(thread)
 
@@ -316,12 +322,9 @@ def named_barrier(index: Any, threads: Any) -> None:
                        lambda: state[1] != generation)
         try:
             while state[1] == generation:
-                if getattr(thread, "abort", False):
-                    raise RuntimeError(f"abort flag set while waiting at named barrier {i}")
-                if time.monotonic() - _last_change[0] > STALL_S:
-                    raise RuntimeError(f"pnex.tc.named_barrier: barrier {i} waited {STALL_S:.0f} s for {n} threads "
-                                       f"with nothing moving: the GPU would hang here")
-                _CHANGED.wait(_WAIT_S)
+                _pause(thread, f"at named barrier {i}",
+                       f"pnex.tc.named_barrier: barrier {i} waited {STALL_S:.0f} s for {n} threads with nothing "
+                       f"moving: the GPU would hang here")
         finally:
             if waits is not None:
                 waits.unpark(thread)
