@@ -77,6 +77,7 @@ def sync_against_mbarrier(y: pnex.Out("f32", (64,))):
     t = cuda.threadIdx.x
     if t == 0:
         tc.mbarrier_init(bars, 0, 1)
+    cuda.syncthreads()  # (else warp 1 may wait on a barrier not yet initialised)
     if t < 32:
         cuda.syncthreads()  # <sync>
         if t == 0:
@@ -120,6 +121,7 @@ def half_a_cluster_syncs(y: pnex.Out("f32", (64,))):
     bars = cuda.shared.array(1, uint64)
     if cuda.threadIdx.x == 0:
         tc.mbarrier_init(bars, 0, 1)
+    cuda.syncthreads()  # (else block 1's other threads may wait on a barrier not yet initialised)
     if tc.cluster_ctarank() == 0:
         tc.cluster_sync()  # <cluster>
         if cuda.threadIdx.x == 0:
