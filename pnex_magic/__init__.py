@@ -31,6 +31,7 @@ from .vector import vload, vstore
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
+    ArgumentValueError,
     ArtifactError,
     KernelCompileError,
     KernelDefinitionError,
@@ -123,6 +124,7 @@ __all__ = [
     "KernelCompileError",
     "ArgumentTypeError",
     "ArgumentShapeError",
+    "ArgumentValueError",
     "KernelLaunchError",
     "KernelIndexError",
     "ArtifactError",

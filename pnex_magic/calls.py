@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .clusters import grid_problem
+from .conditions import check_requirements
 from .errors import ArgumentShapeError, ArgumentTypeError
 from .spec import KernelSpec, ScalarParam, TensorParam
 
@@ -59,8 +60,9 @@ def bind_arguments(spec: KernelSpec, args: Sequence[Any]) -> dict[str, Any]:
 
 
 def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | None:
-    """Check every tensor argument's dtype, rank, sizes and device against the spec;
-    returns the common device (``None`` if there are no tensor arguments)."""
+    """Check every tensor argument's dtype, rank, sizes and device against the spec, and
+    the arguments against the kernel's ``requires`` rules; returns the common device
+    (``None`` if there are no tensor arguments)."""
     device: torch.device | None = None
     first: str | None = None
     for p in spec.arguments:
@@ -106,6 +108,7 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
     for written, other in spec.overlap_checks:
         if overlaps(env[written], env[other]):
             raise ArgumentShapeError(alias_message(spec, written, other))
+    check_requirements(spec.name, spec.requires, env)  # jit(requires=...): the kernel's own rules
     return device
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "KernelCompileError",
     "ArgumentTypeError",
     "ArgumentShapeError",
+    "ArgumentValueError",
     "KernelLaunchError",
     "KernelIndexError",
     "ArtifactError",
@@ -70,6 +71,12 @@ class ArgumentShapeError(PnexError, ValueError):
     match its declared shape, or a memory layout the kernel cannot write safely (an
     ``InMut`` tensor whose elements overlap, or that shares memory with another
     argument)."""
+
+
+class ArgumentValueError(ArgumentShapeError):
+    """A call's arguments break a rule the kernel states with ``jit(requires=...)``
+    (:mod:`pnex_magic.conditions`), e.g. a scalar out of the range the kernel is right
+    for.  A subclass of :class:`ArgumentShapeError` (and so of ``ValueError``)."""
 
 
 class KernelLaunchError(PnexError, RuntimeError):

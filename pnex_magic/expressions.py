@@ -56,6 +56,16 @@ OPCODES = {
     "neg": 9,
     "min": 10,
     "max": 11,
+    # Conditions (pnex_magic.conditions, ``jit(requires=...)``): 1 for true, 0 for false.
+    "<": 12,
+    "<=": 13,
+    ">": 14,
+    ">=": 15,
+    "==": 16,
+    "!=": 17,
+    "and": 18,
+    "or": 19,
+    "not": 20,
 }
 
 
@@ -67,7 +77,7 @@ def stack_depth(program: list[tuple[int, int, int]]) -> int:
     """The most values a postfix program holds on its stack at once."""
     depth = deepest = 0
     for op, _, _ in program:
-        depth += 1 if op <= OPCODES["scalar"] else (0 if op == OPCODES["neg"] else -1)
+        depth += 1 if op <= OPCODES["scalar"] else (0 if op in (OPCODES["neg"], OPCODES["not"]) else -1)
         deepest = max(deepest, depth)
     return deepest
 

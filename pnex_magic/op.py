@@ -32,7 +32,14 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
-from .errors import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError, KernelIndexError, KernelLaunchError
+from .errors import (
+    ArgumentShapeError,
+    ArgumentTypeError,
+    ArgumentValueError,
+    KernelDefinitionError,
+    KernelIndexError,
+    KernelLaunchError,
+)
 from .launch.kernel import Kernel
 from .random import draw_seed
 from .spec import KernelSpec, ScalarParam, TensorParam
@@ -481,5 +488,7 @@ def _translate(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):
+        if "(): the call breaks requires[" in message:  # jit(requires=...), csrc/launcher_call.cpp
+            return ArgumentValueError(message)
         return ArgumentShapeError(message)
     return KernelLaunchError(message)

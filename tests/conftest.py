@@ -138,6 +138,30 @@ def pnex_env():
     return env
 
 
+@pytest.fixture(scope="session")
+def stand_in(tmp_path_factory) -> Path:
+    """A folder for the stand-ins that let the C++ launcher build and import without CUDA
+    (``tests/launcher_stand_in.py``)."""
+    return tmp_path_factory.mktemp("stand-in")
+
+
+@pytest.fixture(scope="session")
+def built_launcher(stand_in, tmp_path_factory) -> Path:
+    """The C++ launcher built once per session with the stand-ins (in the foreground, as
+    PNEX_LAUNCHER=native does): its build folder, for cases that start from a built
+    launcher.  15 to 60 s on two shared cores."""
+    import launcher_stand_in
+
+    cache = tmp_path_factory.mktemp("built") / "cache"
+    env = dict(launcher_stand_in.environment(dict(os.environ), stand_in), PNEX_CACHE_DIR=str(cache),
+               PNEX_LAUNCHER="native")
+    code = "from pnex_magic.launch import native\nnative.load_launcher()\nprint('RESULT ' + repr(native._target().folder.name))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    name = done.stdout.split("RESULT ", 1)[1].strip().strip("'")
+    return cache / "launcher" / name
+
+
 @pytest.fixture
 def pip_target(tmp_path):
     """``pip_target(name, *requirements)``: install the requirements (without their

@@ -149,22 +149,7 @@ def _sections(cache: Path) -> int:
     return sum(log.read_text().count("pnex: building the C++ launcher") for log in (cache / "launcher").glob("*.log"))
 
 
-@pytest.fixture(scope="module")
-def stand_in(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("stand-in")
-
-
-@pytest.fixture(scope="module")
-def built_launcher(stand_in, tmp_path_factory) -> Path:
-    """The launcher built with the stand-ins (in the foreground, as PNEX_LAUNCHER=native
-    does): its build folder, for cases that start from a built launcher."""
-    cache = tmp_path_factory.mktemp("built") / "cache"
-    env = dict(_env(dict(os.environ), stand_in, cache), PNEX_LAUNCHER="native")
-    code = "from pnex_magic.launch import native\nnative.load_launcher()\nprint('RESULT ' + repr(native._target().folder.name))"
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    name = done.stdout.split("RESULT ", 1)[1].strip().strip("'")
-    return cache / "launcher" / name
+# stand_in and built_launcher: session fixtures of conftest.py (tests/test_requires.py uses the build too).
 
 
 def test_two_processes_start_one_build_and_their_ops_switch_to_it(stand_in, tmp_path, pnex_env):

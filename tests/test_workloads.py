@@ -84,6 +84,18 @@ def test_blocked_diffusion_refuses_a_halo_wider_than_the_tile(per_launch):
         wl.run_diffusion_blocked(wl.diffusion_blocked, torch.zeros(4, 4), 8, 0.25, per_launch)
 
 
+@pytest.mark.parametrize("steps", [-1, wl.MAX_STEPS_PER_LAUNCH + 1])
+def test_the_blocked_kernel_itself_refuses_steps_its_tiles_cannot_hold(steps):
+    """Called directly (not through run_diffusion_blocked), steps outside 0..15 computed
+    wrong values without a fault; its jit(requires=...) refuses them, the output untouched."""
+    import pnex_magic as pnex
+
+    u0, out = _random_field(40, 40), torch.full((40, 40), float("nan"))
+    with pytest.raises(pnex.ArgumentValueError, match=rf"requires\[0\] `0 <= steps <= 15` \(steps = {steps}\)"):
+        wl.diffusion_blocked(u0, out, 0.25, steps)
+    assert out.isnan().all()
+
+
 @pytest.mark.parametrize("n", [1, 150, 1025])  # 1024 points per block of 256 threads
 @pytest.mark.parametrize("labels_dtype", [torch.int64, torch.int32])
 def test_kmeans_kernel_matches_reference(n, labels_dtype):

@@ -188,6 +188,8 @@ MAX_STEPS_PER_LAUNCH = 15  # the smallest tile (32 x 32) must keep an interior: 
     threads_per_block=(32, 8),  # pinned: the tile is sized for it
     shared_bytes="2 * (8 * ROWS + 2) * (32 * COLS) * 4",  # two tiles and a row above and below each
     autotune_key=("u.size(0)", "u.size(1)", "steps"),
+    # Other steps compute wrong values without a fault (a negative halo; no interior left): refused.
+    requires=f"0 <= steps <= {MAX_STEPS_PER_LAUNCH}",
 )
 @named_in_workloads
 def diffusion_blocked(

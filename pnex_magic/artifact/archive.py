@@ -37,7 +37,9 @@ FORMAT = "pnex_magic kernel artifact"
 #: launch candidates name their variant.
 #: 4: the spec's "shared_bytes" (dynamic shared memory per block, an expression over
 #: Tune parameters) and the launch description's "shared" (its bytes per Tune variant).
-FORMAT_VERSION = 4
+#: 5: the spec's "requires" (jit(requires=...)) and the launch description's rules: an
+#: older reader would launch what the rules refuse, so it must refuse the file.
+FORMAT_VERSION = 5
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

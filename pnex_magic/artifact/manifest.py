@@ -26,6 +26,7 @@ from typing import Any
 
 from ..blocks import parse_autotune_key, parse_threads_per_block
 from ..clusters import parse_cluster_dims, ptx_cluster_dims
+from ..conditions import parse_requirements
 from ..dtypes import resolve_dtype
 from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
@@ -82,6 +83,8 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         "shared_bytes": str(spec.shared_bytes),
         # Thread-block clusters (written only for a kernel that has them: other files read as before).
         **({"cluster_dims": list(spec.cluster_dims)} if spec.cluster_dims is not None else {}),
+        # The rules on the arguments (jit(requires=...), format 5; absent: none).
+        **({"requires": [r.text for r in spec.requires]} if spec.requires else {}),
     }
 
 
@@ -237,6 +240,13 @@ def _spec(d: Any) -> KernelSpec:
         cluster_dims = parse_cluster_dims(kernel, d.get("cluster_dims"), len(texts))
     except KernelDefinitionError as exc:
         raise _Malformed(str(exc)) from None
+    try:
+        arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
+        requires = parse_requirements(kernel, d.get("requires"), arguments,
+                                      tune=[p.name for p in params if isinstance(p, TuneParam)],
+                                      outputs=[p.name for p in params if p.role == "out"])
+    except ShapeExpressionError as exc:
+        raise _Malformed(str(exc)) from None
     return KernelSpec(
         name=kernel,
         qualname=_get(d, "qualname", str, "the spec"),
@@ -248,6 +258,7 @@ def _spec(d: Any) -> KernelSpec:
         autotune_key=key,
         shared_bytes=shared_bytes,
         cluster_dims=cluster_dims,
+        requires=requires,
     )
 
 

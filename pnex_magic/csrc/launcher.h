@@ -74,11 +74,21 @@ namespace pnex::launcher {
 // ---------------------------------------------------------------- programs (launcher_call.cpp)
 // Opcodes of the postfix programs (pnex_magic.expressions.OPCODES).
 enum Op : int64_t { CONST = 0, SIZE = 1, NUMEL = 2, SCALAR = 3, ADD = 4, SUB = 5, MUL = 6, FLOORDIV = 7,
-                    MOD = 8, NEG = 9, MIN = 10, MAX = 11 };
+                    MOD = 8, NEG = 9, MIN = 10, MAX = 11,
+                    // conditions (pnex_magic.conditions): 1 for true, 0 for false
+                    LT = 12, LE = 13, GT = 14, GE = 15, EQ = 16, NE = 17, AND = 18, OR = 19, NOT = 20 };
 struct Instr {
   int64_t op, a, b;
 };
 using Program = std::vector<Instr>;
+
+// One rule of jit(requires=...): its text, its condition, and the terms (sizes, scalars)
+// whose values its message shows (pnex_magic.conditions.requirement_message, same words).
+struct Rule {
+  std::string text;
+  Program condition;
+  std::vector<std::pair<std::string, Program>> terms;
+};
 
 // The values a call's programs read, per parameter.
 struct Values {
@@ -88,6 +98,8 @@ struct Values {
 
 // The program's value; `kernel` and `what` (its text) name it in a division by zero.
 int64_t evaluate(const Program& prog, const Values& v, const std::string& kernel, const std::string& what);
+// The message of the first rule of jit(requires=...) that `v` breaks, without "pnex: " ("" if none).
+std::string broken_rule(const std::vector<Rule>& rules, const Values& v, const std::string& kernel);
 
 std::string dtype_name(c10::ScalarType t);
 c10::ScalarType scalar_type(const std::string& name);
@@ -148,6 +160,7 @@ struct Spec {
   // Memory checks of InMut arguments (messages from Python, see description.py).
   std::vector<std::pair<int, std::string>> internal_overlap;         // parameter, message
   std::vector<std::tuple<int, int, std::string>> overlap;            // written, other, message
+  std::vector<Rule> rules;  // jit(requires=...): a call that breaks one is refused
   std::shared_ptr<Callbacks> python;  // get_image, choose, describe
   std::shared_ptr<const HiddenArrays> hidden;  // null: the kernel reads no device array as a global
   bool check_always = false;  // every launch runs the checked variant (check=True)

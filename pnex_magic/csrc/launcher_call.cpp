@@ -77,6 +77,7 @@ int64_t evaluate(const Program& prog, const Values& v, const std::string& kernel
       case NUMEL: stack[sp++] = v.tensors[ins.a]->numel(); break;
       case SCALAR: stack[sp++] = v.ints[ins.a]; break;
       case NEG: stack[sp - 1] = -stack[sp - 1]; break;
+      case NOT: stack[sp - 1] = stack[sp - 1] == 0; break;
       default: {
         int64_t r = stack[--sp];
         int64_t l = stack[sp - 1];
@@ -92,6 +93,14 @@ int64_t evaluate(const Program& prog, const Values& v, const std::string& kernel
           case MOD: out = pymod(l, r); break;
           case MIN: out = std::min(l, r); break;
           case MAX: out = std::max(l, r); break;
+          case LT: out = l < r; break;
+          case LE: out = l <= r; break;
+          case GT: out = l > r; break;
+          case GE: out = l >= r; break;
+          case EQ: out = l == r; break;
+          case NE: out = l != r; break;
+          case AND: out = l != 0 && r != 0; break;
+          case OR: out = l != 0 || r != 0; break;
           default: TORCH_CHECK(false, "pnex: bad opcode ", std::to_string(ins.op));
         }
         stack[sp - 1] = out;
@@ -99,6 +108,20 @@ int64_t evaluate(const Program& prog, const Values& v, const std::string& kernel
     }
   }
   return stack[0];
+}
+
+std::string broken_rule(const std::vector<Rule>& rules, const Values& v, const std::string& kernel) {
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const Rule& rule = rules[i];
+    if (evaluate(rule.condition, v, kernel, rule.text) != 0) continue;
+    std::string shown;
+    for (const auto& [text, program] : rule.terms) {
+      shown += (shown.empty() ? "" : ", ") + text + " = " + std::to_string(evaluate(program, v, kernel, text));
+    }
+    return kernel + "(): the call breaks requires[" + std::to_string(i) + "] `" + rule.text + "`" +
+           (shown.empty() ? "" : " (" + shown + ")");
+  }
+  return "";
 }
 
 std::string dtype_name(c10::ScalarType t) {
@@ -220,6 +243,8 @@ std::pair<c10::Device, bool> check_arguments(const Spec& spec, c10::ArrayRef<c10
     TORCH_CHECK_VALUE(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, "pnex: ",
                       message);
   }
+  const std::string broken = broken_rule(spec.rules, v, spec.kernel);  // jit(requires=...)
+  TORCH_CHECK_VALUE(broken.empty(), "pnex: ", broken);
   return {*device, contiguous};
 }
 

@@ -6,6 +6,7 @@
 // install_fast_call gives PnexOp a C call slot.  The only unit that includes pybind11
 // (5 s of the build's CPU on its own): the others reach Python through the functions here.
 
+#include <ATen/ops/empty.h>
 #include <pybind11/stl.h>
 // THPVariable_Check / THPVariable_Unpack: the tensors a kernel reads as globals (read_hidden).
 #include <torch/csrc/autograd/python_variable.h>
@@ -24,6 +25,23 @@ Program to_program(const py::handle& obj) {
     prog.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
   }
   return prog;
+}
+
+// The rules of jit(requires=...) from their description (pnex_magic.conditions.programs).
+std::vector<Rule> to_rules(const py::handle& items) {
+  std::vector<Rule> rules;
+  for (auto item : items) {
+    auto rd = item.cast<py::dict>();
+    Rule rule;
+    rule.text = rd["text"].cast<std::string>();
+    rule.condition = to_program(rd["program"]);
+    for (auto term : rd["terms"]) {
+      auto pair = term.cast<py::sequence>();
+      rule.terms.emplace_back(pair[0].cast<std::string>(), to_program(pair[1]));
+    }
+    rules.push_back(std::move(rule));
+  }
+  return rules;
 }
 
 // The hidden arguments from their Python description: per device array the kernel reads
@@ -173,8 +191,9 @@ bool install_fast_call(const py::object& cls) {
 }
 
 // spec: dict with kernel, entry, params (list of dicts), arguments, outputs, n_threads, n_threads_text,
-// block, get_image, shared (bytes of dynamic shared memory per Tune variant) and, for an autotuned
-// op, candidates, key, key_text, key_bucket and choose.
+// block, get_image, shared (bytes of dynamic shared memory per Tune variant), requires (the rules
+// of jit(requires=...), where there are any) and, for an autotuned op, candidates, key, key_text,
+// key_bucket and choose.
 // Registers the CUDA kernel (and C++ autograd / ADInplaceOrView fallbacks so that nothing
 // Python runs per call) for pnex::<name>.
 void register_op(const std::string& name, const py::dict& d, bool autograd_fallback) {
@@ -261,6 +280,7 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
   }
   for (auto item : d["internal_overlap"]) spec->internal_overlap.push_back(item.cast<std::pair<int, std::string>>());
   for (auto item : d["overlap"]) spec->overlap.push_back(item.cast<std::tuple<int, int, std::string>>());
+  if (d.contains("requires")) spec->rules = to_rules(d["requires"]);  // jit(requires=...) (absent: none)
   spec->python->get_image = d["get_image"];
   if (d.contains("describe")) spec->python->describe = d["describe"];
   if (d.contains("check")) spec->check_always = d["check"].cast<bool>();
@@ -277,6 +297,26 @@ void register_op(const std::string& name, const py::dict& d, bool autograd_fallb
 }  // namespace
 
 std::string driver_error() { return driver().error; }
+
+// For tests without a GPU: the first rule broken by a call whose tensors have `sizes` (per
+// parameter; empty for a scalar) and whose integer scalars are `ints` (per parameter), as
+// check_arguments words it ("" if none), and the value of each rule's condition.
+std::pair<std::string, std::vector<int64_t>> check_rules(const py::handle& rules_description, const std::string& kernel,
+                                                         const std::vector<std::vector<int64_t>>& sizes,
+                                                         const std::vector<int64_t>& ints) {
+  const std::vector<Rule> rules = to_rules(rules_description);
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(sizes.size());
+  Values v;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    tensors.push_back(at::empty(sizes[i], at::TensorOptions().device(at::kMeta)));
+    v.tensors.push_back(&tensors.back());
+    v.ints.push_back(i < ints.size() ? ints[i] : 0);
+  }
+  std::vector<int64_t> values;
+  for (const Rule& rule : rules) values.push_back(evaluate(rule.condition, v, kernel, rule.text));
+  return {broken_rule(rules, v, kernel), values};
+}
 
 }  // namespace pnex::launcher
 
@@ -296,4 +336,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Give the op class a C call slot that goes straight to each object's `_fast` entry");
   m.def("force_checked", &launcher::force_checked, py::arg("op_name"),
         "Launches of op_name on this thread run its checked variant (\"\": none)");
+  m.def("check_rules", &launcher::check_rules, py::arg("rules"), py::arg("kernel"), py::arg("sizes"), py::arg("ints"),
+        "For tests: the message of the first rule of jit(requires=...) broken, and each rule's value");
 }

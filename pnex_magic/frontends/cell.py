@@ -523,7 +523,7 @@ class CellRun:
                     fn, n_threads=opts.n_threads, threads_per_block=opts.threads_per_block,
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
                     flops=opts.flops,
-                    shared_bytes=opts.shared_bytes, cluster_dims=opts.cluster_dims,
+                    shared_bytes=opts.shared_bytes, cluster_dims=opts.cluster_dims, requires=list(opts.requires) or None,
                 )
                 definition.check_compiles()
             except PnexError as exc:

@@ -29,6 +29,7 @@ def jit(
     flops: str | int | None = None,
     shared_bytes: int | str = 0,
     cluster_dims: int | tuple[int, ...] | None = None,
+    requires: str | list[str] | tuple[str, ...] | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -113,6 +114,16 @@ def jit(
         whole number of clusters on every axis: a call whose grid is not is refused,
         naming both.  Refused for GPUs before sm_90.  The CPU simulator runs a cluster's
         blocks at once.
+    requires : str or list of str, optional
+        Rules the call's arguments must keep, for a kernel that is right only for some
+        values of its scalars or sizes: conditions over the op's arguments, in the
+        language of ``n_threads`` compared with ``< <= > >= == !=`` and combined with
+        ``and``/``or``/``not``, e.g. ``["0 <= steps <= 15", "x.size(0) % 128 == 0"]``.
+        Every launcher (eager, the C++ launcher, ``torch.compile``, the CPU simulator,
+        JAX, a saved artifact) refuses a call that breaks one with
+        :class:`~pnex_magic.ArgumentValueError` naming the rule and the values, instead
+        of computing wrong numbers.  ``Tune`` parameters and outputs may not appear.
+        See :mod:`pnex_magic.conditions`.
 
     Returns
     -------
@@ -146,7 +157,7 @@ def jit(
         d = definition(
             fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
             flops=flops,
-            shared_bytes=shared_bytes, cluster_dims=cluster_dims,
+            shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

@@ -158,6 +158,7 @@ class _Options:
     tune: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --tune NAME=choices
     shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
     cluster_dims: tuple[int, ...] | None = None  # --cluster-dims X[,Y[,Z]]: thread-block clusters (sm_90)
+    requires: tuple[str, ...] = ()  # --requires COND (repeatable): rules on the call's arguments
 
 
 @magics_class
@@ -219,6 +220,13 @@ class PnexMagics(Magics):
         help="Thread-block clusters (sm_90: H100, H200), CUDA's __cluster_dims__: blocks per cluster along x, y, z "
              "(8 at most in all), run at once and reaching each other's shared memory through the pnex.tc cluster "
              "primitives; a call whose grid is not whole clusters is refused.",
+    )
+    @magic_arguments.argument(
+        "--requires", dest="requires", action="append", nargs="+", metavar="COND",
+        help="A rule the call's arguments must keep, for a kernel that is right only for some values (repeatable), "
+             "e.g. --requires \"0 <= steps <= 15\": a condition over the op's arguments in the language of "
+             "--n-threads, with < <= > >= == != and / or / not. A call that breaks it is refused with an "
+             "ArgumentValueError naming the rule and the values, on every launcher (as jit(requires=...)).",
     )
     @magic_arguments.argument(
         "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
@@ -373,6 +381,7 @@ class PnexMagics(Magics):
             flops=_join(ns.flops) or None,
             shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
             cluster_dims=_cluster_dims(ns.cluster_dims) if ns.cluster_dims else None,
+            requires=tuple(_join(group) for group in ns.requires or ()),
         )
 
     @magic_arguments.magic_arguments()

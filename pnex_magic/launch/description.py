@@ -4,8 +4,8 @@ The C++ launcher (PyTorch's dispatcher), the XLA FFI handler (JAX) and a saved
 artifact all start from this dictionary: per parameter its kind, dtype, rank and
 shape checks, the op's arguments and outputs, the ``n_threads`` expressions, the
 block shape and, for an autotuned op, its block candidates and key, the bytes of
-dynamic shared memory each ``Tune`` variant launches with, and the memory checks of
-``InMut`` arguments (with their messages).  Expressions are
+dynamic shared memory each ``Tune`` variant launches with, the memory checks of
+``InMut`` arguments (with their messages) and the kernel's ``requires`` rules.  Expressions are
 compiled to postfix programs
 (:meth:`pnex_magic.expressions.Expr.to_program`) so that C++ evaluates them
 without Python.  Nothing in it is code: it round-trips through JSON.
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..calls import alias_message, internal_overlap_message, record_message
+from ..conditions import programs
 from ..dtypes import resolve_dtype
 from ..spec import KernelSpec, ScalarParam, TensorParam
 
@@ -80,6 +81,9 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         # "no two elements in one location", [written, other, message] for "no shared memory".
         "internal_overlap": [[index_of(n), internal_overlap_message(spec, n)] for n in spec.mutated],
         "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
+        # The rules of jit(requires=...), only where there are any (a saved artifact's
+        # description from before them compares equal): text, condition, shown terms.
+        **({"requires": programs(spec.requires, index_of)} if spec.requires else {}),
     }
 
 

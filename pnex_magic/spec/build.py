@@ -19,6 +19,7 @@ from typing import Any
 
 from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
 from ..clusters import parse_cluster_dims
+from ..conditions import parse_requirements
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from ..dtypes import DType, record_dtype_names, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
@@ -84,12 +85,14 @@ def build_spec(
     tune: dict[str, Any] | None = None,
     shared_bytes: Any = 0,
     cluster_dims: Any = None,
+    requires: Any = None,
 ) -> KernelSpec:
     """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
     return its :class:`KernelSpec`.  ``tune`` replaces the choices of ``Tune``
     parameters by name (``%%pnex --tune ITEMS=1,2,4``); ``shared_bytes`` is the dynamic
     shared memory per block (:func:`~pnex_magic.spec.validate.shared_bytes_expression`);
-    ``cluster_dims`` the blocks per thread-block cluster (:mod:`pnex_magic.clusters`)."""
+    ``cluster_dims`` the blocks per thread-block cluster (:mod:`pnex_magic.clusters`);
+    ``requires`` the rules on the arguments (:mod:`pnex_magic.conditions`)."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -229,6 +232,10 @@ def build_spec(
     check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
     shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible)
     clusters = parse_cluster_dims(kernel, cluster_dims, len(nt))
+    rules = parse_requirements(
+        kernel, requires, {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
+        tune=[p.name for p in tune_params], outputs=[p.name for p in params if p.role == "out"],
+    )
     if not any(p.role in ("out", "inmut") for p in params):
         raise KernelDefinitionError(
             f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "
@@ -246,6 +253,7 @@ def build_spec(
         autotune_key=key,
         shared_bytes=shared,
         cluster_dims=clusters,
+        requires=rules,
     )
 
 

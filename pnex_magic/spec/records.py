@@ -15,6 +15,7 @@ import functools
 import itertools
 
 from ..dtypes import DType
+from ..conditions import Requirement
 from ..expressions import Const, Expr, Size
 
 __all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "SeedParam", "KernelSpec"]
@@ -142,6 +143,9 @@ class KernelSpec:
     shared_bytes: Expr = Const(0)
     #: Blocks per thread-block cluster along x, y, z (``cluster_dims=``, sm_90); ``None``: no clusters.
     cluster_dims: tuple[int, int, int] | None = None
+    #: Rules the call's arguments must keep (``requires=``, :mod:`pnex_magic.conditions`): every
+    #: launcher refuses a call that breaks one.
+    requires: tuple[Requirement, ...] = ()
 
     @property
     def autotuned(self) -> bool:
@@ -293,6 +297,8 @@ class KernelSpec:
             text += f" shared_bytes={self.shared_bytes}"
         if self.cluster_dims is not None:
             text += f" cluster_dims={self.cluster_dims}"
+        if self.requires:
+            text += f" requires={[r.text for r in self.requires]}"
         if self.candidates or self.autotune_key is not None:
             key = "default" if self.autotune_key is None else tuple(map(str, self.autotune_key))
             text += f" candidates={self.candidates} autotune_key={key}"

@@ -1,0 +1,227 @@
+"""Conditions on a call's arguments: ``jit(requires=...)``.
+
+A kernel may be right only for some values of its scalars or sizes: a tile that must
+keep an interior (``2 * steps < 32``), a length that must be a multiple of the tile
+(``x.size(0) % 128 == 0``).  Such a kernel given other values computes wrong numbers
+without a fault; ``requires`` states the rule, and every launcher (the Python and C++
+launchers, the simulator, JAX, a saved artifact) refuses a call that breaks it with
+one :class:`~pnex_magic.errors.ArgumentValueError` naming the rule and the values::
+
+    @pnex.jit(n_threads="x.size(0)", requires=["0 <= steps <= 15", "x.size(0) % 128 == 0"])
+
+A condition is the integer language of :mod:`pnex_magic.expressions` (sizes, integer
+scalars, ``+ - * // %``, ``min``/``max``) compared with ``< <= > >= == !=`` (chains like
+``0 <= steps <= 15`` included) and combined with ``and``, ``or``, ``not``.  Both sides of
+``and``/``or`` are always evaluated (as the C++ launcher does): a division by zero on
+either side is an error, not a short circuit.  It may name the op's arguments only: not
+its outputs, whose sizes follow from the arguments, nor ``Tune`` parameters, whose
+choices the autotuner makes.
+
+Parsed once at definition into a tree whose postfix program (opcodes ``<`` .. ``not`` of
+:data:`~pnex_magic.expressions.OPCODES`) the C++ launcher evaluates without Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .errors import ArgumentValueError, ShapeExpressionError
+from .expressions import (
+    MAX_STACK_DEPTH,
+    OPCODES,
+    Expr,
+    NameInfo,
+    Numel,
+    ScalarRef,
+    Size,
+    _Parser,
+    stack_depth,
+)
+
+__all__ = ["Condition", "Requirement", "parse_requirements", "check_requirements", "requirement_message", "programs"]
+
+_COMPARE: dict[type, str] = {
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+}
+
+
+class Condition(Expr):
+    """A node whose value is true or false (a comparison, ``and``/``or``, ``not``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare(Condition):
+    op: str
+    left: Expr
+    right: Expr
+
+    def evaluate(self, env):
+        a, b = self.left.evaluate(env), self.right.evaluate(env)
+        return {
+            "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b,
+            ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b,
+        }[self.op]()
+
+    def names(self):
+        return self.left.names() | self.right.names()
+
+    def to_program(self, index_of):
+        return [*self.left.to_program(index_of), *self.right.to_program(index_of), (OPCODES[self.op], 0, 0)]
+
+    def __str__(self):
+        return f"{self.left} {self.op} {self.right}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Logical(Condition):
+    op: str  # "and" or "or"
+    operands: tuple[Condition, ...]
+
+    def evaluate(self, env):
+        values = [bool(c.evaluate(env)) for c in self.operands]  # every operand, as the C++ launcher
+        return all(values) if self.op == "and" else any(values)
+
+    def names(self):
+        return frozenset().union(*(c.names() for c in self.operands))
+
+    def to_program(self, index_of):
+        program = self.operands[0].to_program(index_of)
+        for c in self.operands[1:]:
+            program += c.to_program(index_of)
+            program.append((OPCODES[self.op], 0, 0))
+        return program
+
+    def __str__(self):
+        return f" {self.op} ".join(f"({c})" if isinstance(c, Logical) else str(c) for c in self.operands)
+
+
+@dataclasses.dataclass(frozen=True)
+class Not(Condition):
+    operand: Condition
+
+    def evaluate(self, env):
+        return not self.operand.evaluate(env)
+
+    def names(self):
+        return self.operand.names()
+
+    def to_program(self, index_of):
+        return [*self.operand.to_program(index_of), (OPCODES["not"], 0, 0)]
+
+    def __str__(self):
+        return f"not ({self.operand})" if isinstance(self.operand, Logical) else f"not {self.operand}"
+
+
+class _ConditionParser(_Parser):
+    def condition(self, node: ast.AST) -> Condition:
+        if isinstance(node, ast.Compare):
+            if not all(type(op) in _COMPARE for op in node.ops):
+                raise self.fail("only < <= > >= == != compare here (not `in`, `is`)")
+            terms = [self.parse(node.left), *(self.parse(c) for c in node.comparators)]
+            pairs = [Compare(_COMPARE[type(op)], terms[i], terms[i + 1]) for i, op in enumerate(node.ops)]
+            return pairs[0] if len(pairs) == 1 else Logical("and", tuple(pairs))
+        if isinstance(node, ast.BoolOp):
+            return Logical("and" if isinstance(node.op, ast.And) else "or",
+                           tuple(self.condition(v) for v in node.values))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return Not(self.condition(node.operand))
+        raise self.fail(
+            f"{ast.unparse(node)!r} is not a condition; write a comparison such as `steps <= 15` or "
+            f"`x.size(0) % 128 == 0`, combined with and / or / not"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """One ``requires`` entry: its text as written, the parsed condition, and the terms
+    (sizes and scalars) its message shows the values of."""
+
+    text: str
+    condition: Condition
+    terms: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _terms(node: Expr) -> list[Expr]:
+    if isinstance(node, (Size, Numel, ScalarRef)):
+        return [node]
+    found: list[Expr] = []
+    for field in dataclasses.fields(node):  # type: ignore[arg-type]
+        value = getattr(node, field.name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, Expr):
+                found += [t for t in _terms(child) if t not in found]
+    return found
+
+
+def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo], tune: Sequence[str] = (),
+                       outputs: Sequence[str] = ()) -> tuple[Requirement, ...]:
+    """Parse ``jit(requires=...)``: a condition string or a sequence of them.  ``names``
+    are the argument names the conditions may use; ``tune`` and ``outputs`` the names
+    they may not (each refused with the reason)."""
+    if requires is None:
+        return ()
+    texts = [requires] if isinstance(requires, str) else requires
+    if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+        raise ShapeExpressionError(
+            f"kernel {kernel!r}: requires= takes a condition string or a list of them, e.g. "
+            f"requires=['steps <= 15', 'x.size(0) % 128 == 0'], got {requires!r}"
+        )
+    found = []
+    for i, text in enumerate(texts):
+        where = f"kernel {kernel!r}, requires[{i}]"
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ShapeExpressionError(f"{where}: {text!r} is not a valid condition ({exc.msg})") from None
+        except (RecursionError, MemoryError):
+            raise ShapeExpressionError(f"{where}: condition {text!r} is nested too deeply") from None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and (node.id in tune or node.id in outputs):
+                why = ("a Tune parameter: the autotuner chooses it, so a call cannot break a rule on it; "
+                       "give the choices that hold instead" if node.id in tune
+                       else "an output: its sizes follow from the arguments; state the rule on those")
+                raise ShapeExpressionError(f"{where}: {text!r} names {node.id!r}, {why}")
+        try:
+            condition = _ConditionParser(text, names, None, where).condition(tree.body)
+        except RecursionError:
+            raise ShapeExpressionError(f"{where}: condition {text!r} is nested too deeply") from None
+        depth = stack_depth(condition.to_program(lambda name: 0))
+        if depth > MAX_STACK_DEPTH:
+            raise ShapeExpressionError(
+                f"{where}: condition {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
+                f"at most {MAX_STACK_DEPTH})"
+            )
+        found.append(Requirement(text.strip(), condition, tuple(_terms(condition))))
+    return tuple(found)
+
+
+def requirement_message(kernel: str, index: int, requirement: Requirement, values: Sequence[int]) -> str:
+    """The message of a call that breaks ``requirement`` (``values``: of its terms, in
+    order); the C++ launcher builds the same words (csrc/launcher_call.cpp)."""
+    shown = ", ".join(f"{t} = {v}" for t, v in zip(requirement.terms, values, strict=True))
+    return f"{kernel}(): the call breaks requires[{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
+
+
+def check_requirements(kernel: str, requirements: Sequence[Requirement], env: Mapping[str, Any]) -> None:
+    """Raise :class:`~pnex_magic.errors.ArgumentValueError` for the first requirement
+    the arguments in ``env`` break."""
+    for i, r in enumerate(requirements):
+        if not r.condition.evaluate(env):
+            raise ArgumentValueError(requirement_message(kernel, i, r, [t.evaluate(env) for t in r.terms]))
+
+
+def programs(requirements: Sequence[Requirement], index_of: Callable[[str], int]) -> list[dict[str, Any]]:
+    """The requirements as the launch description holds them (postfix programs)."""
+    return [{"text": r.text, "program": r.condition.to_program(index_of),
+             "terms": [[str(t), t.to_program(index_of)] for t in r.terms]} for r in requirements]
