@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -204,7 +205,6 @@ def test_the_cpp_launcher_evaluates_rules_and_words_their_messages_as_python_doe
 
 def test_the_cpp_opcodes_are_the_python_ones():
     """csrc/launcher.h's ``enum Op`` mirrors :data:`pnex_magic.expressions.OPCODES`."""
-    import re
     from pathlib import Path
 
     from pnex_magic.expressions import OPCODES
@@ -227,13 +227,15 @@ def test_the_magic_takes_repeated_requires_options(tmp_path, monkeypatch):
     ip = globalipapp.get_ipython()
     ip.run_line_magic("load_ext", "pnex_magic")
     ip.run_cell("import torch")
-    ip.run_cell_magic("pnex", '--n-threads x.numel() --requires "x.numel() % 4 == 0" --requires 0 <= k < 4', '''
+    ip.run_cell_magic("pnex", '--n-threads x.numel() --requires "x.numel() % 4 == 0" --requires 0 <= k < 4 -o rep', '''
 def rotate_k(x: In("f32", (None,)), k: int, r: Out("f32", "x")):
     i = cuda.grid(1)
     if i < x.shape[0]:
         r[i] = x[i - i % 4 + (i % 4 + k) % 4]
 ''')
     op = ip.user_ns["rotate_k"]
+    assert re.search(r"a call must keep <code[^>]*>x.numel\(\) % 4 == 0</code>; <code[^>]*>0 &lt;= k &lt; 4</code>",
+                     ip.user_ns["rep"].signature_html())
     assert [r.text for r in op._pnex.spec.requires] == ["x.numel() % 4 == 0", "0 <= k < 4"]
     assert op(torch.arange(4.0), 3).tolist() == [3.0, 0.0, 1.0, 2.0]
     with pytest.raises(ArgumentValueError, match=r"requires\[1\] `0 <= k < 4` \(k = 4\)"):

@@ -270,6 +270,9 @@ class PnexReport:
                  f"torch.compile(fullgraph=True)"),
             table(rows, ("parameter", "annotation", "role")),
         ]
+        if spec.requires:  # jit(requires=...): every launcher refuses a call that breaks one
+            parts.append(note("a call must keep " + "; ".join(code(r.text) for r in spec.requires)
+                              + " (else ArgumentValueError, before the kernel runs)"))
         if k.source:
             parts.append(
                 f'<details><summary style="cursor:pointer">kernel source</summary>'
