@@ -9,6 +9,10 @@ one :class:`~pnex_magic.errors.ArgumentValueError` naming the rule and the value
 
     @pnex.jit(n_threads="x.size(0)", requires=["0 <= steps <= 15", "x.size(0) % 128 == 0"])
 
+or, with what each rule means (it ends the message)::
+
+    @pnex.jit(..., requires={"a.size(1) % 64 == 0": "K must be a multiple of the k-tile, 64"})
+
 A condition is the integer language of :mod:`pnex_magic.expressions` (sizes, integer
 scalars, ``+ - * // %``, ``min``/``max``) compared with ``< <= > >= == !=`` (chains like
 ``0 <= steps <= 15`` included) and combined with ``and``, ``or``, ``not``.  Both sides of
@@ -141,12 +145,14 @@ class _ConditionParser(_Parser):
 
 @dataclasses.dataclass(frozen=True)
 class Requirement:
-    """One ``requires`` entry: its text as written, the parsed condition, and the terms
-    (sizes and scalars) its message shows the values of."""
+    """One ``requires`` entry: its text as written, the parsed condition, the terms
+    (sizes and scalars) its message shows the values of, and what it means (``why``,
+    from the dict form; ends the message)."""
 
     text: str
     condition: Condition
     terms: tuple[Expr, ...]
+    why: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -171,14 +177,19 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
     they may not (each refused with the reason)."""
     if requires is None:
         return ()
-    texts = [requires] if isinstance(requires, str) else requires
-    if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+    if isinstance(requires, dict):
+        pairs = list(requires.items())
+    else:
+        pairs = [(t, "") for t in ([requires] if isinstance(requires, str) else requires)] \
+            if isinstance(requires, (str, list, tuple)) else [(requires, "")]
+    if not all(isinstance(t, str) and isinstance(w, str) for t, w in pairs):
         raise ShapeExpressionError(
-            f"kernel {kernel!r}: requires= takes a condition string or a list of them, e.g. "
-            f"requires=['steps <= 15', 'x.size(0) % 128 == 0'], got {requires!r}"
+            f"kernel {kernel!r}: requires= takes a condition string, a list of them, or a dict of conditions and "
+            f"what each means, e.g. requires=['steps <= 15'] or requires={{'x.size(0) % 128 == 0': 'N must be a "
+            f"multiple of the tile, 128'}}, got {requires!r}"
         )
     found = []
-    for i, text in enumerate(texts):
+    for i, (text, why) in enumerate(pairs):
         where = f"kernel {kernel!r}, requires[{i}]"
         try:
             tree = ast.parse(text.strip(), mode="eval")
@@ -202,7 +213,7 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
                 f"{where}: condition {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
                 f"at most {MAX_STACK_DEPTH})"
             )
-        found.append(Requirement(text.strip(), condition, tuple(_terms(condition))))
+        found.append(Requirement(text.strip(), condition, tuple(_terms(condition)), why.strip()))
     return tuple(found)
 
 
@@ -210,7 +221,8 @@ def requirement_message(kernel: str, index: int, requirement: Requirement, value
     """The message of a call that breaks ``requirement`` (``values``: of its terms, in
     order); the C++ launcher builds the same words (csrc/launcher_call.cpp)."""
     shown = ", ".join(f"{t} = {v}" for t, v in zip(requirement.terms, values, strict=True))
-    return f"{kernel}(): the call breaks requires[{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
+    return (f"{kernel}(): the call breaks requires[{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
+            + (f": {requirement.why}" if requirement.why else ""))
 
 
 def check_requirements(kernel: str, requirements: Sequence[Requirement], env: Mapping[str, Any]) -> None:
@@ -223,5 +235,5 @@ def check_requirements(kernel: str, requirements: Sequence[Requirement], env: Ma
 
 def programs(requirements: Sequence[Requirement], index_of: Callable[[str], int]) -> list[dict[str, Any]]:
     """The requirements as the launch description holds them (postfix programs)."""
-    return [{"text": r.text, "program": r.condition.to_program(index_of),
+    return [{"text": r.text, "why": r.why, "program": r.condition.to_program(index_of),
              "terms": [[str(t), t.to_program(index_of)] for t in r.terms]} for r in requirements]

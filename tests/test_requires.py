@@ -82,12 +82,31 @@ def test_jax_refuses_the_call():
         f(x, 5)
 
 
-def test_a_saved_artifact_keeps_its_rules(tmp_path):
+@pnex.jit(n_threads="x.numel()", requires={"x.numel() % 4 == 0": "the kernel reads whole groups of 4", "k >= 0": ""})
+def group_sum(x: pnex.In("f32", (None,)), k: int, r: pnex.Out("f32", ("x.numel() // 4",))):
+    i = cuda.grid(1)
+    if i < r.shape[0]:
+        r[i] = x[4 * i] + x[4 * i + 1] + x[4 * i + 2] + x[4 * i + 3] + k
+
+
+def test_what_a_rule_means_ends_its_message():
+    assert group_sum(torch.ones(8), 1).tolist() == [5.0, 5.0]
+    with pytest.raises(ArgumentValueError, match=r"group_sum\(\): the call breaks requires\[0\] `x.numel\(\) % 4 == 0` "
+                       r"\(x.numel\(\) = 6\): the kernel reads whole groups of 4$"):
+        group_sum(torch.ones(6), 1)
+    with pytest.raises(ArgumentValueError, match=r"requires\[1\] `k >= 0` \(k = -1\)$"):
+        group_sum(torch.ones(8), -1)
+
+
+def test_a_saved_artifact_keeps_its_rules_in_order_with_their_meanings(tmp_path):
     path = pnex.save(repeat_add, tmp_path / "repeat_add.pnex", archs=["sm_90"])
     loaded = pnex.load(path)
     assert [r.text for r in loaded._pnex.spec.requires] == ["0 <= steps <= 3", "u.size(0) % 4 == 0 or steps == 0"]
     with pytest.raises(ArgumentValueError, match=r"breaks requires\[0\] `0 <= steps <= 3` \(steps = 5\)"):
         loaded(torch.zeros(8), 5, 1.0)
+    loaded = pnex.load(pnex.save(group_sum, tmp_path / "group_sum.pnex", archs=["sm_90"]))
+    assert [(r.text, r.why) for r in loaded._pnex.spec.requires] == [
+        ("x.numel() % 4 == 0", "the kernel reads whole groups of 4"), ("k >= 0", "")]
 
 
 def _names() -> dict[str, NameInfo]:
@@ -114,7 +133,7 @@ def test_a_rule_that_is_not_a_condition_over_the_arguments_is_refused_at_definit
 
 def test_requires_takes_a_string_or_a_list_of_strings():
     assert len(parse_requirements("k", "n > 0", _names())) == 1
-    with pytest.raises(ShapeExpressionError, match="requires= takes a condition string or a list of them"):
+    with pytest.raises(ShapeExpressionError, match="requires= takes a condition string, a list of them, or a dict of conditions and what each means"):
         parse_requirements("k", 3, _names())
 
 
@@ -182,11 +201,12 @@ def test_the_cpp_launcher_evaluates_rules_and_words_their_messages_as_python_doe
     import launcher_stand_in
 
     seed = random.randrange(2**32)
+    rng = random.Random(seed)
     order = ["x", "y", "n", "m"]
     index_of = order.index
     cases, expected = [], []
     for case in _random_cases(seed, 300):
-        rules = parse_requirements("k", [case["text"]], _names())
+        rules = parse_requirements("k", {case["text"]: rng.choice(["", "it must hold"])}, _names())
         env = case["env"]
         cases.append({"rules": programs(rules, index_of), "sizes": [list(env["x"].shape), list(env["y"].shape), [], []],
                       "ints": [0, 0, env["n"], env["m"]]})

@@ -84,7 +84,8 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         # Thread-block clusters (written only for a kernel that has them: other files read as before).
         **({"cluster_dims": list(spec.cluster_dims)} if spec.cluster_dims is not None else {}),
         # The rules on the arguments (jit(requires=...), format 5; absent: none).
-        **({"requires": [r.text for r in spec.requires]} if spec.requires else {}),
+        # [[condition, what it means], ...], in order (the manifest's keys are sorted).
+        **({"requires": [[r.text, r.why] for r in spec.requires]} if spec.requires else {}),
     }
 
 
@@ -242,7 +243,11 @@ def _spec(d: Any) -> KernelSpec:
         raise _Malformed(str(exc)) from None
     try:
         arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
-        requires = parse_requirements(kernel, d.get("requires"), arguments,
+        saved = d.get("requires")
+        if saved is not None and not (isinstance(saved, list) and all(
+                isinstance(e, list) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in saved)):
+            raise _Malformed(f"requires {saved!r} is not a list of [condition, meaning] pairs")
+        requires = parse_requirements(kernel, None if saved is None else {t: w for t, w in saved}, arguments,
                                       tune=[p.name for p in params if isinstance(p, TuneParam)],
                                       outputs=[p.name for p in params if p.role == "out"])
     except ShapeExpressionError as exc:

@@ -86,6 +86,7 @@ using Program = std::vector<Instr>;
 // whose values its message shows (pnex_magic.conditions.requirement_message, same words).
 struct Rule {
   std::string text;
+  std::string why;  // what it means ("" if not given)
   Program condition;
   std::vector<std::pair<std::string, Program>> terms;
 };

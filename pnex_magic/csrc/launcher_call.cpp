@@ -119,7 +119,7 @@ std::string broken_rule(const std::vector<Rule>& rules, const Values& v, const s
       shown += (shown.empty() ? "" : ", ") + text + " = " + std::to_string(evaluate(program, v, kernel, text));
     }
     return kernel + "(): the call breaks requires[" + std::to_string(i) + "] `" + rule.text + "`" +
-           (shown.empty() ? "" : " (" + shown + ")");
+           (shown.empty() ? "" : " (" + shown + ")") + (rule.why.empty() ? "" : ": " + rule.why);
   }
   return "";
 }

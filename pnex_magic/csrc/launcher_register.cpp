@@ -34,6 +34,7 @@ std::vector<Rule> to_rules(const py::handle& items) {
     auto rd = item.cast<py::dict>();
     Rule rule;
     rule.text = rd["text"].cast<std::string>();
+    if (rd.contains("why")) rule.why = rd["why"].cast<std::string>();
     rule.condition = to_program(rd["program"]);
     for (auto term : rd["terms"]) {
       auto pair = term.cast<py::sequence>();

@@ -29,7 +29,7 @@ def jit(
     flops: str | int | None = None,
     shared_bytes: int | str = 0,
     cluster_dims: int | tuple[int, ...] | None = None,
-    requires: str | list[str] | tuple[str, ...] | None = None,
+    requires: str | list[str] | tuple[str, ...] | dict[str, str] | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -114,7 +114,7 @@ def jit(
         whole number of clusters on every axis: a call whose grid is not is refused,
         naming both.  Refused for GPUs before sm_90.  The CPU simulator runs a cluster's
         blocks at once.
-    requires : str or list of str, optional
+    requires : str, list of str, or dict, optional
         Rules the call's arguments must keep, for a kernel that is right only for some
         values of its scalars or sizes: conditions over the op's arguments, in the
         language of ``n_threads`` compared with ``< <= > >= == !=`` and combined with
@@ -123,6 +123,8 @@ def jit(
         JAX, a saved artifact) refuses a call that breaks one with
         :class:`~pnex_magic.ArgumentValueError` naming the rule and the values, instead
         of computing wrong numbers.  ``Tune`` parameters and outputs may not appear.
+        A dict maps each condition to what it means, which ends the message:
+        ``{"a.size(1) % 64 == 0": "K must be a multiple of the k-tile, 64"}``.
         See :mod:`pnex_magic.conditions`.
 
     Returns
