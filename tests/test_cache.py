@@ -299,6 +299,46 @@ def test_fingerprint_covers_array_constants(monkeypatch):
     assert function_fingerprint(_uses_config) != before
 
 
+KERNEL_MODULE = """
+from numba import cuda
+import pnex_magic as pnex
+
+SCALE = 2
+
+
+def moved_k(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    \"\"\"Scales a.\"\"\"
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] * SCALE
+"""
+
+
+def test_a_kernel_named_into_another_module_keeps_that_name_in_its_copy(tmp_path, monkeypatch):
+    """A kernel whose ``__module__`` is set after its ``def`` (``benchmarks/workloads_lib``'s
+    ``named_in_workloads``, numpy's ``set_module``): the snapshot's copy keeps that name, so
+    the cache key (which hashes the copy's ``module.qualname``) names the kernel as its op
+    name does, and the kernel moved into a new file with ``__module__`` set to the old one
+    keeps its key; the copy still reads the globals of the file it was written in."""
+    from pnex_magic.define import definition
+    from pnex_magic.snapshot import freeze
+
+    (tmp_path / "pnex_origin_mod.py").write_text(KERNEL_MODULE)
+    (tmp_path / "pnex_moved_mod.py").write_text(KERNEL_MODULE + '\nmoved_k.__module__ = "pnex_origin_mod"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    origin = __import__("pnex_origin_mod")
+    moved = __import__("pnex_moved_mod")
+    copy = freeze(moved.moved_k).function
+    assert (copy.__module__, copy.__qualname__, copy.__doc__) == ("pnex_origin_mod", "moved_k", "Scales a.")
+    assert copy.__globals__["__name__"] == "pnex_moved_mod"  # the file it was written in
+    first, second = (definition(m.moved_k, n_threads="a.numel()") for m in (origin, moved))
+    assert first.op_name == second.op_name
+    assert first.cache_key("sm_80") == second.cache_key("sm_80")
+    monkeypatch.setattr(moved, "SCALE", 3)  # the copy reads its own file's globals: another key
+    third = definition(moved.moved_k, n_threads="a.numel()")
+    assert third.snapshot.function.__globals__["SCALE"] == 3 and third.cache_key("sm_80") != first.cache_key("sm_80")
+
+
 def test_cache_dir_fixture_isolated(fresh_cache):
     assert cache.cache_dir() == fresh_cache
     assert Path(fresh_cache).is_dir() and not any(Path(fresh_cache).iterdir())
