@@ -28,12 +28,14 @@ Nothing that compiles, types, checks, launches or tunes a kernel imports them
 (``tests/test_code_version.py`` checks that on the import graph).  The C++ launcher's
 sources (``csrc/``) are keyed by their own build (:func:`pnex_magic.launch.build.build_key`).
 
-Computed once per process, on the first cache lookup.
+Computed once per process, when a cache key is first made.  A kernel whose options
+turn the cache off (``JitOptions(use_cache=False)``) asks with ``use_cache=False``:
+then no record is read or written, every file is read (the same version, a few
+milliseconds more), and the cache folder is not touched.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -64,18 +66,24 @@ _RECORD_KIND = "code"  # the cache records of the digests (two per package folde
 _RACY_NS = 3_000_000_000
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
+_version: list[str] = []  # this process's, once computed
+
+
+def code_version(*, use_cache: bool = True) -> str:
     """``wheel:<digest>`` or ``source:<digest>`` (16 hex digits) for this process's
-    pnex_magic, as described in the module's docstring."""
-    return _code_version(_PACKAGE)
+    pnex_magic, as described in the module's docstring; computed once per process.
+    ``use_cache=False``: the digests kept in the cache folder are neither read nor
+    written (the version is the same)."""
+    if not _version:
+        _version.append(_code_version(_PACKAGE, use_cache))
+    return _version[0]
 
 
-def _code_version(package: Path) -> str:
+def _code_version(package: Path, use_cache: bool = True) -> str:
     record = _wheel_record(package)
     if record is not None:
         return "wheel:" + hashlib.sha256(record).hexdigest()[:16]
-    return "source:" + _source_digest(package)
+    return "source:" + _source_digest(package, use_cache)
 
 
 def _wheel_record(package: Path) -> bytes | None:
@@ -135,7 +143,7 @@ def _listing(package: Path) -> list[tuple[str, os.DirEntry]]:
     return found
 
 
-def _source_digest(package: Path) -> str:
+def _source_digest(package: Path, use_cache: bool = True) -> str:
     try:
         listing = _listing(package)
     except OSError as exc:  # not a folder of files (never seen): no digest to give
@@ -159,10 +167,10 @@ def _source_digest(package: Path) -> str:
     slot = hashlib.sha256(str(package).encode()).hexdigest()
     files_slot = hashlib.sha256(f"{package}\0files".encode()).hexdigest()
     tree = hashlib.sha256("\n".join(f"{rel}:{stamp}" for rel, stamp in stamps.items()).encode()).hexdigest()
-    summary = cache.load_record(_RECORD_KIND, slot)
+    summary = cache.load_record(_RECORD_KIND, slot) if use_cache else None
     if summary and summary.get("stamps") == tree and isinstance(summary.get("version"), str):
         return summary["version"]
-    known = cache.load_record(_RECORD_KIND, files_slot) or {}
+    known = (cache.load_record(_RECORD_KIND, files_slot) if use_cache else None) or {}
     known = known.get("files") if known.get("package") == str(package) else None
     known = known if isinstance(known, dict) else {}
     files: dict[str, str] = {}
@@ -180,6 +188,8 @@ def _source_digest(package: Path) -> str:
         files[rel] = f"{stamp}={digest}"
         total.update(f"{rel}\0{digest}\n".encode())
     version = total.hexdigest()[:16]
+    if not use_cache:
+        return version
     cache.store_record(_RECORD_KIND, files_slot, {"package": str(package), "files": files})
     if "racy" not in stamps.values():
         cache.store_record(_RECORD_KIND, slot, {"package": str(package), "stamps": tree, "version": version})

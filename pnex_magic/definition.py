@@ -54,7 +54,9 @@ class JitOptions:
     verbose: bool = False
     max_registers: int | None = None
     arch: str | None = None  # None: the current GPU's, else $PNEX_ARCH, else sm_75
-    use_cache: bool = True  # False: neither read nor write the disk cache
+    # False: nothing of this kernel is read from or written to the disk cache (its builds, its
+    # simulated form, its autotune choices, its SASS listing, the code version's digests)
+    use_cache: bool = True
     force: bool = False  # recompile even on a cache hit (the new build is still stored)
     check: bool = False  # every GPU launch runs the checked variant (pnex_magic.checking)
 
@@ -108,21 +110,26 @@ _TOOLCHAIN_DISTS = (
 _NVVM_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc")
 
 
-@functools.lru_cache(maxsize=1)
-def toolchain_versions() -> str:
+def toolchain_versions(*, use_cache: bool = True) -> str:
     """Versions that change compiled code: part of every cache key.
 
     pnex_magic's own is its version and its code's (:func:`pnex_magic.codeversion.code_version`:
-    a development install's code changes under one version number).  The others are
+    a development install's code changes under one version number; ``use_cache=False``:
+    computed without the digests the cache folder keeps).  The others are
     read from the installed distributions' metadata, without importing Numba or
     loading NVVM, so that a cache hit runs no part of the compiler.  Where no NVVM
     wheel is installed, numba-cuda finds a CUDA toolkit through $CUDA_HOME,
     $CUDA_PATH or $CONDA_PREFIX: those folders (and the toolkit's version.json)
     join the key instead."""
+    return f"pnex_magic={__version__}+{code_version(use_cache=use_cache)};{_other_versions()}"
+
+
+@functools.lru_cache(maxsize=1)
+def _other_versions() -> str:
     import torch
 
     found = installed_versions(*_TOOLCHAIN_DISTS)
-    parts = [f"pnex_magic={__version__}+{code_version()}", f"torch={torch.__version__}"]
+    parts = [f"torch={torch.__version__}"]
     parts += [f"{dist}={version or 'none'}" for dist, version in found.items()]
     if not any(found[dist] for dist in _NVVM_WHEELS):
         for var in ("CUDA_HOME", "CUDA_PATH", "CONDA_PREFIX"):
@@ -241,8 +248,8 @@ class KernelDefinition:
         return required_cc(self.snapshot.function)
 
     def cache_key(self, arch: str, layout: str = "C", variant: int = 0, checked: bool = False) -> str:
-        parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}", toolchain_versions(),
-                 "lineinfo"]
+        parts = [self.source_key, arch, layout, f"max_registers={self.options.max_registers}",
+                 toolchain_versions(use_cache=self.options.use_cache), "lineinfo"]
         if self.spec.tune_params:
             parts.append(f"tune={self.spec.tune_values(variant)!r}")
         if checked:
@@ -453,7 +460,8 @@ class KernelDefinition:
         spec = _checking().checked_spec(self.spec) if checked else self.spec
         argtypes = numba_signature(spec, "A", variant, self.snapshot.hidden)
         fn = self._kernel_function(checked)
-        parts = [self.source_key, toolchain_versions(), installed_versions("numpy")["numpy"] or "",
+        parts = [self.source_key, toolchain_versions(use_cache=self.options.use_cache),
+                 installed_versions("numpy")["numpy"] or "",
                  sys.version.split()[0], f"simtyping={simtyping.stored.FORMAT}", f"checked={checked}",
                  ", ".join(map(str, argtypes))]
         key = hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -318,7 +318,7 @@ def profile(op: Any, *args: Any, clock_control: str = "none", timeout: float = 6
     compiled = definition.compiled(arch, layout=layout, variant=variant)
     note = "" if ".loc" in compiled.ptx else "the kernel was compiled without line information: no source lines"
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    folder = cache.cache_dir() / "profiles"
+    folder = cache.folder("profiles")
     folder.mkdir(parents=True, exist_ok=True)
     report = folder / f"{name}-{stamp}-{os.getpid()}.ncu-rep"
     with tempfile.TemporaryDirectory(prefix="pnex-profile-") as tmp:

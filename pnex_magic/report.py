@@ -202,6 +202,11 @@ def _definition_of(op: Any, who: str) -> KernelDefinition:
     return definition
 
 
+def _uses_cache(definition: Any) -> bool:
+    """Whether the kernel's options let its SASS listing be kept in the cache folder."""
+    return getattr(definition.options, "use_cache", True)
+
+
 def _run_op(op: PnexOp, args: Sequence[Any], args_name: str) -> tuple[Any, tuple[Any, ...]]:
     copies = _timing.clone_args(args)
     name = op._pnex.spec.name
@@ -381,9 +386,10 @@ def build_report(
         if not compiled:
             found = Disassembly(None, None, report.not_compiled or "no cubin")
         elif sass == "later":
-            found = PendingDisassembly(None, None, PendingDisassembly.NOTE, compiled.cubin, compiled.entry)
+            found = PendingDisassembly(None, None, PendingDisassembly.NOTE, compiled.cubin, compiled.entry,
+                                       _uses_cache(definition))
         else:
-            found = disassemble(compiled.cubin, entry=compiled.entry)
+            found = disassemble(compiled.cubin, entry=compiled.entry, use_cache=_uses_cache(definition))
         report = dataclasses.replace(report, sass=found)
     return report
 
@@ -432,7 +438,7 @@ def _compute(
     info = hardware.device_info(device) if timed and device is not None else None
     sass_text = ""
     if info is not None and compiled is not None and flops:
-        sass_text = disassemble(compiled.cubin, entry=compiled.entry).text or ""
+        sass_text = disassemble(compiled.cubin, entry=compiled.entry, use_cache=_uses_cache(definition)).text or ""
     return roofline.assess(
         flops=flops, how=how, inferred=inferred, kind=kind,
         seconds=timing.op.median if timed else None, bytes_moved=timing.bytes_moved if timing is not None else None,

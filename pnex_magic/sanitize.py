@@ -83,7 +83,7 @@ def _runnable(path: str) -> str | None:
     if not os.path.isfile(path):
         return None
     source = Path(path).resolve().parent
-    target = Path(cache.cache_dir()) / "tools" / source.parent.name / source.name
+    target = cache.folder("tools") / source.parent.name / source.name
     copied = target / Path(path).name
     if not copied.exists():
         target.parent.mkdir(parents=True, exist_ok=True)

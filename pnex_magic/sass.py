@@ -92,9 +92,10 @@ class PendingDisassembly(Disassembly):
     NOTE = "being disassembled; the listing appears here in a moment"
     cubin: bytes = dataclasses.field(default=b"", repr=False, compare=False)
     entry: str = ""  #: the kernel's function, listed first
+    use_cache: bool = True  #: whether the listing may be read from and kept in the cache folder
 
     def result(self) -> Disassembly:
-        return disassemble(self.cubin, entry=self.entry)
+        return disassemble(self.cubin, entry=self.entry, use_cache=self.use_cache)
 
 
 def find_disassembler() -> tuple[str, str] | None:
@@ -151,9 +152,11 @@ def tidy_sass(text: str) -> str:
     return re.sub(r"\n{2,}(?=\s*/\*[0-9a-f]{4}\*/)", "\n", text)
 
 
-def disassemble(cubin: bytes | None, *, entry: str = "", timeout: float = 60.0) -> Disassembly:
+def disassemble(cubin: bytes | None, *, entry: str = "", timeout: float = 60.0, use_cache: bool = True) -> Disassembly:
     """SASS of ``cubin`` via ``cuobjdump -sass`` (or ``nvdisasm -c``), the function
-    ``entry`` (the kernel's) first."""
+    ``entry`` (the kernel's) first.  The listing is kept in the cache folder (``sass/``)
+    for the next process, unless ``use_cache`` is false (a kernel whose options turn
+    the cache off)."""
     if cubin is None:
         return Disassembly(None, None, "no cubin: nvJitLink was not available to assemble the PTX")
     digest = hashlib.sha256(cubin).hexdigest()
@@ -161,14 +164,14 @@ def disassemble(cubin: bytes | None, *, entry: str = "", timeout: float = 60.0) 
         running = _pending.get(digest)
     if running is not None:  # started by prefetch(): its result lands in the memo below
         running.join(timeout)
-    return _disassemble_cached(digest, cubin, timeout).kernel_first(entry)
+    return _disassemble_cached(digest, cubin, timeout, use_cache).kernel_first(entry)
 
 
 _pending: dict[str, threading.Thread] = {}
 _pending_lock = threading.Lock()
 
 
-def prefetch(cubin: bytes | None, *, timeout: float = 60.0) -> None:
+def prefetch(cubin: bytes | None, *, timeout: float = 60.0, use_cache: bool = True) -> None:
     """Start disassembling ``cubin`` in a background thread, so that a later
     :func:`disassemble` of it finds the listing made (the tool takes 0.2-0.5 s to
     start, time the caller spends registering the op and running it meanwhile)."""
@@ -178,7 +181,7 @@ def prefetch(cubin: bytes | None, *, timeout: float = 60.0) -> None:
 
     def run() -> None:
         try:
-            _disassemble_cached(digest, cubin, timeout)
+            _disassemble_cached(digest, cubin, timeout, use_cache)
         except Exception:  # noqa: BLE001  (the foreground call reports the failure)
             pass
         finally:
@@ -197,7 +200,7 @@ _RECORD_KIND = "sass"
 
 
 @functools.lru_cache(maxsize=32)
-def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembly:
+def _disassemble_cached(digest: str, cubin: bytes, timeout: float, use_cache: bool = True) -> Disassembly:
     found = find_disassembler()
     if found is None:
         return Disassembly(None, None, f"{NO_DISASSEMBLER}: {SASS_ADVICE}")
@@ -205,12 +208,13 @@ def _disassemble_cached(digest: str, cubin: bytes, timeout: float) -> Disassembl
     # The disassembler takes 0.2-0.5 s even for a tiny cubin: its listing is kept in the
     # cache folder, keyed by the cubin, the tool and the code that tidies its output, for
     # the next process (a re-run cell).
-    key = hashlib.sha256(f"{digest}|{tool}|{os.path.realpath(path)}|{code_version()}".encode()).hexdigest()
-    stored = cache.load_record(_RECORD_KIND, key)
+    version = code_version(use_cache=use_cache)
+    key = hashlib.sha256(f"{digest}|{tool}|{os.path.realpath(path)}|{version}".encode()).hexdigest()
+    stored = cache.load_record(_RECORD_KIND, key) if use_cache else None
     if stored is not None and isinstance(stored.get("text"), str):
         return Disassembly(stored["text"], tool, "")
     result = _run_disassembler(tool, path, cubin, timeout)
-    if result.text:
+    if result.text and use_cache:
         cache.store_record(_RECORD_KIND, key, {"text": result.text, "tool": tool})
     return result
 

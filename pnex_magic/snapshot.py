@@ -380,10 +380,18 @@ def derive(fn: types.FunctionType, convert: Callable[[Any, bool], Any]) -> types
 
 def _clone(fn: types.FunctionType) -> types.FunctionType:
     """``fn`` with the same code over a copy of its globals and empty cells of its own (the
-    caller fills them)."""
+    caller fills them), under its names: ``__name__``, ``__qualname__`` and ``__module__``
+    as they are now, which may differ from what the ``def`` and its module gave (a kernel
+    factory renames its kernels; ``benchmarks/workloads_lib`` names its kernels' module
+    ``workloads``, as ``numpy``'s ``set_module`` does).  The cache key hashes the copy's
+    ``module.qualname`` (:mod:`pnex_magic.fingerprint`) and the op's name the original's,
+    so the two must agree; Numba names the compiled function after it too.  The globals
+    stay those of the module the kernel was written in: what its code reads."""
     cells = tuple(types.CellType() for _ in fn.__closure__ or ())
     clone = types.FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, cells or None)
     clone.__qualname__ = fn.__qualname__
+    clone.__module__ = fn.__module__  # FunctionType takes the globals' __name__
+    clone.__doc__ = fn.__doc__
     clone.__kwdefaults__ = fn.__kwdefaults__
     return clone
 

@@ -283,6 +283,30 @@ def test_choice_is_reused_from_disk_and_force_times_again(fake_gpu, monkeypatch)
     assert _choose(_definition(), Untouchable(forced.spec, {}), monkeypatch)[0] == choice
 
 
+def test_with_the_cache_off_choices_are_neither_read_nor_stored(fake_gpu, monkeypatch):
+    """A kernel whose options turn the cache off (``use_cache=False``) times its
+    candidates in each process, as if no choice were on disk, and stores none; the
+    choice is kept in the process all the same."""
+    times = dict.fromkeys(CANDIDATES, 2e-6) | {(32, 8): 1e-6}
+    off = _definition(use_cache=False)
+    choice, final = _choose(off, FakeRunner(off.spec, times), monkeypatch)
+    assert (off.spec.block_candidates[choice], final) == ((32, 8), True)
+    assert cache.records(autotune.RECORD_KIND) == [] and not (fake_gpu / "autotune").exists()
+    assert _choose(off, FakeRunner(off.spec, {}), monkeypatch) == (choice, True)  # kept in memory
+    assert autotune.stats.benchmarks == 1
+    # A choice on disk (the same build, stored by a kernel that uses the cache) is not read.
+    on = _definition()
+    _choose(on, FakeRunner(on.spec, dict.fromkeys(CANDIDATES, 2e-6) | {(4, 64): 1e-6}), monkeypatch)
+    [record] = cache.records(autotune.RECORD_KIND)
+    assert record.data["choice"] == [4, 64]
+    again = _definition(use_cache=False)
+    assert autotune.stored_choice(again, device_index=0, layout="C", key=(4096, 4)) is None
+    choice, _ = _choose(again, FakeRunner(again.spec, times), monkeypatch)
+    assert again.spec.block_candidates[choice] == (32, 8)
+    assert (autotune.stats.benchmarks, autotune.stats.disk_hits) == (3, 0)
+    assert [r.data["choice"] for r in cache.records(autotune.RECORD_KIND)] == [[4, 64]]  # untouched
+
+
 def test_no_benchmark_while_capturing_disabled_or_compiled(fake_gpu, monkeypatch, caplog):
     d = _definition()
     never = FakeRunner(d.spec, {})

@@ -1,9 +1,12 @@
 """The on-disk compile cache and the fingerprints it is keyed on."""
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -212,7 +215,7 @@ def test_store_and_load_round_trip(fresh_cache):
     assert (cache.stats.hits, cache.stats.misses) == (1, 1)
     # no temporary folders left behind
     assert [p.name for p in fresh_cache.iterdir()] == [key[:40]]
-    assert cache.clear() == 1
+    assert cache.clear().removed["kernels"] == 1
     assert cache.entries() == []
 
 
@@ -299,6 +302,46 @@ def test_fingerprint_covers_array_constants(monkeypatch):
     assert function_fingerprint(_uses_config) != before
 
 
+KERNEL_MODULE = """
+from numba import cuda
+import pnex_magic as pnex
+
+SCALE = 2
+
+
+def moved_k(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+    \"\"\"Scales a.\"\"\"
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        out[i] = a[i] * SCALE
+"""
+
+
+def test_a_kernel_named_into_another_module_keeps_that_name_in_its_copy(tmp_path, monkeypatch):
+    """A kernel whose ``__module__`` is set after its ``def`` (``benchmarks/workloads_lib``'s
+    ``named_in_workloads``, numpy's ``set_module``): the snapshot's copy keeps that name, so
+    the cache key (which hashes the copy's ``module.qualname``) names the kernel as its op
+    name does, and the kernel moved into a new file with ``__module__`` set to the old one
+    keeps its key; the copy still reads the globals of the file it was written in."""
+    from pnex_magic.define import definition
+    from pnex_magic.snapshot import freeze
+
+    (tmp_path / "pnex_origin_mod.py").write_text(KERNEL_MODULE)
+    (tmp_path / "pnex_moved_mod.py").write_text(KERNEL_MODULE + '\nmoved_k.__module__ = "pnex_origin_mod"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    origin = __import__("pnex_origin_mod")
+    moved = __import__("pnex_moved_mod")
+    copy = freeze(moved.moved_k).function
+    assert (copy.__module__, copy.__qualname__, copy.__doc__) == ("pnex_origin_mod", "moved_k", "Scales a.")
+    assert copy.__globals__["__name__"] == "pnex_moved_mod"  # the file it was written in
+    first, second = (definition(m.moved_k, n_threads="a.numel()") for m in (origin, moved))
+    assert first.op_name == second.op_name
+    assert first.cache_key("sm_80") == second.cache_key("sm_80")
+    monkeypatch.setattr(moved, "SCALE", 3)  # the copy reads its own file's globals: another key
+    third = definition(moved.moved_k, n_threads="a.numel()")
+    assert third.snapshot.function.__globals__["SCALE"] == 3 and third.cache_key("sm_80") != first.cache_key("sm_80")
+
+
 def test_cache_dir_fixture_isolated(fresh_cache):
     assert cache.cache_dir() == fresh_cache
     assert Path(fresh_cache).is_dir() and not any(Path(fresh_cache).iterdir())
@@ -311,3 +354,100 @@ def test_failed_store_leaves_no_temporary_folder(fresh_cache, monkeypatch):
     monkeypatch.setattr(cache.os, "replace", refuse)
     assert cache.store("d" * 64, {}, {"kernel.ptx": "x"}) is None
     assert list(fresh_cache.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------
+# clear(): everything pnex keeps in the folder, counted by part.  No compiling here.
+# --------------------------------------------------------------------------------------
+
+
+def _fill(root: Path) -> dict[str, int]:
+    """One or more items of every part of the cache (as the stages that make them name
+    them), and things of the user's; returns the bytes of each part."""
+    cache.store("1" * 64, {"kernel": "mod.copy_k"}, {"kernel.ptx": "p" * 300, "kernel.cubin": b"c" * 700})
+    cache.store("2" * 64, {"kernel": "mod.other_k"}, {"kernel.ptx": "q" * 50}, cache_id="my slot")
+    cache.store("3" * 64, {"kernel": "mod.broken"}, {"kernel.ptx": "r"})
+    (root / ("3" * 40) / "meta.json").write_text("{not json")  # an entry of pnex's all the same
+    cache.store_record("autotune", "a" * 64, {"kernel": "mod.copy_k", "choice": [32]})
+    cache.store_record("autotune", "b" * 64, {"kernel": "mod.other_k", "choice": [64]})
+    cache.store_record("simulated", "c" * 64, {"kernel": "copy_k", "form": "x" * 40})
+    cache.store_record("code", "d" * 64, {"package": "/src/pnex_magic", "files": {}})
+    cache.store_record("code", "e" * 64, {"package": "/src/pnex_magic", "version": "0123"})
+    cache.store_record("sass", "f" * 64, {"text": "IMAD R1, R2"})
+    launcher = cache.folder("launcher")
+    (launcher / "k1").mkdir(parents=True)
+    (launcher / "k1" / "pnex_launcher_k1.so").write_bytes(b"s" * 4000)
+    (launcher / "k1.log").write_text("built in 40 s\n")
+    (launcher / "k1.flock").touch()
+    (launcher / "k2.failed.json").write_text('{"error": "no compiler"}')  # a failed build: its record and log
+    (launcher / "k2.log").write_text("c++: not found\n")
+    (launcher / "k2.flock").touch()
+    (launcher / ".k2.tmp-4242").mkdir()  # what a killed build left
+    (launcher / "pnex_jax_ffi.current.json").write_text("{}")  # the XLA handler's pointer
+    tool = cache.folder("tools") / "nvidia" / "bin"
+    tool.mkdir(parents=True)
+    (tool / "compute-sanitizer").write_bytes(b"t" * 900)
+    cache.folder("profiles").mkdir()
+    (cache.folder("profiles") / "copy_k-20260101-1.ncu-rep").write_bytes(b"n" * 1200)
+    old = time.time() - 7200
+    for stale in (root / ".tmp-killed", cache.folder("sass") / ".tmp-killed.json"):  # killed writers', long ago
+        stale.mkdir() if stale.suffix != ".json" else stale.write_text("{")
+        os.utime(stale, (old, old))
+    (root / ".tmp-live").mkdir()  # a writer's, now: left to it
+    (root / "my-notes.txt").write_text("the user's")  # PNEX_CACHE_DIR may hold other things
+    (root / "my-folder").mkdir()
+    return {part: use.bytes for part, use in cache.usage().items()}
+
+
+def test_clear_removes_every_part_and_counts_what_it_removed(fresh_cache):
+    sizes = _fill(fresh_cache)
+    items = {part: use.items for part, use in cache.usage().items()}
+    assert items == {"kernels": 3, "autotune": 2, "simulated": 1, "code": 2, "sass": 1, "launcher": 3, "tools": 1,
+                     "profiles": 1}
+    assert sizes["kernels"] > 1000 and sizes["launcher"] > 4000 and sizes["profiles"] == 1200
+    cleared = cache.clear()
+    assert cleared.removed == items and cleared.total == 14 and cleared.left == () and cleared.kept == ()
+    assert cleared.bytes_freed == sum(sizes.values())
+    assert str(cleared).startswith(f"pnex cache {fresh_cache}: removed 3 compiled kernels, 2 autotune choices, "
+                                   "1 simulated form, 2 code digest records, 1 SASS listing, 3 launcher builds, "
+                                   "1 tool copy, 1 profile report")
+    assert all(use.items == 0 for use in cache.usage().values())
+    # Left: the user's things, a live writer's temporary folder, the builds' (empty) locks.
+    left = sorted(str(p.relative_to(fresh_cache)) for p in fresh_cache.rglob("*"))
+    assert left == [".tmp-live", "launcher", "launcher/k1.flock", "launcher/k2.flock", "my-folder", "my-notes.txt"]
+    assert cache.clear().total == 0  # nothing more: the counts are of what was there
+
+
+def test_clear_keeps_what_is_asked_and_what_is_in_use(fresh_cache):
+    _fill(fresh_cache)
+    with open(cache.build_lock(cache.folder("launcher") / "k1"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as the build process holds it while it builds
+        cleared = cache.clear(keep=("autotune", "profiles"))
+        assert cleared.kept == ("autotune", "profiles") and "autotune" not in cleared.removed
+        assert cleared.removed["launcher"] == 2  # k2's failure record and log, the XLA pointer
+        assert cleared.left == (f"{cache.folder('launcher') / 'k1'}: a build in progress",)
+        assert (cache.folder("launcher") / "k1" / "pnex_launcher_k1.so").exists()
+    assert "kept autotune choices, profile reports; left " in str(cleared)
+    assert [r.data["choice"] for r in cache.records("autotune")] == [[32], [64]]
+    assert cache.usage()["profiles"].items == 1
+    assert cache.clear(keep="autotune").removed == {"kernels": 0, "simulated": 0, "code": 0, "sass": 0, "launcher": 1,
+                                                    "tools": 0, "profiles": 1}
+    with pytest.raises(ValueError, match=r"clear\(keep=...\): no part named 'choices'; the parts are kernels, auto"):
+        cache.clear(keep=["choices"])
+
+
+def test_clear_of_one_kernel_removes_its_builds_choices_and_simulated_forms(fresh_cache):
+    _fill(fresh_cache)
+    cleared = cache.clear(kernel="copy_k")
+    assert cleared.removed == {"kernels": 1, "autotune": 1, "simulated": 1}
+    assert [e.meta["kernel"] for e in cache.entries()] == ["mod.other_k"]  # and the broken entry, unreadable
+    assert [r.data["kernel"] for r in cache.records("autotune")] == ["mod.other_k"]
+    use = cache.usage()
+    assert (use["kernels"].items, use["simulated"].items, use["code"].items, use["launcher"].items) == (2, 0, 2, 3)
+
+
+def test_records_of_an_unknown_kind_are_refused(fresh_cache):
+    with pytest.raises(ValueError, match=r"no record kind 'choices'; the kinds are autotune, simulated, code, sass"):
+        cache.store_record("choices", "a" * 64, {})
+    with pytest.raises(ValueError, match=r"no folder named 'kernels'"):
+        cache.folder("kernels")

@@ -156,6 +156,63 @@ def test_a_file_just_written_is_read_again(tmp_path, opens, monkeypatch):
     assert sorted(opens) == ["definition.py", "lowering.py"]
 
 
+def test_with_the_cache_off_no_digest_is_read_or_kept(tmp_path, opens):
+    """``use_cache=False`` (a kernel whose options turn the cache off) computes the same
+    version from the files alone: the kept digests are not read, and none are written."""
+    package = _package(tmp_path)
+    cache_folder = tmp_path / "cache"
+    off = codeversion._code_version(package, use_cache=False)
+    assert sorted(opens) == ["definition.py", "lowering.py"] and not cache_folder.exists()
+    opens.clear()
+    assert codeversion._code_version(package) == off and len(opens) == 2  # the same version; now kept
+    assert len(list((cache_folder / "code").glob("*.json"))) == 2
+    opens.clear()
+    assert codeversion._code_version(package, use_cache=False) == off
+    assert sorted(opens) == ["definition.py", "lowering.py"]  # every file read again: the records were not
+
+
+NO_CACHE_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    import torch
+    from numba import cuda
+    import pnex_magic as pnex
+    from pnex_magic.define import definition, registered
+    from pnex_magic.definition import JitOptions
+
+    def no_cache_k(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+        i = cuda.grid(1)
+        if i < a.shape[0]:
+            out[i] = a[i] * 2 + 1
+
+    with registered(definition(no_cache_k, n_threads="a.numel()", options=JitOptions(use_cache=False))) as op:
+        pass
+    a = torch.randn(37)
+    assert torch.equal(op(a), a * 2 + 1)  # the simulator's typed form: made, not stored
+    from pnex_magic.report import build_report
+    # compiled where there is a compiler, and disassembled where there is a disassembler: not stored
+    report = build_report(op, args=(a,))
+    assert report.cache_key or not report.ptx
+    print("FOLDER", os.path.exists(sys.argv[1]) and sorted(os.listdir(sys.argv[1])))
+    """
+)
+
+
+def test_a_kernel_with_the_cache_off_writes_nothing_into_the_cache_folder(tmp_path, pnex_env):
+    """A fresh process whose only kernel turns the cache off (``JitOptions(use_cache=False)``)
+    defines, runs (CPU simulator), compiles and reports on it (SASS too): no cache folder is
+    made (before, the code version's digests were written into its ``code/``, the SASS
+    listing into ``sass/``)."""
+    (tmp_path / "child.py").write_text(NO_CACHE_CHILD)
+    folder = tmp_path / "cache"
+    env = dict(pnex_env, PNEX_CACHE_DIR=str(folder), PNEX_LAUNCHER="driver", PNEX_WARMUP="0")
+    proc = subprocess.run([sys.executable, "child.py", str(folder)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("FOLDER ")]
+    assert line == "FOLDER False"
+
+
 def test_an_installed_wheel_is_named_by_its_record(tmp_path, opens):
     package = _package(tmp_path)
     info = tmp_path / "pnex_magic-0.1.0.dist-info"

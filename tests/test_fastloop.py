@@ -583,6 +583,28 @@ def test_the_sass_listing_is_kept_for_the_next_process(fresh_cache, monkeypatch)
     sass._disassemble_cached.cache_clear()
 
 
+def test_with_the_cache_off_the_sass_listing_is_neither_read_nor_kept(fresh_cache, monkeypatch):
+    """The listing of a kernel whose options turn the cache off (``use_cache=False``, passed
+    on by the report) is made by the disassembler and not stored; one stored for the same
+    cubin is not read."""
+    from pnex_magic import sass
+
+    if sass.find_disassembler() is None:
+        pytest.skip("no cuobjdump or nvdisasm here")
+    cubin = make_with_device_function().definition.compiled().cubin
+    sass._disassemble_cached.cache_clear()
+    off = sass.disassemble(cubin, use_cache=False)
+    assert off.text and not (fresh_cache / "sass").exists()
+    sass._disassemble_cached.cache_clear()
+    sass.disassemble(cubin)  # stored
+    assert len(list((fresh_cache / "sass").glob("*.json"))) == 1
+    sass._disassemble_cached.cache_clear()
+    runs, real = [], sass._run_disassembler
+    monkeypatch.setattr(sass, "_run_disassembler", lambda *a: runs.append(1) or real(*a))
+    assert sass.disassemble(cubin, use_cache=False).text == off.text and runs == [1]
+    sass._disassemble_cached.cache_clear()
+
+
 def test_a_prefetched_sass_listing_is_made_once_in_the_background(fresh_cache, monkeypatch):
     """The magic starts the disassembler as soon as the kernel is compiled; the report's
     own call then waits for that run instead of starting a second one."""

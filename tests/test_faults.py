@@ -113,7 +113,7 @@ def _check_whole_entries(folder: Path) -> list[cache.CacheEntry]:
     file it lists is there.  Returns them."""
     found = []
     for path in sorted(folder.iterdir()):
-        if path.name.startswith(".") or path.name in ("launcher", "simulated", "code"):  # not entries: a build, records
+        if path.name.startswith(".") or path.name in cache.PARTS:  # not entries: the other parts of the cache
             continue
         meta = json.loads((path / "meta.json").read_text())
         assert len(meta["key"]) == 64, path

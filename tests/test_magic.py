@@ -1054,7 +1054,7 @@ def test_magic_autotune_option_errors(ip):
         ip.run_cell_magic("pnex", '--n-threads "out.size(1), out.size(0)" --autotune-key a.size(0)', SCALE_CELL)
 
 
-def test_pnex_cache_lists_and_clears_autotune_choices(ip):
+def test_pnex_cache_lists_and_clears_autotune_choices(ip, magic_cache):
     data = {"kernel": "__main__.scale_k", "gpu": "Fake GPU", "key_text": "a.size(0)=1024, contiguous inputs",
             "candidates": [{"block": [16, 16], "seconds": 3e-6}, {"block": [4, 64], "seconds": 1e-6}],
             "choice": [4, 64]}
@@ -1068,6 +1068,20 @@ def test_pnex_cache_lists_and_clears_autotune_choices(ip):
     cleared = ip.run_line_magic("pnex_cache", "--clear --kernel scale_k")
     assert cleared.removed == 1
     assert [c.kernel for c in ip.run_line_magic("pnex_cache", "").choices] == ["other"]
+    # --clear removes every part of the folder (pnex_magic.cache.PARTS), but those --keep names.
+    cache.store_record("sass", "c" * 64, {"text": "IMAD"})
+    listing = ip.run_line_magic("pnex_cache", "")
+    assert "also: 1 SASS listing (" in str(listing) and "also: 1 SASS listing" in listing._repr_html_()
+    cleared = ip.run_line_magic("pnex_cache", "--clear --keep autotune")
+    assert cleared.removed == 1 and "removed 1 SASS listing; kept autotune choices" in str(cleared)
+    assert len(ip.run_line_magic("pnex_cache", "").choices) == 1
+    with pytest.raises(UsageError, match=r"--keep: .*no part named 'choices'; the parts are kernels, autotune"):
+        ip.run_line_magic("pnex_cache", "--clear --keep choices")
+    with pytest.raises(UsageError, match="--keep goes with --clear"):
+        ip.run_line_magic("pnex_cache", "--keep autotune")
+    cleared = ip.run_line_magic("pnex_cache", "--clear")
+    assert cleared.cleared.removed["autotune"] == 1 and cleared.removed == 1
+    assert ip.run_line_magic("pnex_cache", "").choices == ()
 
 
 TUNE_CELL = """

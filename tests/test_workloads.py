@@ -183,6 +183,8 @@ def test_the_facade_exports_every_part_and_the_ops_keep_their_names():
     ops = [wl.diffusion_step, wl.diffusion_blocked, wl.lltm_forward, wl.lltm_backward, wl.kmeans_assign,
            *wl.lltm_ops(torch.float64), wl.kmeans_ops(torch.int32), wl.kmeans_tuned_ops(torch.int32)]
     assert {op.definition.spec.module for op in ops} == {"workloads"}
+    # ... and so is the copy each compile and the cache key are made of (pnex_magic.snapshot)
+    assert {op.definition.snapshot.function.__module__ for op in ops} == {"workloads"}
     assert wl.diffusion_step.definition.op_name == "diffusion_step_7c65175a"  # sha256("workloads.diffusion_step")
     assert wl.kmeans_ops(torch.int64) is wl.kmeans_assign and wl.lltm_ops(torch.float32).forward is wl.lltm_forward
 

@@ -1,5 +1,6 @@
-"""``%pnex_cache``: the build cache's entries and the stored autotune choices as a
-result object (text and HTML)."""
+"""``%pnex_cache``: the build cache's entries, the stored autotune choices and what
+else the cache folder holds as a result object (text and HTML), or what
+``--clear`` removed."""
 
 from __future__ import annotations
 
@@ -71,16 +72,24 @@ class ChoiceRow:
 
 @dataclasses.dataclass(frozen=True)
 class CacheListing:
-    """The build cache's entries and autotune choices (``%pnex_cache``), or how many
-    were removed."""
+    """The build cache's entries and autotune choices (``%pnex_cache``) with the other
+    parts of the cache folder (:data:`pnex_magic.cache.PARTS`: items and bytes), or
+    what ``--clear`` removed (:attr:`cleared`)."""
 
     directory: str
     rows: tuple[CacheRow, ...]
-    removed: int | None = None
+    cleared: cache.Cleared | None = None
     choices: tuple[ChoiceRow, ...] = ()
+    others: dict[str, cache.Usage] = dataclasses.field(default_factory=dict)  #: the other parts, where not empty
+
+    @property
+    def removed(self) -> int | None:
+        """Items removed by ``--clear``, all parts together (``None``: a listing)."""
+        return None if self.cleared is None else self.cleared.total
 
     @classmethod
-    def collect(cls, entries=None, removed: int | None = None, choices=None) -> CacheListing:
+    def collect(cls, entries=None, cleared: cache.Cleared | None = None, choices=None,
+                others: bool = False) -> CacheListing:
         rows = []
         now = time.time()
         for entry in entries or ():
@@ -95,7 +104,9 @@ class CacheListing:
                 slot=entry.path.name,
             ))
         picks = tuple(ChoiceRow.from_record(r.data, now) for r in choices or ())
-        return cls(str(cache.cache_dir()), tuple(rows), removed, picks)
+        rest = {part: use for part, use in cache.usage().items()
+                if part not in ("kernels", "autotune") and use.items} if others else {}
+        return cls(str(cache.cache_dir()), tuple(rows), cleared, picks, rest)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -104,9 +115,8 @@ class CacheListing:
         return iter(self.rows)
 
     def __str__(self) -> str:
-        if self.removed is not None:
-            entries = "entry" if self.removed == 1 else "entries"
-            return f"pnex build cache {self.directory}: removed {self.removed} {entries}"
+        if self.cleared is not None:
+            return str(self.cleared)
         total = sum(r.size_bytes for r in self.rows)
         out = [f"pnex build cache {self.directory}: {len(self.rows)} entr{'y' if len(self.rows) == 1 else 'ies'}, "
                f"{format_bytes(total)}"]
@@ -121,15 +131,21 @@ class CacheListing:
             for c in self.choices:
                 gain = "" if c.speedup is None else f"{c.speedup:.2f}x"
                 out.append(f"  {c.kernel[:28]:<28} {c.choice:<12} {gain:>6} {_age(c.age_seconds):>7}  {c.gpu}; {c.key}")
+        if self.others:
+            out.append(f"also: {self._others_text()}")
         return "\n".join(out)
+
+    def _others_text(self) -> str:
+        return ", ".join(f"{cache.describe(part, use.items)} ({format_bytes(use.bytes)})"
+                         for part, use in self.others.items())
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text("CacheListing(...)" if cycle else str(self))
 
     def _repr_html_(self) -> str:
         e = html.escape
-        if self.removed is not None:
-            return f"<div>pnex build cache <code>{e(self.directory)}</code>: removed {self.removed} entries</div>"
+        if self.cleared is not None:
+            return f"<div>{e(str(self.cleared))}</div>"
         head = (f"<div>pnex build cache <code>{e(self.directory)}</code>: {len(self.rows)} entries, "
                 f"{format_bytes(sum(r.size_bytes for r in self.rows))}</div>")
         parts = [head]
@@ -146,6 +162,8 @@ class CacheListing:
                  "" if c.speedup is None else f"{c.speedup:.2f}×", e(c.gpu), e(c.key), _age(c.age_seconds))
                 for c in self.choices
             ]))
+        if self.others:
+            parts.append(f"<div>also: {e(self._others_text())}</div>")
         return "".join(parts)
 
 

@@ -544,7 +544,7 @@ class CellRun:
         if not definition.compiles:
             return
         with contextlib.suppress(Exception):
-            sass.prefetch(definition.compiled(self.opts.arch).cubin)
+            sass.prefetch(definition.compiled(self.opts.arch).cubin, use_cache=definition.options.use_cache)
 
     def _def_line(self) -> int | None:
         return self.fn.__code__.co_firstlineno if self.fn is not None else None

@@ -259,8 +259,9 @@ def doctor() -> DoctorReport:
         advice.append('pip install "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"   # to see SASS '
                       '(these CUDA 13 tools also read CUDA 12 builds)')
 
-    # The build cache.
-    entries = cache.entries()
-    size = sum(p.stat().st_size for e in entries for p in e.path.iterdir() if p.is_file())
-    checks.append(Check("build cache", "ok", f"{cache.cache_dir()}: {len(entries)} entries, {format_bytes(size)}"))
+    # The build cache: every part of its folder (pnex_magic.cache.PARTS).
+    use = cache.usage()
+    kept = [f"{cache.describe(part, u.items)} ({format_bytes(u.bytes)})" for part, u in use.items() if u.items]
+    total = format_bytes(sum(u.bytes for u in use.values()))
+    checks.append(Check("build cache", "ok", f"{cache.cache_dir()}: {', '.join(kept) or 'empty'}; {total} in all"))
     return DoctorReport(tuple(checks), tuple(advice))

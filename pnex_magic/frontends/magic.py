@@ -15,7 +15,6 @@ import ast
 import dataclasses
 import keyword
 import re
-import shutil
 from typing import Any
 
 from IPython.core import magic_arguments
@@ -387,30 +386,43 @@ class PnexMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
         "--clear", action="store_true",
-        help="Remove cached builds and autotune choices (all, or those matching --kernel).",
+        help="Remove what pnex keeps in its cache folder: compiled kernels, autotune choices, the simulator's "
+             "typed kernels, SASS listings, code digests, launcher builds, tool copies and profile reports "
+             "(with --kernel: that kernel's compiled builds, autotune choices and simulated forms).",
+    )
+    @magic_arguments.argument(
+        "--keep", metavar="PART[,PART]",
+        help=f"With --clear: parts to keep, of {', '.join(cache.PARTS)} (e.g. --keep autotune).",
     )
     @magic_arguments.argument("--kernel", metavar="NAME", help="Only entries whose kernel name contains NAME.")
     @line_magic
     def pnex_cache(self, line: str):
-        """List (or clear) the compiled kernels and autotune choices in pnex's on-disk cache.
+        """List (or clear) pnex's on-disk cache: the compiled kernels and autotune choices,
+        and what else the folder holds.
 
-        Builds are stored under $PNEX_CACHE_DIR (else ~/.cache/pnex_magic), keyed by
-        the kernel's source, the values it reads, its options, the target
-        architecture and the toolchain versions; only successful builds are
-        stored. Autotune choices are stored per GPU model, kernel build and key.
-        %%pnex --force recompiles and re-times without reading the cache.
+        The folder is $PNEX_CACHE_DIR (else $XDG_CACHE_HOME/pnex_magic, else
+        ~/.cache/pnex_magic). Builds are keyed by the kernel's source, the values it
+        reads, its options, the target architecture and the toolchain versions; only
+        successful builds are stored. Autotune choices are stored per GPU model, kernel
+        build and key. %%pnex --force recompiles and re-times without reading the cache.
+        --clear removes it all (a launcher build in progress is left); everything is
+        made again when next needed.
         """
         ns = magic_arguments.parse_argstring(self.pnex_cache, line)
-        wanted = (lambda kernel: ns.kernel in str(kernel)) if ns.kernel else (lambda kernel: True)
+        kernel = _unquote(ns.kernel) if ns.kernel else None
+        if ns.clear:
+            keep = [k.strip() for k in _unquote(ns.keep).split(",") if k.strip()] if ns.keep else []
+            try:
+                cleared = cache.clear(keep=keep, kernel=kernel)
+            except ValueError as exc:
+                raise UsageError(f"%pnex_cache --keep: {exc}") from None
+            return CacheListing.collect(cleared=cleared)
+        if ns.keep:
+            raise UsageError("%pnex_cache: --keep goes with --clear (the parts that --clear leaves)")
+        wanted = (lambda name: kernel in str(name)) if kernel else (lambda name: True)
         entries = [e for e in cache.entries() if wanted(e.meta.get("kernel", ""))]
         choices = [r for r in cache.records(RECORD_KIND) if wanted(r.data.get("kernel", ""))]
-        if ns.clear:
-            for entry in entries:
-                shutil.rmtree(entry.path, ignore_errors=True)
-            for record in choices:
-                cache.remove_record(record)
-            return CacheListing.collect(removed=len(entries) + len(choices))
-        return CacheListing.collect(entries=entries, choices=choices)
+        return CacheListing.collect(entries=entries, choices=choices, others=kernel is None)
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("name", help="The pnex op to save: its name in the notebook.")

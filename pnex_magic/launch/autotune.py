@@ -256,6 +256,17 @@ def _slot(definition: Kernel, gpu: str, arch: str, layout: str, key: tuple[int, 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _writes_disk(definition: Kernel) -> bool:
+    """Whether ``definition``'s choices are stored on disk (not where its options turn
+    the cache off; a loaded artifact's options do not)."""
+    return getattr(definition.options, "use_cache", True)
+
+
+def _reads_disk(definition: Kernel) -> bool:
+    """Whether a stored choice may serve ``definition`` (not under ``--force`` either)."""
+    return _writes_disk(definition) and not getattr(definition.options, "force", False)
+
+
 def _remember(definition: Kernel, where: tuple[int, str, tuple[int, ...]], result: TuneResult) -> TuneResult:
     _RESULTS.setdefault(definition, {})[where] = result
     return result
@@ -286,7 +297,7 @@ def choose(
         gpu, arch = _device_facts(device_index)
         slot = _slot(definition, gpu, arch, layout, key)
         text = key_text(spec, key, layout)
-        stored = None if getattr(definition.options, "force", False) else cache.load_record(RECORD_KIND, slot)
+        stored = cache.load_record(RECORD_KIND, slot) if _reads_disk(definition) else None
         result = _from_record(spec, stored, key, text) if stored else None
         if result is not None:
             stats.disk_hits += 1
@@ -305,19 +316,20 @@ def choose(
             return _remember(definition, where, _untimed(spec, key, text, f"first candidate: {why}", gpu)).choice, True
         result = _benchmark(definition, runner(), key, text, gpu, arch, layout)
         stats.benchmarks += 1
-        cache.store_record(RECORD_KIND, slot, {
-            "kernel": f"{spec.module}.{spec.qualname}",
-            "op_name": definition.op_name,
-            "gpu": gpu,
-            "arch": arch,
-            "layout": layout,
-            "key_values": list(key),
-            "key_text": text,
-            "candidates": [dataclasses.asdict(c) for c in result.candidates],
-            "choice": list(result.block),
-            "choice_tune": [v for _, v in result.tune],
-            "seconds_total": result.seconds_total,
-        })
+        if _writes_disk(definition):
+            cache.store_record(RECORD_KIND, slot, {
+                "kernel": f"{spec.module}.{spec.qualname}",
+                "op_name": definition.op_name,
+                "gpu": gpu,
+                "arch": arch,
+                "layout": layout,
+                "key_values": list(key),
+                "key_text": text,
+                "candidates": [dataclasses.asdict(c) for c in result.candidates],
+                "choice": list(result.block),
+                "choice_tune": [v for _, v in result.tune],
+                "seconds_total": result.seconds_total,
+            })
         return _remember(definition, where, result).choice, True
 
 
@@ -334,7 +346,7 @@ def stored_choice(definition: Kernel, *, device_index: int, layout: str, key: tu
         found = _RESULTS.get(definition, {}).get(where)
         if found is not None:
             return found
-        if getattr(definition.options, "force", False):  # %%pnex --force: choices are made again
+        if not _reads_disk(definition):  # %%pnex --force: choices are made again; use_cache=False
             return None
         gpu, arch = _device_facts(device_index)
         stored = cache.load_record(RECORD_KIND, _slot(definition, gpu, arch, layout, key))

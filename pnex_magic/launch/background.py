@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cache import build_lock
 from ..errors import KernelCompileError
 from .build import Build, compile_into, compiler, import_built, toolchain
 
@@ -69,7 +70,7 @@ _lock = threading.RLock()
 
 
 def _lock_path(build: Build) -> Path:
-    return build.folder.parent / f"{build.folder.name}.flock"
+    return build_lock(build.folder)
 
 
 def hold(build: Build):

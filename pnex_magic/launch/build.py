@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..cache import cache_dir
+from ..cache import folder as cache_folder
 from ..errors import KernelCompileError
 
 __all__ = [
@@ -203,7 +203,7 @@ class Build:
 
     @property
     def folder(self) -> Path:
-        root = cache_dir() / "launcher"
+        root = cache_folder("launcher")
         return root / (self.key if self.stem == "pnex_launcher" else f"{self.stem}-{self.key}")
 
     @property

@@ -49,7 +49,7 @@ import torch
 from ..arch import arch_name, parse_arch
 from ..errors import KernelCompileError, KernelDefinitionError
 from ..spec import KernelSpec, ScalarParam, TensorParam
-from ..cache import cache_dir
+from ..cache import folder as cache_folder
 from . import background, build
 from .description import KINDS, describe_launch
 from .driver import scalar_slot
@@ -177,7 +177,7 @@ def _quick_key() -> str:
 
 
 def _pointer() -> Path:
-    return cache_dir() / "launcher" / f"{_STEM}.current.json"
+    return cache_folder("launcher") / f"{_STEM}.current.json"
 
 
 def _stamp(path: Path) -> dict[str, Any]:
