@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import ArgumentValueError, ShapeExpressionError
 from .expressions import (
-    MAX_STACK_DEPTH,
     OPCODES,
     Expr,
     NameInfo,
@@ -42,11 +42,14 @@ from .expressions import (
     ScalarRef,
     Size,
     _Parser,
-    stack_depth,
+    folded_program,
+    parse_text,
 )
 
 __all__ = ["Condition", "Requirement", "parse_requirements", "check_requirements", "requirement_message", "programs"]
 
+_OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+              "!=": operator.ne}
 _COMPARE: dict[type, str] = {
     ast.Lt: "<",
     ast.LtE: "<=",
@@ -68,11 +71,7 @@ class Compare(Condition):
     right: Expr
 
     def evaluate(self, env):
-        a, b = self.left.evaluate(env), self.right.evaluate(env)
-        return {
-            "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b,
-            ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b,
-        }[self.op]()
+        return _OPERATORS[self.op](self.left.evaluate(env), self.right.evaluate(env))
 
     def names(self):
         return self.left.names() | self.right.names()
@@ -97,11 +96,7 @@ class Logical(Condition):
         return frozenset().union(*(c.names() for c in self.operands))
 
     def to_program(self, index_of):
-        program = self.operands[0].to_program(index_of)
-        for c in self.operands[1:]:
-            program += c.to_program(index_of)
-            program.append((OPCODES[self.op], 0, 0))
-        return program
+        return folded_program(self.operands, self.op, index_of)
 
     def __str__(self):
         return f" {self.op} ".join(f"({c})" if isinstance(c, Logical) else str(c) for c in self.operands)
@@ -191,28 +186,17 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
     found = []
     for i, (text, why) in enumerate(pairs):
         where = f"kernel {kernel!r}, requires[{i}]"
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError as exc:
-            raise ShapeExpressionError(f"{where}: {text!r} is not a valid condition ({exc.msg})") from None
-        except (RecursionError, MemoryError):
-            raise ShapeExpressionError(f"{where}: condition {text!r} is nested too deeply") from None
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and (node.id in tune or node.id in outputs):
-                why = ("a Tune parameter: the autotuner chooses it, so a call cannot break a rule on it; "
-                       "give the choices that hold instead" if node.id in tune
-                       else "an output: its sizes follow from the arguments; state the rule on those")
-                raise ShapeExpressionError(f"{where}: {text!r} names {node.id!r}, {why}")
-        try:
-            condition = _ConditionParser(text, names, None, where).condition(tree.body)
-        except RecursionError:
-            raise ShapeExpressionError(f"{where}: condition {text!r} is nested too deeply") from None
-        depth = stack_depth(condition.to_program(lambda name: 0))
-        if depth > MAX_STACK_DEPTH:
-            raise ShapeExpressionError(
-                f"{where}: condition {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
-                f"at most {MAX_STACK_DEPTH})"
-            )
+
+        def build(body: ast.AST, text: str = text, where: str = where) -> Condition:
+            for node in ast.walk(body):
+                if isinstance(node, ast.Name) and (node.id in tune or node.id in outputs):
+                    reason = ("a Tune parameter: the autotuner chooses it, so a call cannot break a rule on it; "
+                              "give the choices that hold instead" if node.id in tune
+                              else "an output: its sizes follow from the arguments; state the rule on those")
+                    raise ShapeExpressionError(f"{where}: {text!r} names {node.id!r}, {reason}")
+            return _ConditionParser(text, names, None, where).condition(body)
+
+        condition = parse_text(text, where, "condition", build)
         found.append(Requirement(text.strip(), condition, tuple(_terms(condition)), why.strip()))
     return tuple(found)
 

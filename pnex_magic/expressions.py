@@ -82,6 +82,16 @@ def stack_depth(program: list[tuple[int, int, int]]) -> int:
     return deepest
 
 
+def folded_program(operands, op: str, index_of: Callable[[str], int]) -> list[tuple[int, int, int]]:
+    """The postfix program that combines ``operands`` (two or more) left to right with the
+    binary opcode ``op`` (``min(a, b, c)``, ``p and q and r``)."""
+    program = operands[0].to_program(index_of)
+    for operand in operands[1:]:
+        program += operand.to_program(index_of)
+        program.append((OPCODES[op], 0, 0))
+    return program
+
+
 @dataclasses.dataclass(frozen=True)
 class NameInfo:
     """What the parser knows about a name an expression may use."""
@@ -259,11 +269,7 @@ class MinMax(Expr):
         return frozenset().union(*(a.names() for a in self.args))
 
     def to_program(self, index_of):
-        program = self.args[0].to_program(index_of)
-        for a in self.args[1:]:
-            program += a.to_program(index_of)
-            program.append((OPCODES[self.fn], 0, 0))
-        return program
+        return folded_program(self.args, self.fn, index_of)
 
     def __str__(self):
         return f"{self.fn}({', '.join(map(str, self.args))})"
@@ -399,20 +405,27 @@ def parse_expression(
         raise ShapeExpressionError(f"{where}: expected an int or an expression string, got {text!r}")
     if isinstance(text, int):
         return Const(text)
+    return parse_text(text, where, "expression", _Parser(text, names, axis, where).parse)
+
+
+def parse_text(text: str, where: str, kind: str, build: Callable[[ast.AST], Expr]) -> Expr:
+    """``text`` parsed by :mod:`ast` and built into a tree by ``build`` (from the parsed
+    body), refused where it is not Python, nests too deeply for the parser or for the
+    C++ launcher's stack; ``kind`` ("expression", "condition") names it in messages."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ShapeExpressionError(f"{where}: {text!r} is not a valid expression ({exc.msg})") from None
+        raise ShapeExpressionError(f"{where}: {text!r} is not a valid {kind} ({exc.msg})") from None
     except (RecursionError, MemoryError):
-        raise ShapeExpressionError(f"{where}: expression {text!r} is nested too deeply") from None
+        raise ShapeExpressionError(f"{where}: {kind} {text!r} is nested too deeply") from None
     try:
-        expr = _Parser(text, names, axis, where).parse(tree.body)
+        expr = build(tree.body)
     except RecursionError:
-        raise ShapeExpressionError(f"{where}: expression {text!r} is nested too deeply") from None
+        raise ShapeExpressionError(f"{where}: {kind} {text!r} is nested too deeply") from None
     depth = stack_depth(expr.to_program(lambda name: 0))
     if depth > MAX_STACK_DEPTH:
         raise ShapeExpressionError(
-            f"{where}: expression {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
+            f"{where}: {kind} {text!r} is nested too deeply (its evaluation holds {depth} values at once; "
             f"at most {MAX_STACK_DEPTH}); write it with fewer nested parentheses"
         )
     return expr
