@@ -18,7 +18,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp
+from tiles import tile_rule
 
 LOG2E = 1.4426950408889634
 
@@ -53,6 +53,8 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
         n_threads=(f"q.size(2) // {BM} * {threads}", "q.size(0) * q.size(1)"),
         threads_per_block=(threads, 1),
         shared_bytes=smem,
+        requires={**tile_rule("q.size(2)", BM, "the query length", "the query block BM = 16 x warps"),
+                  **tile_rule("k.size(2)", bn, "the key length", "the key block BN")},
     )
     def attention(
         q: pnex.In(dtype, (None, None, None, D)),
@@ -217,7 +219,4 @@ def make_attention(dtype="f16", head_dim=128, causal=False, warps=4, bn=64):
             tc.store_pair(o, (b, h, row, col), o_acc[j, 0] * inv_lo, o_acc[j, 1] * inv_lo)
             tc.store_pair(o, (b, h, row + 8, col), o_acc[j, 2] * inv_hi, o_acc[j, 3] * inv_hi)
 
-    return TiledOp(attention, [
-        Rule("q", 2, BM, "the query length", "the query block BM = 16 x warps"),
-        Rule("k", 2, bn, "the key length", "the key block BN"),
-    ])
+    return attention

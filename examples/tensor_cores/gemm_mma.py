@@ -15,14 +15,14 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp, grouped_tile
+from tiles import grouped_tile, tile_rule
 
 BK = 32
 
 
 def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3, group: int = 8):
-    """The op ``c = gemm(a, b)`` for one dtype and tile shape (a :class:`tiles.TiledOp`:
-    M must be a multiple of ``bm``, N of ``bn``, K of 32)."""
+    """The op ``c = gemm(a, b)`` for one dtype and tile shape (its ``requires``: M must be
+    a multiple of ``bm``, N of ``bn``, K of 32)."""
     mma = tc.mma if dtype == "f16" else tc.mma_bf16
     MI, NI = bm // 32, bn // 16  # m16 tiles per warp (BM/2 rows), n8 tiles per warp (BN/2 columns)
     WAIT = stages - 2  # cp_async_wait takes a constant
@@ -30,7 +30,13 @@ def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3,
     A_CHUNKS = bm * BK // 8 // 128  # 16-byte chunks of the A tile per thread
     B_CHUNKS = BK * bn // 8 // 128
 
-    @pnex.jit(n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // {bn}) * 128",), threads_per_block=128)
+    @pnex.jit(
+        n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // {bn}) * 128",),
+        threads_per_block=128,
+        requires={**tile_rule("a.size(0)", bm, "M", "the block tile BM"),
+                  **tile_rule("b.size(1)", bn, "N", "the block tile BN"),
+                  **tile_rule("a.size(1)", BK, "K", "the k-tile BK")},
+    )
     def gemm(
         a: pnex.In(dtype, (None, None)),
         b: pnex.In(dtype, ("a.size(1)", None)),
@@ -115,8 +121,4 @@ def make_gemm(dtype: str = "f16", bm: int = 128, bn: int = 128, stages: int = 3,
                 tc.store_pair(c, (row, col), acc[i, j, 0], acc[i, j, 1])
                 tc.store_pair(c, (row + 8, col), acc[i, j, 2], acc[i, j, 3])
 
-    return TiledOp(gemm, [
-        Rule("a", 0, bm, "M", "the block tile BM"),
-        Rule("b", 1, bn, "N", "the block tile BN"),
-        Rule("a", 1, BK, "K", "the k-tile BK"),
-    ])
+    return gemm

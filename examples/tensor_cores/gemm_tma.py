@@ -29,12 +29,20 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp, grouped_tile
+from tiles import grouped_tile, tile_rule
 
 BK = 64
 BM = 128
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
+
+
+def _tile_rules(bn: int, cluster: int) -> dict[str, str]:
+    """What the TMA kernels require of M, N and K (``jit(requires=...)``)."""
+    blocks = "the block tile BM" if cluster == 1 else f"the cluster's {cluster} block tiles BM"
+    return {**tile_rule("a.size(0)", BM * cluster, "M", blocks),
+            **tile_rule("w.size(0)", bn, "N", "the block tile BN"),
+            **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)}
 
 
 def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
@@ -68,6 +76,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
         n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
         threads_per_block=threads,
         shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + 16 * STAGES",
+        requires=_tile_rules(wide, cluster),
         **clusters,
     )
     def linear_tma(
@@ -193,6 +202,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
         shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM} * BN * 2 + 16 * STAGES",
+        requires=_tile_rules(wide, 1),
     )
     def linear_persistent(
         a: pnex.In(dtype, (None, None)),
@@ -307,8 +317,8 @@ def _sm_count(device):
 
 
 class TmaLinear:
-    """``c = a @ w.T`` through :func:`make_linear_tma`'s op: checks the tile rules, makes
-    (or finds) the tensor maps of ``a`` and ``w``, and calls the op.  ``cluster=2``: the
+    """``c = a @ w.T`` through :func:`make_linear_tma`'s op: makes (or finds) the tensor
+    maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``cluster=2``: the
     clustered kernel (W's box is half the tile: each block of a pair loads half)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1):
@@ -323,15 +333,8 @@ class TmaLinear:
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster)
         self.bn = bn
-        blocks = "the block tile BM" if cluster == 1 else f"the cluster's {cluster} block tiles BM"
-        self.tiled = TiledOp(self.op, [
-            Rule("a", 0, BM * cluster, "M", blocks),
-            Rule("w", 0, self.bn, "N", "the block tile BN"),
-            Rule("a", 1, BK, "K", "the k-tile BK", minimum=BK),
-        ])
 
     def __call__(self, a, w):
-        self.tiled.check(a, w)
         a_map = tc.tensor_map(a, (BM, BK))
         w_map = tc.tensor_map(w, (self.bn // self.cluster, BK))
         if not self.persistent:

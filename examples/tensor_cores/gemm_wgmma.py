@@ -20,7 +20,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from tiles import Rule, TiledOp, grouped_tile
+from tiles import grouped_tile, tile_rule
 
 BK = 64
 SQRT1_2 = 0.7071067811865476
@@ -60,6 +60,10 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     @pnex.jit(
         n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // BN) * {threads}",),
         threads_per_block=threads,
+        requires={**tile_rule("a.size(0)", bm, "M", "the block tile BM"),
+                  **tile_rule("w.size(0)", wide, "N", "the widest block tile BN"),
+                  # no k-tile: the accumulators are never written
+                  **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)},
         **options,
     )
     def linear(
@@ -171,8 +175,4 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                         tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
                         tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
 
-    return TiledOp(linear, [
-        Rule("a", 0, bm, "M", "the block tile BM"),
-        Rule("w", 0, wide, "N", "the widest block tile BN"),
-        Rule("a", 1, BK, "K", "the k-tile BK", minimum=BK),  # no k-tile: accumulators never written
-    ])
+    return linear
