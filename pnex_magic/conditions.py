@@ -214,7 +214,14 @@ def check_requirements(kernel: str, requirements: Sequence[Requirement], env: Ma
     the arguments in ``env`` break."""
     for i, r in enumerate(requirements):
         if not r.condition.evaluate(env):
-            raise ArgumentValueError(requirement_message(kernel, i, r, [t.evaluate(env) for t in r.terms]))
+            raise ArgumentValueError(requirement_message(kernel, i, r, [_concrete(t.evaluate(env)) for t in r.terms]))
+
+
+def _concrete(value: Any) -> Any:
+    """A size as the call has it: under ``torch.compile`` with dynamic shapes a size is a
+    symbol (``s17``) whose hint is this call's value."""
+    hint = getattr(getattr(value, "node", None), "hint", None)
+    return hint if hint is not None else value
 
 
 def programs(requirements: Sequence[Requirement], index_of: Callable[[str], int]) -> list[dict[str, Any]]:

@@ -590,21 +590,23 @@ def test_the_gemm_example_refuses_shapes_its_tiles_do_not_divide_before_launchin
     from pnex_magic.report import _definition_of
 
     gemm = make_gemm("f16", 32, 32, 2)
-    assert _definition_of(gemm, "test") is gemm.op._pnex  # pnex.inspect and the report see the op
+    assert _definition_of(gemm, "test") is gemm._pnex  # pnex.inspect and the report see the op
     gen = torch.Generator().manual_seed(5)
     a, b = torch.randn(32, 64, generator=gen).half(), torch.randn(64, 32, generator=gen).half()
     c = gemm(a, b)
     assert ((c.double() - a.double() @ b.double()).abs() <= (a.double() @ b.double()).abs() * 2**-10 + 1e-2).all()
     for bad_a, bad_b, pattern in (
-        (torch.randn(33, 64), b, r"gemm\(\): M = a\.shape\[0\] = 33 must be a multiple of the block tile BM = 32"),
-        (a, torch.randn(64, 48), r"gemm\(\): N = b\.shape\[1\] = 48 must be a multiple of the block tile BN = 32"),
-        (torch.randn(32, 48), torch.randn(48, 32), r"gemm\(\): K = a\.shape\[1\] = 48 must be a multiple of the k-tile"),
+        (torch.randn(33, 64), b, r"gemm\(\): the call breaks requires\[0\] `a\.size\(0\) % 32 == 0` \(a\.size\(0\) = "
+                                 r"33\): M must be a multiple of the block tile BM = 32; the kernel computes whole tiles"),
+        (a, torch.randn(64, 48), r"requires\[1\] `b\.size\(1\) % 32 == 0` \(b\.size\(1\) = 48\): N must be a "
+                                 r"multiple of the block tile BN = 32"),
+        (torch.randn(32, 48), torch.randn(48, 32), r"\(a\.size\(1\) = 48\): K must be a multiple of the k-tile BK"),
     ):
-        with pytest.raises(pnex.ArgumentShapeError, match=pattern):
+        with pytest.raises(pnex.ArgumentValueError, match=pattern):
             gemm(bad_a.half(), bad_b.half())
     compiled = torch.compile(lambda x, y: gemm(x, y) * 2, fullgraph=True)
     torch.testing.assert_close(compiled(a, b), c * 2)
-    with pytest.raises(Exception, match=r"K = a\.shape\[1\] = 48 must be a multiple of the k-tile BK = 32"):
+    with pytest.raises(Exception, match=r"\(a\.size\(1\) = 48\): K must be a multiple of the k-tile BK = 32"):
         compiled(torch.randn(32, 48).half(), torch.randn(48, 32).half())
 
 
@@ -615,13 +617,13 @@ def test_the_wgmma_and_attention_examples_refuse_shapes_their_tiles_do_not_divid
     linear = make_linear("f16", 64, 128, 2, pipelined=False, dynamic=False)
     w = torch.randn(128, 64).half()
     for a, weight, pattern in (
-        (torch.randn(96, 64), w, r"M = a\.shape\[0\] = 96 must be a multiple of the block tile BM = 64"),
-        (torch.randn(64, 64), torch.randn(192, 64), r"N = w\.shape\[0\] = 192 must be a multiple of the widest"),
-        (torch.randn(64, 96), torch.randn(128, 96), r"K = a\.shape\[1\] = 96 must be a multiple of the k-tile BK"),
-        (torch.randn(64, 0), torch.randn(128, 0), r"K = a\.shape\[1\] = 0 must be a multiple of the k-tile BK = 64 "
-                                                  r"and at least 64"),
+        (torch.randn(96, 64), w, r"\(a\.size\(0\) = 96\): M must be a multiple of the block tile BM = 64"),
+        (torch.randn(64, 64), torch.randn(192, 64), r"\(w\.size\(0\) = 192\): N must be a multiple of the widest"),
+        (torch.randn(64, 96), torch.randn(128, 96), r"\(a\.size\(1\) = 96\): K must be a multiple of the k-tile BK"),
+        (torch.randn(64, 0), torch.randn(128, 0), r"`a\.size\(1\) % 64 == 0 and a\.size\(1\) >= 64` \(a\.size\(1\) = 0\): "
+                                                  r"K must be a multiple of the k-tile BK = 64 and at least 64"),
     ):
-        with pytest.raises(pnex.ArgumentShapeError, match=pattern):
+        with pytest.raises(pnex.ArgumentValueError, match=pattern):
             linear(a.half(), weight.half())
     from attention import make_attention
 
@@ -630,7 +632,7 @@ def test_the_wgmma_and_attention_examples_refuse_shapes_their_tiles_do_not_divid
     except TypeError as exc:  # pnex.jit(shared_bytes=...) is newer than this checkout
         pytest.skip(f"the attention example needs dynamic shared memory: {exc}")
     q = torch.randn(1, 1, 96, 64).half()
-    with pytest.raises(pnex.ArgumentShapeError, match=r"the query length = q\.shape\[2\] = 96 must be a multiple"):
+    with pytest.raises(pnex.ArgumentValueError, match=r"\(q\.size\(2\) = 96\): the query length must be a multiple"):
         attention(q, q, q, 0.125)
 
 

@@ -152,14 +152,14 @@ def test_the_examples_run_checked_with_the_fast_variants_bits(dtype):
     a = torch.randn(256, 128, device="cuda", dtype=tdt, generator=gen)
     b = torch.randn(128, 256, device="cuda", dtype=tdt, generator=gen)
     gemm = make_gemm(dtype)
-    assert torch.equal(checked(gemm.op, a, b), gemm(a, b))
+    assert torch.equal(checked(gemm, a, b), gemm(a, b))
     if torch.cuda.get_device_capability() == (9, 0):
         from gemm_wgmma import make_linear
 
         linear = make_linear(dtype, 64, 128, 2, pipelined=False, dynamic=False)
         w = torch.randn(128, 128, device="cuda", dtype=tdt, generator=gen)
         a = torch.randn(128, 128, device="cuda", dtype=tdt, generator=gen)
-        assert torch.equal(checked(linear.op, a, w), linear(a, w))
+        assert torch.equal(checked(linear, a, w), linear(a, w))
 
 
 #: Arguments at the edge of a rule, on its good side (an off-by-one in a GPU check fails here).
