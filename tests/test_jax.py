@@ -526,7 +526,7 @@ def test_magic_jax_binds_the_jax_function(tmp_path, monkeypatch):
     from IPython.testing import globalipapp
 
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    ip = IPython.get_ipython() or globalipapp.start_ipython()  # the shell tests/test_magic.py uses
+    ip = IPython.get_ipython() or globalipapp.start_ipython()  # the shell tests/magic_helpers.py starts
     ip.run_line_magic("load_ext", "pnex_magic")
     ip.run_cell("import torch, jax.numpy as jnp")
     cell = textwrap.dedent(
