@@ -1,6 +1,6 @@
 """Kernels whose tensor-core calls can be driven out of their rules by scalar arguments
-(tests/test_tc_checked.py on CPU, tests/test_tc_checked_gpu.py on a GPU): a shift that
-misaligns a span, a row past the end, a fragment slice of the wrong length.  With the
+(tests/test_tc_checked_{rules,simulator,compile}.py on CPU, tests/test_tc_checked_gpu.py on a GPU):
+a shift that misaligns a span, a row past the end, a fragment slice of the wrong length.  With the
 neutral arguments (:data:`GOOD`) each is a correct kernel."""
 
 from numba import cuda, float32, uint32

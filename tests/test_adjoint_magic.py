@@ -1,7 +1,7 @@
 """``%%pnex --backward auto``: the cell's op gets its derived backward, the report shows its
 source (the Signature tab's Backward section, and the text), and what cannot be derived
 fails the cell at the line, keeping the previous binding.  A real IPython shell, kernels
-through the CUDA simulator (as tests/test_magic.py)."""
+through the CUDA simulator (as tests/test_magic_*.py)."""
 
 from __future__ import annotations
 

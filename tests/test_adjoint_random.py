@@ -244,7 +244,7 @@ def test_a_kernel_nvvm_rejects_with_line_info_compiles_without_it(tmp_path):
 def test_the_generator_covers_the_rule_table():
     """Every rule is drawn (``pow`` with an exponent no gradient flows through, such as
     ``s``, is ``pow_exponent``), except ``floordiv``, whose derivative is zero (PyTorch has
-    none to compare with: tests/test_adjoint.py checks it)."""
+    none to compare with: tests/test_adjoint_refused.py checks it)."""
     assert set(UNARY + BINARY) | {"pow_exponent", "floordiv"} == set(rules.RULES)
 
 

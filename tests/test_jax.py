@@ -3,13 +3,11 @@
 CPU tests run every call through ``jax.pure_callback`` and numba-cuda's CUDA
 simulator (what the ``pnex_launch`` primitive lowers to on the CPU backend), so
 sizes are tiny and blocks small; results are checked against ``jax.numpy`` on
-fresh random inputs and errors against the PyTorch op's own.  The GPU branch is
-checked here as far as it goes without a GPU: its lowering (the FFI call, its
-attributes and aliases, exported for the ``cuda`` platform) and the FFI handler's
-build.  Tests marked ``gpu`` run the same kernels through XLA on a GPU.
+fresh random inputs and errors against the PyTorch op's own.  This file: the API, the errors, the
+magic's ``--jax``; tests marked ``gpu`` run the same kernels through XLA on a GPU.
+Gradients: tests/test_jax_grad.py; the GPU branch without a GPU: tests/test_jax_ffi.py.
 """
 
-import ctypes
 import os
 import subprocess
 import sys
@@ -30,98 +28,13 @@ from jax.test_util import check_grads  # noqa: E402
 import pnex_magic as pnex  # noqa: E402
 from pnex_magic import ArgumentShapeError, ArgumentTypeError, KernelDefinitionError  # noqa: E402
 from pnex_magic.frontends.jax_op import JaxOp  # noqa: E402
-from pnex_magic.launch import background, build, xla  # noqa: E402
+from pnex_magic.launch import xla  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import workloads  # noqa: E402
 
-
-def rng():
-    return np.random.default_rng()  # fresh inputs every run
-
-
-def randn(*shape, dtype=np.float32):
-    return jnp.asarray(rng().standard_normal(shape).astype(dtype))
-
-
-@pytest.fixture
-def x64():
-    """64-bit JAX types for one test."""
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", False)
-
-
-# ------------------------------------------------------------------------------- kernels
-
-
-@pnex.jit(n_threads=("result.size(1)", "result.size(0)"), threads_per_block=(8, 4))
-def muladd(
-    a: pnex.In("f32", (None, None)),
-    b: pnex.In("f32", ("a.size(0)", "a.size(1)")),
-    c: float,
-    result: pnex.Out("f32", "a"),
-):
-    x, y = cuda.grid(2)
-    if y < result.shape[0] and x < result.shape[1]:
-        result[y, x] = a[y, x] * b[y, x] + c
-
-
-@pnex.jit(n_threads="a.numel()", threads_per_block=32)
-def accumulate(
-    a: pnex.In("f32", (None,)),
-    m: pnex.InMut("f32", "a"),
-    c: float,
-    hist: pnex.Out("i32", (4,), init=0),
-    even: pnex.Out("f32", "a", init=1.5),
-):
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        m[i] += a[i] * c
-        cuda.atomic.add(hist, i % 4, 1)
-        if i % 2 == 0:
-            even[i] = a[i]
-
-
-@pnex.jit(n_threads="out.numel()", threads_per_block=32)
-def repeat(a: pnex.In("f32", (None,)), k: int, flag: bool, out: pnex.Out("f32", ("a.size(0) * k",))):
-    i = cuda.grid(1)
-    if i < out.shape[0]:
-        out[i] = a[i // k] if flag else -a[i // k]
-
-
-@pnex.jit(n_threads="a.numel()", threads_per_block=32)
-def bf16_axpy(a: pnex.In("bf16", (None,)), s: pnex.Scalar("bf16"), out: pnex.Out("bf16", "a")):
-    i = cuda.grid(1)
-    if i < a.shape[0]:
-        out[i] = a[i] * s + a[i]
-
-
-@pnex.jit(n_threads="x.numel()", threads_per_block=32)
-def cube(x: pnex.In("f64", (None,)), w: pnex.In("f64", "x"), c: pnex.Scalar("f64"), y: pnex.Out("f64", "x")):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        y[i] = x[i] * x[i] * x[i] * w[i] + c
-
-
-@pnex.backward_of(cube)
-@pnex.jit(n_threads="x.numel()", threads_per_block=32)
-def cube_backward(
-    grad_y: pnex.In("f64", (None,)),
-    x: pnex.In("f64", "grad_y"),
-    w: pnex.In("f64", "grad_y"),
-    grad_x: pnex.Out("f64", "x"),
-    grad_w: pnex.Out("f64", "x"),
-):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        grad_x[i] = 3 * x[i] * x[i] * w[i] * grad_y[i]
-        grad_w[i] = x[i] * x[i] * x[i] * grad_y[i]
-
-
-def cube_reference(x, w, c):
-    return x * x * x * w + c
+from jax_kernels import accumulate, bf16_axpy, cube, muladd, randn, repeat, rng, x64  # noqa: F401 (fixtures: x64)
 
 
 # ------------------------------------------------------------------------------- the API
@@ -329,195 +242,6 @@ def test_redefinition_same_signature_is_picked_up_and_another_signature_is_refus
         f(a)
 
 
-# ------------------------------------------------------------------------------- gradients
-
-
-def test_grad_through_the_attached_backward(x64):
-    f = pnex.jax_op(cube)
-    x, w = randn(7, dtype=np.float64), randn(7, dtype=np.float64)
-    check_grads(lambda x, w: f(x, w, 0.5), (x, w), order=1, modes=["rev"])
-    gx, gw = jax.grad(lambda x, w: (f(x, w, -1.0) ** 2).sum(), argnums=(0, 1))(x, w)
-    rx, rw = jax.grad(lambda x, w: (cube_reference(x, w, -1.0) ** 2).sum(), argnums=(0, 1))(x, w)
-    np.testing.assert_allclose(gx, rx, rtol=1e-12)
-    np.testing.assert_allclose(gw, rw, rtol=1e-12)
-    batched = jax.jit(jax.vmap(jax.grad(lambda x: f(x, w, 0.0).sum())))(jnp.stack([x, 2 * x]))
-    np.testing.assert_allclose(batched, jnp.stack([3 * x * x * w, 12 * x * x * w]), rtol=1e-12)
-
-
-def test_lltm_gradients_match_pytorch(x64):
-    ops = workloads.lltm_ops(torch.float64)
-    forward = pnex.jax_op(ops.forward)
-    gates, old_cell = randn(3, 12, dtype=np.float64), randn(3, 4, dtype=np.float64)
-
-    def loss(gates, old_cell):
-        h, c = forward(gates, old_cell)
-        return (h * h).sum() + (c * jnp.arange(4.0)).sum()
-
-    grads = jax.grad(loss, argnums=(0, 1))(gates, old_cell)
-    tg = torch.tensor(np.asarray(gates), requires_grad=True)
-    tc = torch.tensor(np.asarray(old_cell), requires_grad=True)
-    h, c = ops.forward(tg, tc)
-    ((h * h).sum() + (c * torch.arange(4.0, dtype=torch.float64)).sum()).backward()
-    np.testing.assert_allclose(grads[0], tg.grad.numpy(), rtol=1e-10)
-    np.testing.assert_allclose(grads[1], tc.grad.numpy(), rtol=1e-10)
-    check_grads(lambda g, c: forward(g, c), (gates, old_cell), order=1, modes=["rev"])
-
-
-def test_grad_without_a_backward_is_a_clear_error():
-    f = pnex.jax_op(muladd)
-    a = randn(2, 3)
-    with pytest.raises(KernelDefinitionError, match=r"muladd\(\): JAX can only differentiate .*attach_backward"):
-        jax.grad(lambda a: f(a, a, 1.0).sum())(a)
-
-
-def test_pytorch_only_autograd_formulas_are_refused_by_jax():
-    def sq(x: pnex.In("f32", (None,)), y: pnex.Out("f32", "x")):
-        i = cuda.grid(1)
-        if i < x.shape[0]:
-            y[i] = x[i] * x[i]
-
-    def sq_backward(grad_y: pnex.In("f32", (None,)), scale: pnex.In("f32", "grad_y"), grad_x: pnex.Out("f32", "grad_y")):
-        i = cuda.grid(1)
-        if i < grad_y.shape[0]:
-            grad_x[i] = grad_y[i] * scale[i]
-
-    fwd = pnex.jit(n_threads="x.numel()", threads_per_block=32)(sq)
-    bwd = pnex.jit(n_threads="grad_y.numel()", threads_per_block=32)(sq_backward)
-    x = randn(4)
-    fwd.register_autograd(lambda ctx, g: g)
-    with pytest.raises(KernelDefinitionError, match="PyTorch autograd formula"):
-        jax.grad(lambda x: pnex.jax_op(fwd)(x).sum())(x)
-
-    def setup(ctx, inputs, output):
-        pnex.autograd.save_for_backward(ctx, scale=2 * inputs[0])
-
-    pnex.attach_backward(fwd, bwd, setup_context=setup)
-    np.testing.assert_allclose(pnex.jax_op(fwd)(x), x * x, rtol=1e-6)  # the primal still works
-    with pytest.raises(KernelDefinitionError, match="custom setup_context"):
-        jax.grad(lambda x: pnex.jax_op(fwd)(x).sum())(x)
-
-
-# ------------------------------------------------------------------------------- the GPU branch, without a GPU
-
-
-def _cuda_module_text(fn, *args):
-    exported = jax.export.export(
-        jax.jit(fn), platforms=["cuda"], disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(xla.TARGET)]
-    )(*args)
-    return exported.mlir_module()
-
-
-def test_cuda_lowering_is_one_ffi_call_aliasing_only_the_inmut_argument():
-    f = pnex.jax_op(accumulate)
-    a = randn(40)
-    text = _cuda_module_text(lambda a, m: f(a, m, 2.0), a, a)
-    calls = [line for line in text.splitlines() if "stablehlo.custom_call" in line]
-    assert len(calls) == 1 and f"@{xla.TARGET}(%arg0, %arg1)" in calls[0]  # the two arguments, no filled buffers
-    assert "stablehlo.case" not in text and "callback" not in text  # lowered for CUDA alone: no platform switch
-    call = calls[0]
-    assert "grid = dense<[2, 1, 1]>" in call and "block = dense<[32, 1, 1]>" in call
-    slot = xla.scalar_slots(accumulate.spec, {"c": 2.0})
-    assert slot == [int(np.float32(2.0).view(np.int32))] and f"scalars = dense<{slot[0]}>" in call
-    # results (hist, even, m): only m aliases an operand (1, the InMut argument); the handler fills
-    # hist (int32 0: bytes of 0) and even (float32 1.5: 32-bit pattern 0x3FC00000) with memsets
-    assert call.count("output_operand_alias<") == 1
-    assert "output_tuple_indices = [2], operand_index = 1," in call
-    assert f"fill = dense<[1, 0, 4, {0x3FC00000}, 0, 0]>" in call
-    cpu = jax.jit(lambda a, m: f(a, m, 2.0)).lower(a, a).as_text()
-    assert xla.TARGET not in cpu and "callback" in cpu and "stablehlo.case" not in cpu
-
-
-def test_a_gpu_trace_uses_a_python_callback_until_the_handler_is_built(monkeypatch):
-    """On a machine with GPUs (pretended here), a trace lowered for CUDA while the XLA
-    handler is not built launches through ``jax.experimental.buffer_callback`` (the
-    Python driver launcher on XLA's buffers, the InMut result aliased as for the
-    handler); once it is built, a new trace calls it; an export always names it."""
-    from pnex_magic.frontends import jax as jax_front
-
-    f = pnex.jax_op(accumulate)
-    a = randn(40)
-    monkeypatch.setattr(jax_front, "_cuda_archs", lambda: ("9.0",))
-    asked = []
-    monkeypatch.setattr(xla, "ready", lambda verbose=False: asked.append(verbose) or False)
-
-    def cuda_text():
-        return jax.jit(lambda a, m: f(a, m, 2.0)).trace(a, a).lower(lowering_platforms=("cuda",)).as_text()
-
-    waiting = cuda_text()
-    assert "xla_buffer_python_gpu_callback" in waiting and xla.TARGET not in waiting and asked
-    [call] = [line for line in waiting.splitlines() if "xla_buffer_python_gpu_callback" in line]
-    assert call.count("output_operand_alias<") == 1 and "output_tuple_indices = [2], operand_index = 1," in call
-    assert xla.TARGET in _cuda_module_text(lambda a, m: f(a, m, 2.0), a, a)  # an export: the handler
-    monkeypatch.setattr(xla, "ready", lambda verbose=False: True)
-    monkeypatch.setattr(jax_front, "_kernel_id", lambda definition, variant=0: 7)
-    built = cuda_text()
-    assert xla.TARGET in built and "callback" not in built
-
-
-def test_the_handler_builds_in_a_background_process_and_serves_once_built(monkeypatch, tmp_path):
-    """xla.ready() starts the handler's build in the background (once) and says no; with
-    PNEX_LAUNCHER=driver it never uses the handler; once a build is there it loads it."""
-    from pnex_magic.launch import background
-
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("PNEX_LAUNCHER", "auto")
-    monkeypatch.setattr(xla, "_library", None)
-    monkeypatch.setattr(xla, "_targets", {})
-    monkeypatch.setattr(xla, "_include_dirs", lambda: [str(tmp_path)])
-    monkeypatch.setattr(background, "problem", lambda target: None)
-    started = []
-    monkeypatch.setattr(background, "start", lambda target, **kw: started.append(target) or True)
-    loaded = []
-    monkeypatch.setattr(xla, "load_library", lambda verbose=False: loaded.append(verbose))
-    assert xla.ready() is False and [t.stem for t in started] == ["pnex_jax_ffi"] and loaded == []
-    monkeypatch.setenv("PNEX_LAUNCHER", "driver")
-    assert xla.ready() is False and len(started) == 1
-    monkeypatch.setenv("PNEX_LAUNCHER", "auto")
-    [target] = started
-    target.folder.mkdir(parents=True)
-    (target.folder / "libpnex_jax_ffi.so").write_bytes(b"a library")  # what the build process leaves
-    build.record_build("libpnex_jax_ffi", target.folder)
-    assert xla.ready() is True and loaded == [False] and len(started) == 1
-
-
-def test_call_layout_table():
-    layout = xla.call_layout(accumulate.spec)
-    assert layout.operands == ("a", "m") and layout.results == ("hist", "even", "m")
-    assert dict(layout.aliases) == {1: 2} and layout.scalars == ("c",)
-    assert layout.fills == (1, 0, 4, 0x3FC00000, 0, 0)
-    #                    a             m             c             hist          even
-    assert layout.table == (0, 0, 1, 4, 1, 2, 1, 4, 3, 0, 0, 8, 2, 0, 1, 4, 2, 1, 1, 4)
-
-
-@pytest.mark.skipif(build.cuda_include_dir() is None, reason="no CUDA headers (cuda.h) here")
-def test_ffi_handler_builds_and_registers_kernels(monkeypatch, tmp_path):
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    path = xla.build_library()
-    assert path.exists() and path.name == "libpnex_jax_ffi.so"
-    assert xla.build_library() == path  # built once
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True).stdout
-    for symbol in ("PnexJaxInstantiate", "PnexJaxLaunch", "pnex_jax_register", "pnex_jax_add_image", "pnex_jax_archs",
-                   "pnex_jax_state_type_id", "pnex_jax_state_type_info", "pnex_jax_set_shared"):
-        assert f" T {symbol}" in symbols
-    kernel_id = xla.register_kernel(accumulate.definition, ["sm_90", "8.0"])
-    assert xla.register_kernel(accumulate.definition, ["sm_90"]) == kernel_id
-    lib = xla.load_library()
-    archs = (ctypes.c_int64 * 4)()
-    assert lib.pnex_jax_archs(kernel_id, archs, 4) == 2 and sorted(archs[:2]) == [80, 90]
-    assert lib.pnex_jax_archs(10**9, archs, 4) == -1
-    assert lib.pnex_jax_set_shared(kernel_id, 4096) == 0 and lib.pnex_jax_set_shared(10**9, 4096) == -1
-
-
-def test_ffi_build_failure_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    source = tmp_path / "broken.cpp"
-    source.write_text("int broken( {\n")
-    with pytest.raises(pnex.KernelCompileError, match="could not build its test library") as info:
-        background.build_shared_library("broken", [source], includes=[], what="test library")
-    assert "broken.cpp" in info.value.compiler_log
-    assert not list(tmp_path.rglob("libbroken.so"))
-
-
 # ------------------------------------------------------------------------------- the magic
 
 
@@ -526,7 +250,7 @@ def test_magic_jax_binds_the_jax_function(tmp_path, monkeypatch):
     from IPython.testing import globalipapp
 
     monkeypatch.setenv("PNEX_CACHE_DIR", str(tmp_path))
-    ip = IPython.get_ipython() or globalipapp.start_ipython()  # the shell tests/test_magic.py uses
+    ip = IPython.get_ipython() or globalipapp.start_ipython()  # the shell tests/magic_helpers.py starts
     ip.run_line_magic("load_ext", "pnex_magic")
     ip.run_cell("import torch, jax.numpy as jnp")
     cell = textwrap.dedent(

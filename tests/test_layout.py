@@ -13,7 +13,10 @@ left out), and:
   facade (``pnex_magic/__init__.py``, whose exports import the front ends when a
   name is first read) and the child processes' entry scripts (``__main__.py``,
   ``_sanitize_child.py``, ``_profile_child.py``), which import the package as a user does;
-* no module of the package is over 600 lines.
+* no module of the package is over 600 lines, and no file of the tests (``tests/*.py``) or
+  the benchmarks (``benchmarks/**/*.py``) either: a long test file is split by theme, its
+  shared kernels and fixtures in a small helper module beside it (``tests/core_kernels.py``),
+  a long benchmark script into a thin command line and a package (``benchmarks/workloads_lib/``).
 
 ``python tests/import_layout.py [package_dir]`` prints the same figures for any tree.
 """
@@ -26,9 +29,12 @@ import pytest
 
 from import_layout import Import, Layout
 
-PACKAGE = Path(__file__).resolve().parents[1] / "pnex_magic"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "pnex_magic"
 MAX_UP_ARROWS = 3
 MAX_LINES = 600
+#: the other Python files held to MAX_LINES, as globs under the repository
+OTHER_FILES = ("tests/*.py", "benchmarks/**/*.py")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +58,34 @@ def test_few_lazy_imports_run_back_up_and_each_says_why(layout):
 
 def test_no_module_over_600_lines(layout):
     assert sorted((n, m) for m, n in layout.sizes().items() if n > MAX_LINES) == []
+
+
+def too_long(root: Path, patterns=OTHER_FILES, limit: int = MAX_LINES) -> list[str]:
+    """``"path: N lines"`` for each file under ``root`` matching ``patterns`` with more than
+    ``limit`` lines, longest first."""
+    found = {p for pattern in patterns for p in root.glob(pattern) if p.is_file()}
+    sizes = {p: len(p.read_text().splitlines()) for p in found}
+    return [f"{p.relative_to(root)}: {n} lines" for p, n in sorted(sizes.items(), key=lambda pn: (-pn[1], pn[0]))
+            if n > limit]
+
+
+def test_no_test_or_benchmark_file_over_600_lines():
+    checked = {p.relative_to(REPO).as_posix() for pattern in OTHER_FILES for p in REPO.glob(pattern)}
+    assert {"tests/test_layout.py", "tests/conftest.py", "benchmarks/workloads.py",
+            "benchmarks/workloads_lib/lltm.py"} <= checked  # the globs reach the files and the packages
+    long = too_long(REPO)
+    assert long == [], (f"over {MAX_LINES} lines: " + "; ".join(long)
+                        + " (split a test file by theme, a benchmark into a script and a package)")
+
+
+def test_the_length_check_names_each_long_file_and_its_length(tmp_path):
+    for name, n in {"tests/test_a.py": 601, "tests/test_b.py": 600, "tests/sub/test_c.py": 900,
+                    "benchmarks/run.py": 700, "benchmarks/run_lib/part.py": 650, "benchmarks/notes.txt": 999}.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x = 1\n" * n)
+    assert too_long(tmp_path) == ["benchmarks/run.py: 700 lines", "benchmarks/run_lib/part.py: 650 lines",
+                                  "tests/test_a.py: 601 lines"]
 
 
 # --------------------------------------------------------------------------- the graph itself

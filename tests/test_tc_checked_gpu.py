@@ -1,6 +1,6 @@
 """Checked launches of tensor-core kernels on a GPU (marker ``gpu``): each planted
 violation of tests/tc_bad_kernels.py is recorded on the hardware with the rule and the
-operand the simulator names (tests/test_tc_checked.py), the launch raises
+operand the simulator names (tests/test_tc_checked_simulator.py), the launch raises
 KernelIndexError, and the CUDA context stays usable; correct kernels, the examples
 included, give the fast variant's results bit for bit when checked.
 
