@@ -3,7 +3,8 @@
 process stored it (no Numba typing then), else typed now and stored.
 
 This is the simulator's stage, not the definition's: a kernel that only ever runs on
-a GPU never imports the rewrite (about 20 ms of imports, issue 37).  The definition
+a GPU never imports the rewrite (its eleven modules: 9 to 18 ms of a
+first kernel on a loaded 2-core machine, issue 37).  The definition
 (:class:`pnex_magic.definition.KernelDefinition`) memoises the forms; it is handed
 :func:`simulated_function` by :func:`pnex_magic.define.definition`, which builds every
 definition, and calls it on a CPU launch's first need.
