@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -67,12 +68,22 @@ def definition(
         fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
         tune=tune, shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires,
     )
-    found = KernelDefinition(fn, spec, options or JitOptions())
+    found = KernelDefinition(fn, spec, options or JitOptions(), simulate=_simulated_function)
     if flops is not None:  # lazy: the roofline (and the report's modules it imports) is not a kernel's first need
         from .roofline import parse_flops
 
         found.flops = parse_flops(spec, flops)
     return found
+
+
+def _simulated_function(found: KernelDefinition, checked: bool, variant: int) -> types.FunctionType:
+    """The kernel as the CUDA simulator runs it: the simulator's stage
+    (:func:`pnex_magic.simtyping.forms.simulated_function`), which every definition is
+    handed here, where the stages meet, so that the definition stage never imports it."""
+    # lazy: the simulator's typed rewrite is a CPU launch's need, not a definition's (issue 37)
+    from .simtyping.forms import simulated_function
+
+    return simulated_function(found, checked, variant)
 
 
 @dataclasses.dataclass

@@ -15,18 +15,17 @@ one of its ``hidden_arrays``: a trailing parameter every launcher passes."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import hashlib
 import logging
 import os
-import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import cache, clusters, simtyping
+from . import clusters
 from ._version import __version__, installed_versions
 from .codeversion import code_version
 from .arch import arch_name, default_arch, default_is_stand_in, parse_arch
@@ -157,7 +156,14 @@ def _checking() -> Any:
 class KernelDefinition:
     """One kernel: function, spec, options; compiles lazily per architecture."""
 
-    def __init__(self, fn: types.FunctionType, spec: KernelSpec, options: JitOptions):
+    def __init__(
+        self, fn: types.FunctionType, spec: KernelSpec, options: JitOptions, *,
+        simulate: Callable[[KernelDefinition, bool, int], types.FunctionType],
+    ):
+        """``simulate(definition, checked, variant)`` makes the kernel as the CUDA
+        simulator runs it (:meth:`simulated_function`): the simulator's stage, which
+        :func:`pnex_magic.define.definition` hands every definition, so that this stage
+        never imports the simulator's typed rewrite (issue 37: a GPU's kernel never needs it)."""
         self.fn = fn
         self.spec = spec
         self.options = options
@@ -170,7 +176,8 @@ class KernelDefinition:
         self._cooperative: bool | None = None
         self._lock = threading.Lock()
         self._checked: Any = None  # pnex_magic.checking.CheckedKernel, made on first use
-        self._forms: dict[tuple[str, bool], types.FunctionType] = {}  # (for what, checked) -> function
+        self._forms: dict[tuple, types.FunctionType] = {}  # (for what, checked[, variant]) -> function
+        self._simulate = simulate
         self.toolchain_error: str | None = None
         self.flops: Any = None  # the FLOP count of a call (pnex_magic.roofline.FlopCount), from flops=
 
@@ -264,7 +271,13 @@ class KernelDefinition:
             self._checked = _checking().checked_kernel(self.snapshot.function, self.spec, self.snapshot.hidden_names)
         return self._checked
 
-    def _kernel_function(self, checked: bool) -> types.FunctionType:
+    def spec_for(self, checked: bool) -> KernelSpec:
+        """The spec the compile stage and the launchers take: the kernel's, or with
+        ``checked`` its checked variant's (the error record a trailing parameter,
+        :func:`pnex_magic.checking.checked_spec`)."""
+        return _checking().checked_spec(self.spec) if checked else self.spec
+
+    def kernel_function(self, checked: bool) -> types.FunctionType:
         """The snapshot's kernel with its hidden arguments as trailing parameters (after
         the error record when ``checked``), its device functions still frozen."""
         if checked:
@@ -281,7 +294,7 @@ class KernelDefinition:
             from . import warmup
 
             warmup.wait()  # imports Numba: never beside the background warm-up's import
-            self._forms[key] = compilable(self._kernel_function(checked))
+            self._forms[key] = compilable(self.kernel_function(checked))
         return self._forms[key]
 
     def violation_error(self, record: Any) -> Exception | None:
@@ -305,9 +318,8 @@ class KernelDefinition:
             found = self._compiled.get((arch, layout, variant, checked))
             if found is not None and not force:
                 return found
-            spec, cache_id = self.spec, self.options.cache_id
+            spec, cache_id = self.spec_for(checked), self.options.cache_id
             if checked:
-                spec = _checking().checked_spec(self.spec)
                 cache_id = None if cache_id is None else f"{cache_id}-checked"
             # lazy: keeps the cache-hit path (and a loaded artifact's) free of Numba's compiler
             from .compiler import compile_kernel
@@ -424,10 +436,11 @@ class KernelDefinition:
         the snapshot's, with its hidden arguments as trailing parameters and its
         ``@cuda.jit(device=True)`` functions simulated, rewritten so that it computes
         with Numba-CUDA's types for the parameter types the GPU compile is given
-        (:func:`pnex_magic.simtyping.typed_kernel`; ``variant``: the values of the
-        ``Tune`` parameters); made on the first call, which imports Numba;
-        ``checked``: the checked variant's (:meth:`checked_kernel`), which takes the
-        error record after the kernel's parameters.
+        (``variant``: the values of the ``Tune`` parameters); ``checked``: the checked
+        variant's (:meth:`checked_kernel`), which takes the error record after the
+        kernel's parameters.  Made on the first call, by the simulator's stage
+        (:func:`pnex_magic.simtyping.forms.simulated_function`, given to the definition
+        as ``simulate``), which imports Numba; memoised.
 
         Raises
         ------
@@ -445,41 +458,5 @@ class KernelDefinition:
         key = ("simulate", checked, variant)
         with self._lock:
             if key not in self._forms:
-                if self.snapshot.foreign:  # says so before typing: CUDA C++ has no Python to type
-                    simulable(self.snapshot.function, self.spec.name, self.snapshot.foreign)
-                self._forms[key] = simulable(self._typed_function(checked, variant), self.spec.name,
-                                             self.snapshot.foreign)
+                self._forms[key] = self._simulate(self, checked, variant)
             return self._forms[key]
-
-    def _typed_function(self, checked: bool, variant: int) -> types.FunctionType:
-        """The kernel rewritten to compute with Numba's types (:mod:`pnex_magic.simtyping`),
-        from the disk cache where an earlier process stored it (no Numba typing then),
-        else typed now (and stored)."""
-        from .compiler import numba_signature  # lazy, as compile_kernel above
-
-        spec = _checking().checked_spec(self.spec) if checked else self.spec
-        argtypes = numba_signature(spec, "A", variant, self.snapshot.hidden)
-        fn = self._kernel_function(checked)
-        parts = [self.source_key, toolchain_versions(use_cache=self.options.use_cache),
-                 installed_versions("numpy")["numpy"] or "",
-                 sys.version.split()[0], f"simtyping={simtyping.stored.FORMAT}", f"checked={checked}",
-                 ", ".join(map(str, argtypes))]
-        key = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-        if self.options.use_cache and not self.options.force:
-            record = cache.load_record(_SIMULATION, key)
-            if record is not None:
-                try:
-                    return simtyping.loads(base64.b64decode(record["form"]), fn)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.info("pnex: kernel %r: the stored simulated form is not usable (%s); typing it again",
-                             self.spec.name, exc)
-        stored: list[bytes] = []
-        typed = simtyping.typed_kernel(fn, argtypes, self.spec.name, stored=stored)
-        if self.options.use_cache:
-            cache.store_record(_SIMULATION, key, {"kernel": self.spec.name,
-                                                  "form": base64.b64encode(stored[0]).decode()})
-        return typed
-
-
-#: The cache's records of kernels' typed simulated forms (:mod:`pnex_magic.simtyping.stored`).
-_SIMULATION = "simulated"
