@@ -46,7 +46,8 @@ from .expressions import (
     parse_text,
 )
 
-__all__ = ["Condition", "Requirement", "parse_requirements", "check_requirements", "requirement_message", "programs"]
+__all__ = ["Condition", "Requirement", "parse_requirements", "check_requirements", "requirement_message", "programs",
+           "BROKEN"]
 
 _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
               "!=": operator.ne}
@@ -174,9 +175,10 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
         return ()
     if isinstance(requires, dict):
         pairs = list(requires.items())
-    else:
-        pairs = [(t, "") for t in ([requires] if isinstance(requires, str) else requires)] \
-            if isinstance(requires, (str, list, tuple)) else [(requires, "")]
+    elif isinstance(requires, (list, tuple)):
+        pairs = [(text, "") for text in requires]
+    else:  # one condition (anything else is refused below)
+        pairs = [(requires, "")]
     if not all(isinstance(t, str) and isinstance(w, str) for t, w in pairs):
         raise ShapeExpressionError(
             f"kernel {kernel!r}: requires= takes a condition string, a list of them, or a dict of conditions and "
@@ -201,11 +203,16 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
     return tuple(found)
 
 
+#: What every message of a broken rule holds after the kernel's name (the C++ launcher's
+#: too, which the op's error translation recognises by it).
+BROKEN = "(): the call breaks requires["
+
+
 def requirement_message(kernel: str, index: int, requirement: Requirement, values: Sequence[int]) -> str:
     """The message of a call that breaks ``requirement`` (``values``: of its terms, in
     order); the C++ launcher builds the same words (csrc/launcher_call.cpp)."""
     shown = ", ".join(f"{t} = {v}" for t, v in zip(requirement.terms, values, strict=True))
-    return (f"{kernel}(): the call breaks requires[{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
+    return (f"{kernel}{BROKEN}{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
             + (f": {requirement.why}" if requirement.why else ""))
 
 

@@ -32,6 +32,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
+from .conditions import BROKEN
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
@@ -488,7 +489,7 @@ def _translate(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):
-        if "(): the call breaks requires[" in message:  # jit(requires=...), csrc/launcher_call.cpp
+        if BROKEN in message:  # jit(requires=...), csrc/launcher_call.cpp
             return ArgumentValueError(message)
         return ArgumentShapeError(message)
     return KernelLaunchError(message)

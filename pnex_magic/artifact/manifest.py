@@ -26,7 +26,6 @@ from typing import Any
 
 from ..blocks import parse_autotune_key, parse_threads_per_block
 from ..clusters import parse_cluster_dims, ptx_cluster_dims
-from ..conditions import parse_requirements
 from ..dtypes import resolve_dtype
 from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
@@ -34,7 +33,7 @@ from ..launch.description import describe_launch
 from ..linking import uses_grid_sync
 from ..multiarch import LAYOUTS, ArchImages, target_archs
 from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
-from ..spec.validate import shared_bytes_expression
+from ..spec.validate import argument_rules, shared_bytes_expression
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
@@ -242,14 +241,11 @@ def _spec(d: Any) -> KernelSpec:
     except KernelDefinitionError as exc:
         raise _Malformed(str(exc)) from None
     try:
-        arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")}
         saved = d.get("requires")
         if saved is not None and not (isinstance(saved, list) and all(
                 isinstance(e, list) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in saved)):
             raise _Malformed(f"requires {saved!r} is not a list of [condition, meaning] pairs")
-        requires = parse_requirements(kernel, None if saved is None else {t: w for t, w in saved}, arguments,
-                                      tune=[p.name for p in params if isinstance(p, TuneParam)],
-                                      outputs=[p.name for p in params if p.role == "out"])
+        requires = argument_rules(kernel, None if saved is None else {t: w for t, w in saved}, params, visible)
     except ShapeExpressionError as exc:
         raise _Malformed(str(exc)) from None
     return KernelSpec(

@@ -19,13 +19,13 @@ from typing import Any
 
 from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
 from ..clusters import parse_cluster_dims
-from ..conditions import parse_requirements
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from ..dtypes import DType, record_dtype_names, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, Size, parse_expression
 from .records import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
 from .validate import (
+    argument_rules,
     check_record,
     check_tuned_n_threads,
     check_value,
@@ -232,10 +232,7 @@ def build_spec(
     check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
     shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible)
     clusters = parse_cluster_dims(kernel, cluster_dims, len(nt))
-    rules = parse_requirements(
-        kernel, requires, {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
-        tune=[p.name for p in tune_params], outputs=[p.name for p in params if p.role == "out"],
-    )
+    rules = argument_rules(kernel, requires, params, visible)
     if not any(p.role in ("out", "inmut") for p in params):
         raise KernelDefinitionError(
             f"kernel {kernel!r} has no Out and no InMut parameter, so it can have no effect: a kernel returns "

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..blocks import as_tuple
+from ..conditions import Requirement, parse_requirements
 from ..dtypes import DType
 from ..errors import ArgumentShapeError, KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, parse_expression
 from ..hardware import MAX_SHARED_PER_BLOCK
 from .records import ScalarParam, TensorParam, TuneParam, UnusedParam
 
-__all__ = ["tune_choices", "refuse_tuned", "check_tuned_n_threads", "check_value", "default_error",
+__all__ = ["argument_rules", "tune_choices", "refuse_tuned", "check_tuned_n_threads", "check_value", "default_error",
            "scalar_default", "resolve_may_alias", "check_record", "shared_bytes_expression"]
 
 
@@ -245,3 +247,15 @@ def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam
                 + (", or remove that choice" if setting else "")
             )
     return expr
+
+
+def argument_rules(kernel: str, requires: Any, params: Sequence[Any],
+                   visible: Mapping[str, NameInfo]) -> tuple[Requirement, ...]:
+    """The kernel's ``requires`` rules (:func:`pnex_magic.conditions.parse_requirements`),
+    over its arguments (``In``, ``InMut``, scalars); its ``Tune`` parameters and outputs are
+    refused, each with the reason.  ``jit()`` and a saved artifact read them alike."""
+    return parse_requirements(
+        kernel, requires, {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
+        tune=[p.name for p in params if isinstance(p, TuneParam)], outputs=[p.name for p in params if p.role == "out"],
+    )
+
