@@ -55,7 +55,7 @@ def _pnex_kernels(nb) -> dict[str, str]:
 @pytest.mark.parametrize(
     "name, kernels",
     [
-        ("02_diffusion.ipynb", ["diffusion_step"]),
+        ("02_diffusion.ipynb", ["diffusion_step", "diffusion_blocked"]),
         ("03_lltm.ipynb", ["lltm_forward", "lltm_backward"]),
         ("04_kmeans.ipynb", ["kmeans_assign"]),
         ("06_jax.ipynb", ["diffusion_step"]),
