@@ -34,8 +34,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median), default 10")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
     p.add_argument("--profile", action="store_true",
-                   help="also run the fastest GEMM and attention kernels once under Nsight Compute (pnex.profile): "
-                        "tensor-pipe use, speed of light, occupancy and the top stall reasons go into the JSON")
+                   help="also run the GEMM kernels (TMA, persistent TMA, cp.async) and the attention kernel once "
+                        "under Nsight Compute (pnex.profile): tensor-pipe use, speed of light, occupancy and the top stall "
+                        "reasons go into the JSON")
     return p.parse_args(argv)
 
 
@@ -259,16 +260,24 @@ def _profile_row(name, op, args):
 
 
 def run_profiles(result, torch):
-    """The fastest pnex GEMM (float16, 4096^3) and attention kernel (head_dim 128) under ncu."""
+    """The pnex GEMMs (float16, 4096^3: the TMA kernel, plain and persistent, and the
+    cp.async one) and the attention kernel (head_dim 128) under ncu."""
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from attention import make_attention
+    from gemm_tma import BK, BM, TmaLinear, _sm_count
     from gemm_wgmma import make_linear
+
+    from pnex_magic import tc
 
     rows = []
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    maps = (tc.tensor_map(a, (BM, BK)), tc.tensor_map(w, (256, BK)))
+    rows.append(_profile_row("tma 128x256, 4 stages", TmaLinear("f16", 256, 4).op, (a, w, *maps)))
+    tiles = (a.shape[0] // BM) * (w.shape[0] // 256)
+    rows.append(_profile_row("tma persistent 128x256, 3 stages", TmaLinear("f16", 256, 3, persistent=True).op,
+                             (a, w, *maps, min(tiles, _sm_count(a.device)))))
     rows.append(_profile_row("wgmma 128x256, 4 stages", make_linear("f16", 128, 256, 4), (a, w)))
-    rows.append(_profile_row("wgmma 128x128, 3 stages", make_linear("f16", 128, 128, 3), (a, w)))
     q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     rows.append(_profile_row("attention d128, 8 warps", make_attention("f16", 128, False, 8), (q, k, v, 128 ** -0.5)))
     result["profiles"] = rows

@@ -24,7 +24,6 @@ and K of 64.  Needs an sm_90 GPU (H100, H200).
 """
 
 from numba import cuda, float32, uint32, uint64
-from numba.cuda.misc.special import literal_unroll
 from numba.cuda.types import float16
 
 import pnex_magic as pnex
@@ -68,7 +67,6 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
     pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
     threads = 384
-    columns = tuple(range(wide // 8))
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
 
@@ -159,11 +157,10 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
             g = lane // 4
             t = lane % 4
             r = row0 + warp * 16 + g
-            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
-                if j * 8 < BN:
-                    col = j * 8 + 2 * t
-                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
-                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
+            for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
+                col = j * 8 + 2 * t
+                out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
         flat = tc.tile(words, 0, (BM * BN // 2,))
         chunks = BM * BN // 8
@@ -196,7 +193,6 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
     pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
     threads = 384
     consumers = 256
-    columns = tuple(range(wide // 8))
 
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
@@ -285,11 +281,10 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
                 if lane == 0:  # the tile's last buffer
                     tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
                 tc.named_barrier(1, consumers)  # the last tile's stores have read the staging buffer
-                for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
-                    if j * 8 < BN:
-                        col = j * 8 + 2 * t
-                        out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
-                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
+                for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
+                    col = j * 8 + 2 * t
+                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
                 tc.named_barrier(1, consumers)  # the tile is staged
                 chunks = BM * BN // 8
                 for q in range(chunks // consumers):  # 16-byte chunks, consecutive along rows

@@ -53,7 +53,7 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     a_chunks = bm * 8 // threads  # 16-byte chunks of an A tile per thread
     ahead_less = 2 if pipelined else 1  # tiles loaded ahead of the one computed: STAGES - ahead_less
     in_flight = 1 if pipelined else 0  # wgmma groups left running at the end of an iteration
-    columns = tuple(range(wide // 8))  # the epilogue's n8 tiles (those past BN are pruned)
+    columns = tuple(range(wide // 8))  # the GELU epilogue's n8 tiles (those past BN are pruned)
     static_stages = max(stage_choices)
     options = {"shared_bytes": f"STAGES * ({bm} + BN) * {BK * 2}"} if dynamic else {}
 
@@ -143,16 +143,20 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
             words = cuda.shared.array(0, uint32, alignment=1024)
             out = tc.tile(words, 0, (bm, BN // 2))  # packed pairs, rows swizzled like the tiles
             r = wg * 64 + warp * 16 + g
-            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
-                if j * 8 < BN:
-                    col = j * 8 + 2 * t
-                    v0, v1, v2, v3 = acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]
-                    if gelu:
+            if gelu:  # a large body: range() would stay a loop, and acc[j] go to local memory
+                for j in literal_unroll(columns):  # one copy per literal j: acc[...] stays in registers
+                    if j * 8 < BN:
+                        col = j * 8 + 2 * t
                         b0 = float32(bias[n0 + col])
                         b1 = float32(bias[n0 + col + 1])
-                        v0, v1, v2, v3 = _gelu(v0 + b0), _gelu(v1 + b1), _gelu(v2 + b0), _gelu(v3 + b1)
-                    out[r, tc.swizzle(r, col, BN) // 2] = pack(v0, v1)
-                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(v2, v3)
+                        out[r, tc.swizzle(r, col, BN) // 2] = pack(_gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
+                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(_gelu(acc[4 * j + 2] + b0),
+                                                                           _gelu(acc[4 * j + 3] + b1))
+            else:
+                for j in range(BN // 8):  # a constant trip count: unrolled straight, without literal_unroll's
+                    col = j * 8 + 2 * t  # dispatch on j (a chain of compares per copy)
+                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             flat = tc.tile(words, 0, (bm * BN // 2,))
             for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
@@ -163,16 +167,18 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                 tc.store_words(c, (m0 + row, n0 + col), chunk)
         else:
             row = m0 + wg * 64 + warp * 16 + g
-            for j in literal_unroll(columns):  # unrolled while typing: acc[...] stays in registers
-                if j * 8 < BN:
-                    col = n0 + j * 8 + 2 * t
-                    if gelu:
+            if gelu:
+                for j in literal_unroll(columns):  # one copy per literal j: acc[...] stays in registers
+                    if j * 8 < BN:
+                        col = n0 + j * 8 + 2 * t
                         b0 = float32(bias[col])
                         b1 = float32(bias[col + 1])
                         tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
                         tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
-                    else:
-                        tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
-                        tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
+            else:
+                for j in range(BN // 8):  # unrolled straight (see above)
+                    col = n0 + j * 8 + 2 * t
+                    tc.store_pair(c, (row, col), acc[4 * j], acc[4 * j + 1])
+                    tc.store_pair(c, (row + 8, col), acc[4 * j + 2], acc[4 * j + 3])
 
     return linear
