@@ -159,16 +159,20 @@ class _Collections:
             entry = self.found.setdefault(info["generation"], [0, 0.0])
             entry[0] += 1
             entry[1] += seconds
-            if info["generation"] == 2:
+            if info["generation"] == 2:  # also what it freed, and how many objects were frozen (the
+                import gc  # freeze that pnex_magic.numbasetup holds over a first compile), after the timing
+
                 stack = getattr(self.clock.local, "stack", None) if self.clock is not None else None
-                self.full.append([stack[-1] if stack else "other", seconds])
+                self.full.append([stack[-1] if stack else "other", seconds, info.get("collected", 0),
+                                  gc.get_freeze_count()])
 
     def take(self) -> dict[str, list]:
         found, self.found = self.found, {}
         return {str(g): v for g, v in sorted(found.items())}
 
     def take_full(self) -> list[list]:
-        """The full collections since the last call: ``[phase, seconds]`` each."""
+        """The full collections since the last call: ``[phase, seconds, objects collected,
+        objects frozen]`` each."""
         found, self.full = self.full, []
         return found
 

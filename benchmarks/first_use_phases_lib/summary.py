@@ -40,16 +40,18 @@ def summarise(samples: list[dict], device: str) -> list[dict]:
     full_phases: list[str] = []
     for s in samples:
         for which in ("first", "second"):
-            for p, _ in s[which].get("full_collections", []):
+            for p, *_ in s[which].get("full_collections", []):
                 if p not in full_phases:
                     full_phases.append(p)
     for phase in full_phases:  # where the full collections came, and what they cost there
         row = {"row": f"  full collections in: {phase}", "section": "new kernel"}
         for which in ("first", "second"):
-            row[which] = _stats([sum(sec for p, sec in s[which].get("full_collections", []) if p == phase)
-                                 for s in samples])
-            row[f"{which}_count"] = [sum(p == phase for p, _ in s[which].get("full_collections", []))
-                                     for s in samples]
+            found = [[f for f in s[which].get("full_collections", []) if f[0] == phase] for s in samples]
+            row[which] = _stats([sum(f[1] for f in fs) for fs in found])
+            row[f"{which}_count"] = [len(fs) for fs in found]
+            # what each freed and how many objects were frozen meanwhile (absent in older files)
+            row[f"{which}_collected"] = [[f[2] for f in fs if len(f) > 3] for fs in found]
+            row[f"{which}_frozen"] = [[f[3] for f in fs if len(f) > 3] for fs in found]
         rows.append(row)
     for which in ("first", "second"):
         rows.append({"row": f"total, {which} kernel (define to first result)", "section": "total",
