@@ -19,7 +19,8 @@ No thread computes an address per 16 bytes and there is no block-wide barrier in
 loop: the cp.async kernel (:mod:`gemm_wgmma`) spends both.  The epilogue stages the
 tile through shared memory (swizzled) and stores 16 bytes a thread.  The op takes the
 tensor maps of A and W (:func:`pnex_magic.tc.tensor_map`); :class:`TmaLinear` makes
-them per call (a table lookup once made).  M must be a multiple of 128, N of ``BN``
+them per call (a table lookup once made).  ``gelu=True``: ``gelu(a @ w.T + bias)`` (the
+exact, erf GELU) fused into the epilogue (:func:`make_linear_tma`).  M must be a multiple of 128, N of ``BN``
 and K of 64.  Needs an sm_90 GPU (H100, H200).
 """
 
@@ -28,6 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from gemm_wgmma import _gelu
 from tiles import grouped_tile, tile_rule
 
 BK = 64
@@ -44,7 +46,36 @@ def _tile_rules(bn: int, cluster: int) -> dict[str, str]:
             **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)}
 
 
-def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
+@cuda.jit(device=True, inline=True)
+def _f32_unit(row, u):
+    """Where 16-byte unit ``u`` (floats 4u to 4u + 3) of row ``row`` of the GELU
+    epilogue's float32 tile is stored in the row: ``u ^ bit 3 of u ^ 2 * (row % 4)``;
+    in rows 4-7 of every 8 the floats of a unit are also stored pairwise swapped
+    (``(col % 4) ^ 1``).  So the consumers' 4-byte stores (a warp: 8 rows x 4 pairs)
+    fill the 32 banks once each, and so do the store loop's 16-byte loads (a
+    quarter-warp: one row, the first or second halves of 8 consecutive 32-byte chunks).
+    Shifts and masks, not // and %: no sign fix-ups in the addresses."""
+    return u ^ ((u >> 3) & 1) ^ ((row & 3) << 1)
+
+
+def _gelu_fits(bn_choices, stage_choices):
+    """Refuse the GELU epilogue's tile choices whose float32 tile (BM x BN x 4 bytes)
+    does not fit the tile buffers it reuses (STAGES x (BM + BN) x BK x 2 bytes), and
+    widths whose rows the 256 consumer threads do not split evenly."""
+    for bn in bn_choices:
+        if bn not in (32, 64, 128, 256):
+            raise ValueError(f"make_linear_tma(gelu=True): BN must be 32, 64, 128 or 256 (each of the 256 storing "
+                             f"threads keeps its 8 columns, and row % 8), got {bn}")
+        for stages in stage_choices:
+            staged, buffers = BM * bn * 4, stages * (BM + bn) * BK * 2
+            if staged > buffers:
+                least = -(-staged // ((BM + bn) * BK * 2))
+                raise ValueError(f"make_linear_tma(gelu=True): BN = {bn} with STAGES = {stages}: the float32 tile the "
+                                 f"GELU epilogue stages ({staged // 1024} KiB) does not fit the {stages} tile buffers "
+                                 f"it reuses ({buffers // 1024} KiB); give stages >= {least} for BN = {bn}")
+
+
+def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False):
     """The pnex op ``c = linear(a, w, a_map, w_map)`` (``a @ w.T``); ``bn``, ``stages``:
     the tile's width and the buffers in flight (``Tune`` choices, or one value each).
 
@@ -57,7 +88,15 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
     so it is free only when the consumers of both blocks have released it: each
     consumer warp arrives on the "empty" barrier of every block of the cluster
     (``mbarrier_arrive_cluster``; 16 arrivals a phase).  ``w_map``'s box is then
-    ``BN / 2`` rows, and M a multiple of 256."""
+    ``BN / 2`` rows, and M a multiple of 256.
+
+    ``gelu=True``: the op ``c = linear(a, w, bias, a_map, w_map)``, ``gelu(a @ w.T +
+    bias)`` (the exact, erf GELU, ``torch.nn.functional.gelu``'s default, in float32).
+    The consumers stage their accumulators as they are, float32, into the tile buffers
+    (the same straight ``range`` loop: the registers stay registers), and apply bias
+    and GELU in the store loop, 8 values per 16-byte chunk of C, the bias of a thread's
+    8 columns loaded once (the 256 consumer threads' chunks keep their columns).  The
+    staged tile is BM x BN x 4 bytes: it needs STAGES >= 3 at BN = 256 (refused else)."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_tma: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -69,6 +108,9 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
     threads = 384
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
+    consumers = 256
+    if gelu:
+        _gelu_fits(bn_choices, stage_choices)
 
     @pnex.jit(
         n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
@@ -80,6 +122,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
     def linear_tma(
         a: pnex.In(dtype, (None, None)),
         w: pnex.In(dtype, (None, "a.size(1)")),
+        bias: pnex.In(dtype, ("w.size(0)",)) if gelu else pnex.Unused,
         a_map: pnex.In("uint8", (128,)),
         w_map: pnex.In("uint8", (128,)),
         c: pnex.Out(dtype, ("a.size(0)", "w.size(0)")),
@@ -89,6 +132,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, BM, BK))
         sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
+        floats = cuda.shared.array(0, float32, alignment=1024)
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, STAGES * (BM + BN) * BK // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
         m, k = a.shape
@@ -153,24 +197,55 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1):
             cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
             # the accumulators go to shared memory here, in the branch whose registers hold them
             out = tc.tile(words, 0, (BM, BN // 2))  # packed pairs, rows swizzled like the tiles
+            stage = tc.tile(floats, 0, (BM * BN,))  # gelu: float32, rows swizzled by _f32_unit
             warp = (tid % 128) // 32
             g = lane // 4
             t = lane % 4
             r = row0 + warp * 16 + g
             for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
                 col = j * 8 + 2 * t
-                out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
-                out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
+                if gelu:  # the GELU (an erf a value) waits for the store loop: this body stays small
+                    i = r * BN + (_f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
+                    stage[i] = acc[4 * j]  # 4-byte stores (a vector store's alignment test would stay)
+                    stage[i ^ 1] = acc[4 * j + 1]
+                    i += 8 * BN  # row r + 8: the same unit, the same swap
+                    stage[i] = acc[4 * j + 2]
+                    stage[i ^ 1] = acc[4 * j + 3]
+                else:
+                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
+                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
-        flat = tc.tile(words, 0, (BM * BN // 2,))
-        chunks = BM * BN // 8
-        for q in range((chunks + threads - 1) // threads):  # 16-byte chunks, consecutive along rows
-            ch = tid + threads * q
-            if ch < chunks:
-                row = ch // (BN // 8)
-                col = (ch % (BN // 8)) * 8
-                chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
-                tc.store_words(c, (m0 + row, n0 + col), chunk)
+            if gelu:  # the consumers store (their registers to spare): 16-byte chunks, consecutive along rows
+                per = BN // 8  # chunks a row; a divisor of 256, so each thread keeps its 8 columns
+                ctid = tid - 128
+                col = (ctid % per) * 8
+                b0 = float32(bias[n0 + col])
+                b1 = float32(bias[n0 + col + 1])
+                b2 = float32(bias[n0 + col + 2])
+                b3 = float32(bias[n0 + col + 3])
+                b4 = float32(bias[n0 + col + 4])
+                b5 = float32(bias[n0 + col + 5])
+                b6 = float32(bias[n0 + col + 6])
+                b7 = float32(bias[n0 + col + 7])
+                for q in range(BM * BN // 8 // consumers):
+                    row = ctid // per + q * (consumers // per)  # row % 8 is the thread's (consumers // per % 8 == 0)
+                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (_f32_unit(row, col >> 2) << 2), 4)
+                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (_f32_unit(row, (col >> 2) + 1) << 2), 4)
+                    if row & 4:  # stored pairwise swapped
+                        x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
+                    tc.store_words(c, (m0 + row, n0 + col),
+                                   (pack(_gelu(x0 + b0), _gelu(x1 + b1)), pack(_gelu(x2 + b2), _gelu(x3 + b3)),
+                                    pack(_gelu(x4 + b4), _gelu(x5 + b5)), pack(_gelu(x6 + b6), _gelu(x7 + b7))))
+        if not gelu:
+            flat = tc.tile(words, 0, (BM * BN // 2,))
+            chunks = BM * BN // 8
+            for q in range((chunks + threads - 1) // threads):  # 16-byte chunks, consecutive along rows
+                ch = tid + threads * q
+                if ch < chunks:
+                    row = ch // (BN // 8)
+                    col = (ch % (BN // 8)) * 8
+                    chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
+                    tc.store_words(c, (m0 + row, n0 + col), chunk)
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
@@ -314,24 +389,33 @@ def _sm_count(device):
 class TmaLinear:
     """``c = a @ w.T`` through :func:`make_linear_tma`'s op: makes (or finds) the tensor
     maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``cluster=2``: the
-    clustered kernel (W's box is half the tile: each block of a pair loads half)."""
+    clustered kernel (W's box is half the tile: each block of a pair loads half).
+    ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)``."""
 
-    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1):
+    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         if persistent and cluster != 1:
             raise ValueError("TmaLinear: the persistent kernel has no clustered variant; give persistent or cluster=2")
+        if persistent and gelu:
+            raise ValueError("TmaLinear: the persistent kernel has no GELU epilogue; give persistent or gelu=True")
         self.persistent = persistent
         self.cluster = cluster
+        self.gelu = gelu
         if persistent:
             self.op = make_linear_persistent(dtype, bn, stages)
         else:
-            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster)
+            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu)
         self.bn = bn
 
-    def __call__(self, a, w):
+    def __call__(self, a, w, bias=None):
+        if (bias is not None) != self.gelu:
+            raise TypeError("TmaLinear: " + ("the GELU epilogue needs bias: lin(a, w, bias)" if self.gelu else
+                                             "bias is for the GELU epilogue (TmaLinear(..., gelu=True))"))
         a_map = tc.tensor_map(a, (BM, BK))
         w_map = tc.tensor_map(w, (self.bn // self.cluster, BK))
+        if self.gelu:
+            return self.op(a, w, bias, a_map, w_map)
         if not self.persistent:
             return self.op(a, w, a_map, w_map)
         tiles = (a.shape[0] // BM) * (w.shape[0] // self.bn)
