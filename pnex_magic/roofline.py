@@ -326,6 +326,20 @@ class Compute:
                        f"({self.tensor.precision})")
         return out
 
+    def _local_memory(self) -> tuple[str, str] | None:
+        """What the SASS says of local memory (``LDL``/``STL``), and what to change, or
+        ``None`` where it has none: a compute-bound kernel's values (a fragment, an
+        accumulator tile) should live in registers."""
+        loads, stores = self.mix.get("LDL", 0), self.mix.get("STL", 0)
+        if not loads and not stores:
+            return None
+        return (f"its SASS moves values through local memory ({loads} LDL, {stores} STL): a local array indexed "
+                f"by a value known only at run time, or register spills",
+                "keep the values in registers: loop over a cuda.local.array with range(N), N a compile-time "
+                "constant (a literal, a closure constant or a Tune expression) and a small body, so that the loop "
+                "unrolls and every index is a constant; not literal_unroll over integers, which keeps them in "
+                "registers behind a chain of compares (docs: performance, \"Loops over a fragment\")")
+
     @property
     def reason(self) -> Reason | None:
         """Why a compute-bound call is where it is, speaking of the tensor cores where they
@@ -336,6 +350,9 @@ class Compute:
         head = (f"compute-bound: {format_flops(self.flops)} in {format_time(self.seconds)} is {self._rate_text()}, "
                 f"{share:.0%} of the {peak.label} peak; its {_figure(self.intensity)} FLOP per byte are above the "
                 f"ridge ({_figure(self.ridge)}), so the compute peak, not memory, is its ceiling")
+        local = self._local_memory()
+        if local is not None and share < FAR:
+            return Reason("compute", f"{head}; {local[0]}", local[1])
         tc = self.tensor
         if tc is not None:
             finding = f"{head}; it uses the tensor cores ({tc.count} {tc.instruction}, {tc.precision})"

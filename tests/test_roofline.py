@@ -212,6 +212,24 @@ def test_an_hmma_kernel_on_hopper_is_told_about_wgmma():
     assert "wgmma" not in on_ampere.reason.advice and "keep the tensor cores fed" in on_ampere.reason.advice
 
 
+def test_a_compute_bound_kernel_whose_sass_uses_local_memory_is_told_to_keep_its_values_in_registers():
+    n = 4096
+    flops, moved = 2 * n**3, 3 * n * n * 2
+    hgmma = "        /*0100*/                   HGMMA.64x256x16.F32 R24, gdesc[UR20], R24 ;\n"
+    local = hgmma + ("        /*0200*/                   STL.64 [R1+0x10], R24 ;\n"
+                     "        /*0210*/               @P0 LDL.64 R24, [R1+0x10] ;\n"
+                     "        /*0220*/                   LDL R26, [R1+0x18] ;\n")
+    slow = timed(flops, 0.5e-3, moved, device=H100, sass=local, dtypes=("float16",))
+    assert slow.bound == "compute" and slow.share < 0.85
+    reason = slow.reason
+    assert "local memory (2 LDL, 1 STL)" in reason.finding and "range(N)" in reason.advice
+    assert "literal_unroll" in reason.advice
+    clean = timed(flops, 0.5e-3, moved, device=H100, sass=hgmma, dtypes=("float16",))
+    assert "local memory" not in clean.reason.finding and "keep the tensor cores fed" in clean.reason.advice
+    at_peak = timed(flops, flops / (0.95 * slow.peak.flops), moved, device=H100, sass=local, dtypes=("float16",))
+    assert "at or near the ceiling" in at_peak.reason.finding  # near the peak, local memory is not the story
+
+
 def test_a_memory_bound_call_gets_no_compute_reason():
     n = 1 << 24
     c = timed(2 * n, 40e-6, 12 * n)  # saxpy: 2 FLOPs per 12 bytes
