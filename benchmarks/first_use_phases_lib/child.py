@@ -98,9 +98,10 @@ def child(device: str, salt: float, warmup_at_import: bool = False, ablate: tupl
                         "gc": collections.take(), "full_collections": collections.take_full()}
         if which == "first":
             found["script_s"] = t1 - t_torch
-    from pnex_magic import warmup
+    from pnex_magic import numbasetup, warmup
 
     found["warmup"] = warmup.state()
+    found["numbasetup"] = numbasetup.state()  # whether the set-up ran under pnex's freeze, on which thread
     if prepare and device == "cuda":  # the C++ launcher is built before anything is timed (as first_use.py's)
         from pnex_magic.launch import switch
 
