@@ -1,6 +1,5 @@
 """What the tests of derived backward kernels share (tests/test_adjoint.py, test_adjoint_refused.py,
-test_adjoint_generated.py): ``rand`` (fresh float64 inputs that need gradients), the ``poisoned``
-fixture (outputs start as NaN), ``K`` (benchmarks/derived_kernels.py's kernels in float64) and
+test_adjoint_generated.py): ``rand`` (fresh float64 inputs that need gradients), ``K`` (benchmarks/derived_kernels.py's kernels in float64) and
 ``_plans`` (how a derived backward writes each gradient, and its source)."""
 
 from __future__ import annotations
@@ -8,10 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
-from pnex_magic import op as op_module
 from pnex_magic.adjoint import derive_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -27,23 +24,6 @@ def rand(*shape, dtype=F64, low=None):
     if low is not None:
         t = t.abs() + low
     return t.to(dtype).requires_grad_()
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    """Outputs without ``init`` start as NaN (not whatever torch.empty gives): an element a
-    kernel does not write shows."""
-    allocate = op_module._allocate
-
-    def poison(spec, env, device, fake):
-        outs = allocate(spec, env, device, fake)
-        if not fake:
-            for p, t in zip(spec.outputs, outs):
-                if p.init is None and t.dtype.is_floating_point:
-                    t.fill_(float("nan"))
-        return outs
-
-    monkeypatch.setattr(op_module, "_allocate", poison)
 
 
 K = ak.kernels(F64)

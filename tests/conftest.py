@@ -92,6 +92,25 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture
+def poisoned(monkeypatch):
+    """Ops' floating-point outputs without ``init`` start as NaN (not whatever
+    ``torch.empty`` gives, often zeros on CPU): an element a kernel does not write shows."""
+    from pnex_magic import op as op_module
+
+    allocate = op_module._allocate
+
+    def poison(spec, env, device, fake):
+        outs = allocate(spec, env, device, fake)
+        if not fake:
+            for p, t in zip(spec.outputs, outs):
+                if p.init is None and t.dtype.is_floating_point:
+                    t.fill_(float("nan"))
+        return outs
+
+    monkeypatch.setattr(op_module, "_allocate", poison)
+
+
+@pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """Point ``$PNEX_CACHE_DIR`` at a new, empty directory for this test and reset
     ``pnex_magic.cache.stats``; yields the directory (a ``pathlib.Path``)."""

@@ -31,7 +31,7 @@ from pnex_magic.adjoint import derive_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import derived_kernels as ak  # noqa: E402 - benchmarks/derived_kernels.py
 
-from adjoint_helpers import K, _plans, poisoned, rand  # noqa: F401 (fixtures: poisoned)
+from adjoint_helpers import K, _plans, rand
 
 F64 = torch.float64
 

@@ -13,8 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import pnex_magic.op as op_module
-
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -23,20 +21,6 @@ def _gemm_tma():
     import gemm_tma
 
     return gemm_tma
-
-
-@pytest.fixture
-def poisoned(monkeypatch):
-    """Ops' outputs start as NaN (they are ``torch.empty`` else, often zeros on CPU)."""
-    allocate = op_module._allocate
-
-    def _poisoned(*args, **kwargs):
-        outs = allocate(*args, **kwargs)
-        for t in outs:
-            t.fill_(float("nan"))
-        return outs
-
-    monkeypatch.setattr(op_module, "_allocate", _poisoned)
 
 
 @pytest.mark.parametrize("dtype,bn", [("f16", 128), ("bf16", 64)])
