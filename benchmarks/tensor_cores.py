@@ -53,6 +53,26 @@ def time_call(fn, args, repeats):
     return queued_seconds(fn, args, loops=5, repeats=repeats)
 
 
+def checked_timing(build, args, ref, tolerance, repeats):
+    """``build()`` gives the function to time; its result on ``args`` is compared with the
+    float64 ``ref`` first, and it is timed only within ``tolerance`` (relative Frobenius
+    error).  Returns ``(error, seconds, note)``: a wrong result or a failure is a note, never
+    a time (one kernel failing must not lose the others' figures)."""
+    try:
+        fn = build()
+        err = rel_error(fn(*args), ref)
+        if not err < tolerance:
+            return err, None, "WRONG RESULT: not timed"
+        return err, time_call(fn, args, repeats), None
+    except Exception as exc:  # noqa: BLE001 - reported in the results, beside the other kernels' figures
+        return None, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _timed(err, seconds, note, work):
+    """A variant's entry: its error, its rate (``work`` / ``seconds``) and any note."""
+    return {"error": err, "tflops": work / seconds / 1e12 if seconds else None, **({"note": note} if note else {})}
+
+
 class Linear:
     """A wgmma kernel (``a @ w.T``) timed as ``a @ b``: ``w = b.T`` made contiguous once,
     outside the timing (the layout of torch.nn.Linear's weight; cuBLAS takes either)."""
@@ -125,18 +145,10 @@ def run_gemm(args, torch, result):
                 row["triton_tflops"] = flops / time_call(triton_mm, (a, b), args.repeats) / 1e12
             else:
                 row["triton_tflops"] = None
-            timed = {}
-            for name, op in ops.items():
-                try:
-                    out = op(a, b)
-                    err = rel_error(out, ref if ref is not None else torch.matmul(a, b).double())
-                    if not err < (2e-3 if dtype == "f16" else 1e-2):
-                        timed[name] = {"error": err, "tflops": None, "note": "WRONG RESULT: not timed"}
-                        continue
-                    seconds = time_call(op, (a, b), args.repeats)
-                    timed[name] = {"error": err, "tflops": flops / seconds / 1e12}
-                except Exception as exc:  # noqa: BLE001
-                    timed[name] = {"error": None, "tflops": None, "note": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            check = ref if ref is not None else torch.matmul(a, b).double()  # once per shape, not per variant
+            tolerance = 2e-3 if dtype == "f16" else 1e-2
+            timed = {name: _timed(*checked_timing(lambda op=op: op, (a, b), check, tolerance, args.repeats), flops)
+                     for name, op in ops.items()}
             best = max((v["tflops"] or 0, name) for name, v in timed.items())
             row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=timed)
             row["ratio_vs_cublas"] = (row["pnex_tflops"] / row["cublas_tflops"]) if row["pnex_tflops"] else None
@@ -180,18 +192,9 @@ def run_attention(args, torch, result):
                "sdpa_tflops": flops / time_call(sdpa, (q, k, v), args.repeats) / 1e12}
         variants = {}
         for warps in (4, 8):
-            name = f"fa2:{warps}w"
-            try:
-                op = make_attention(dtype, dim, causal, warps)
-                out = op(q, k, v, scale)
-                err = rel_error(out, ref.double())
-                if not err < 5e-3:
-                    variants[name] = {"error": err, "tflops": None, "note": "WRONG RESULT: not timed"}
-                    continue
-                variants[name] = {"error": err,
-                                  "tflops": flops / time_call(op, (q, k, v, scale), args.repeats) / 1e12}
-            except Exception as exc:  # noqa: BLE001
-                variants[name] = {"error": None, "tflops": None, "note": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            build = lambda warps=warps: make_attention(dtype, dim, causal, warps)  # noqa: E731
+            variants[f"fa2:{warps}w"] = _timed(*checked_timing(build, (q, k, v, scale), ref.double(), 5e-3,
+                                                               args.repeats), flops)
         best = max((v["tflops"] or 0, name) for name, v in variants.items())
         row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=variants)
         row["ratio_vs_sdpa"] = row["pnex_tflops"] / row["sdpa_tflops"] if row["pnex_tflops"] else None
@@ -236,14 +239,10 @@ def run_epilogue(args, torch, result):
         for name, fn in (("eager", eager), ("compile", compiled)):
             row[f"{name}_us"] = time_call(fn, (x, w, b), args.repeats) * 1e6
         for kernel, (key, op) in kernels.items():
-            try:
-                row[f"{key}_error"] = err = rel_error(op(x, w, b), ref)
-                if not err < 2e-3:
-                    row[f"{key}_us"], row[f"{key}_note"] = None, "WRONG RESULT: not timed"
-                    continue
-                row[f"{key}_us"] = time_call(op, (x, w, b), args.repeats) * 1e6
-            except Exception as exc:  # noqa: BLE001 - one kernel failing must not lose the other's figure
-                row[f"{key}_us"], row[f"{key}_note"] = None, f"{type(exc).__name__}: {str(exc)[:300]}"
+            err, seconds, note = checked_timing(lambda op=op: op, (x, w, b), ref, 2e-3, args.repeats)
+            row[f"{key}_error"], row[f"{key}_us"] = err, seconds * 1e6 if seconds else None
+            if note:
+                row[f"{key}_note"] = note
         timed = [(row[f"{key}_us"], kernel) for kernel, (key, _) in kernels.items() if row[f"{key}_us"]]
         best_us, row["pnex_kernel"] = min(timed) if timed else (None, None)
         row["pnex_vs_eager"] = row["eager_us"] / best_us if best_us else None

@@ -5,6 +5,7 @@ long-lived heap."""
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import sys
 import threading
@@ -145,8 +146,6 @@ class _Collections:
         self.clock = clock
         self.found: dict[int, list] = {}
         self.full: list[list] = []
-        import gc
-
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict) -> None:
@@ -159,9 +158,8 @@ class _Collections:
             entry = self.found.setdefault(info["generation"], [0, 0.0])
             entry[0] += 1
             entry[1] += seconds
-            if info["generation"] == 2:  # also what it freed, and how many objects were frozen (the
-                import gc  # freeze that pnex_magic.numbasetup holds over a first compile), after the timing
-
+            if info["generation"] == 2:  # also what it freed, and how many objects were frozen (the freeze
+                # that pnex_magic.numbasetup holds over a first compile), taken after the timing
                 stack = getattr(self.clock.local, "stack", None) if self.clock is not None else None
                 self.full.append([stack[-1] if stack else "other", seconds, info.get("collected", 0),
                                   gc.get_freeze_count()])

@@ -258,4 +258,3 @@ def argument_rules(kernel: str, requires: Any, params: Sequence[Any],
         kernel, requires, {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
         tune=[p.name for p in params if isinstance(p, TuneParam)], outputs=[p.name for p in params if p.role == "out"],
     )
-
