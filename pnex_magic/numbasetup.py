@@ -27,10 +27,16 @@ differences that change no compiled code:
   set-up those older objects are frozen (:func:`gc.freeze`), so that it walks the new
   ones only (0.03 s), and they are unfrozen when it ends: nothing is left
   uncollected (garbage among them is collected at the next full collection, which
-  may come somewhat sooner than it would have).  A program that manages the
-  collector itself (collection disabled, or objects frozen already) is left alone;
-  one that froze objects on another thread while the set-up ran would find them
-  unfrozen after it (:func:`gc.unfreeze` unfreezes all).  The same freeze covers the
+  may come somewhat sooner than it would have).  A program whose collection is
+  disabled is left alone.  A program that froze objects itself (or a library it
+  imported: on the GPU machine of 2026-11-28 some 375 objects were frozen before
+  the first kernel, so the set-up's collection walked every object, 0.11-0.16 s) has
+  the older objects frozen as well, and they stay frozen after the block, since
+  :func:`gc.unfreeze` would also unfreeze the program's own (its choice extends to
+  the objects made before the first compile, whose cyclic garbage is then left
+  uncollected, as it is among the objects it froze).  One that froze objects on
+  another thread while the set-up ran would find them unfrozen after it (where
+  nothing was frozen before, :func:`gc.unfreeze` unfreezes all).  The same freeze covers the
   rest of the process's first compile and definition (:func:`first_compile_frozen`:
   the kernel's typing, lowering, the link, the cache's store, the op's registration),
   whose allocations trigger more full collections.  Overlapping freezes (the warm-up's
@@ -145,6 +151,7 @@ def _blas_probe_without_scipy() -> Iterator[list[str]]:
 _collector_lock = threading.Lock()
 _holders = 0  # blocks inside _older_objects_frozen, on every thread
 _owned = False  # whether the first of them froze (then the last one out unfreezes)
+_kept = False  # whether objects were frozen before it (then the freeze is kept: see the module's notes)
 _first_compile_ran = False
 
 
@@ -152,13 +159,15 @@ _first_compile_ran = False
 def _older_objects_frozen() -> Iterator[bool]:
     """Objects made before the block frozen while it (and any overlapping block, on any
     thread) runs, unfrozen when the last one ends; yields whether they are frozen.  A
-    program that manages the collector (collection disabled, or objects frozen already,
-    when the first block starts) is left alone."""
-    global _holders, _owned
+    program whose collection is disabled when the first block starts is left alone; one
+    that has frozen objects already keeps the freeze, older objects included (the
+    module's notes say why)."""
+    global _holders, _owned, _kept
     with _collector_lock:
         if _holders == 0:
-            _owned = gc.isenabled() and not gc.get_freeze_count()
+            _owned = gc.isenabled()
             if _owned:
+                _kept = gc.get_freeze_count() > 0
                 gc.freeze()
         _holders += 1
         frozen = _owned
@@ -169,7 +178,8 @@ def _older_objects_frozen() -> Iterator[bool]:
             _holders -= 1
             if _holders == 0 and _owned:
                 _owned = False
-                gc.unfreeze()
+                if not _kept:
+                    gc.unfreeze()
 
 
 @contextlib.contextmanager
