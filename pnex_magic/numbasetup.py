@@ -28,16 +28,13 @@ differences that change no compiled code:
   ones only (0.03 s), and they are unfrozen when it ends: nothing is left
   uncollected (garbage among them is collected at the next full collection, which
   may come somewhat sooner than it would have).  A program whose collection is
-  disabled is left alone.  A program that froze objects itself (or a library it
-  imported: on the GPU machine of 2026-11-28 some 375 objects were frozen before
-  the first kernel, so the set-up's collection walked every object, 0.11-0.16 s) has
-  the older objects frozen as well, and they stay frozen after the block, since
-  :func:`gc.unfreeze` would also unfreeze the program's own (its choice extends to
-  the objects made before the first compile, whose cyclic garbage is then left
-  uncollected, as it is among the objects it froze).  One that froze objects on
-  another thread while the set-up ran would find them unfrozen after it (where
-  nothing was frozen before, :func:`gc.unfreeze` unfreezes all).  The same freeze covers the
-  rest of the process's first compile and definition (:func:`first_compile_frozen`:
+  disabled is left alone.  Objects frozen before are frozen still during the block,
+  and unfrozen with the rest after it (:func:`gc.unfreeze` unfreezes all): Python
+  3.12 starts with 375 tuples of its own frozen, and a freeze skipped for them cost
+  the first kernel 0.11-0.16 s of full collections on an H200 (2026-11-28).  A
+  program that froze objects of its own before its first kernel finds them unfrozen
+  after it (servers that freeze do so after a warm-up, which compiles the kernels
+  first).  The same freeze covers the rest of the process's first compile and definition (:func:`first_compile_frozen`:
   the kernel's typing, lowering, the link, the cache's store, the op's registration),
   whose allocations trigger more full collections.  Overlapping freezes (the warm-up's
   set-up and a foreground compile, on two threads) share one, taken by the first and
@@ -151,7 +148,6 @@ def _blas_probe_without_scipy() -> Iterator[list[str]]:
 _collector_lock = threading.Lock()
 _holders = 0  # blocks inside _older_objects_frozen, on every thread
 _owned = False  # whether the first of them froze (then the last one out unfreezes)
-_kept = False  # whether objects were frozen before it (then the freeze is kept: see the module's notes)
 _first_compile_ran = False
 
 
@@ -159,15 +155,14 @@ _first_compile_ran = False
 def _older_objects_frozen() -> Iterator[bool]:
     """Objects made before the block frozen while it (and any overlapping block, on any
     thread) runs, unfrozen when the last one ends; yields whether they are frozen.  A
-    program whose collection is disabled when the first block starts is left alone; one
-    that has frozen objects already keeps the freeze, older objects included (the
-    module's notes say why)."""
-    global _holders, _owned, _kept
+    program whose collection is disabled when the first block starts is left alone;
+    objects frozen before the block are unfrozen after it with the rest (the module's
+    notes say why)."""
+    global _holders, _owned
     with _collector_lock:
         if _holders == 0:
             _owned = gc.isenabled()
             if _owned:
-                _kept = gc.get_freeze_count() > 0
                 gc.freeze()
         _holders += 1
         frozen = _owned
@@ -178,8 +173,7 @@ def _older_objects_frozen() -> Iterator[bool]:
             _holders -= 1
             if _holders == 0 and _owned:
                 _owned = False
-                if not _kept:
-                    gc.unfreeze()
+                gc.unfreeze()
 
 
 @contextlib.contextmanager

@@ -229,15 +229,15 @@ def test_a_program_with_collection_disabled_is_left_alone():
         gc.enable()
 
 
-def test_a_program_that_froze_objects_keeps_them_frozen_and_older_ones_join_them():
-    """Objects frozen before (by the program, or a library it imported: 375 on the GPU
-    machine of 2026-11-28, and the set-up's collection then walked the whole heap): the
-    older objects are frozen too, so the block's collections walk only its own, and the
-    freeze is kept (gc.unfreeze would also unfreeze the program's)."""
+def test_objects_frozen_before_do_not_stop_the_freeze_and_are_unfrozen_after():
+    """Python 3.12 starts with 375 tuples of its own frozen (so did the H200 machine's
+    3.12.3 on 2026-11-28, where skipping the freeze for them cost the first kernel
+    0.11-0.16 s of full collections): older objects are frozen all the same, so the
+    block's collections walk only its own, and unfrozen after it, nothing left out."""
     gc.freeze()
     try:
         count = gc.get_freeze_count()
-        later = _cycle()  # made after the program's freeze, before the block
+        later = _cycle()  # made after that freeze, before the block
         with numbasetup._older_objects_frozen() as frozen:
             assert frozen is True and gc.get_freeze_count() > count
             gc.collect()
@@ -245,13 +245,11 @@ def test_a_program_that_froze_objects_keeps_them_frozen_and_older_ones_join_them
             new = _cycle()
             gc.collect()
             assert new() is None  # the block's own garbage is collected as ever
-        assert gc.get_freeze_count() > count  # kept, the program's objects among them
+        assert gc.get_freeze_count() == 0
         gc.collect()
-        assert later() is not None  # still frozen
+        assert later() is None  # nothing left uncollected
     finally:
         gc.unfreeze()
-    gc.collect()
-    assert later() is None  # unfrozen (here by the program): collected
 
 
 def _cycle() -> weakref.ref:
@@ -286,7 +284,7 @@ def test_the_first_compile_freezes_older_objects_and_later_ones_do_not(first_com
         assert frozen is False and gc.get_freeze_count() == 0
 
 
-def test_the_first_compile_leaves_a_program_with_collection_disabled_alone(first_compile):
+def test_the_first_compile_leaves_a_disabled_collector_alone_and_freezes_over_a_freeze(first_compile):
     gc.disable()
     try:
         with numbasetup.first_compile_frozen() as frozen:
@@ -297,8 +295,8 @@ def test_the_first_compile_leaves_a_program_with_collection_disabled_alone(first
     try:
         count = gc.get_freeze_count()
         with numbasetup.first_compile_frozen() as frozen, numbasetup._older_objects_frozen() as inner:
-            assert frozen is True and inner is True  # one freeze, shared
-        assert gc.get_freeze_count() >= count  # the program's freeze is kept
+            assert frozen is True and inner is True and gc.get_freeze_count() > count  # one freeze, shared
+        assert gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
 
