@@ -44,10 +44,12 @@ def test_tma_gemm_gelu_epilogue_on_cpu(dtype, bn, poisoned):
 
 
 def test_staging_swizzle_is_a_permutation_of_each_row():
-    """The float32 staging layout (_f32_unit and the pair swap of rows 4-7) loses no
-    element: the stored positions of a row are its columns, in another order."""
-    gemm_tma = _gemm_tma()
-    unit = gemm_tma._f32_unit.py_func
+    """The float32 staging layout (epilogue.f32_unit and the pair swap of rows 4-7) loses
+    no element: the stored positions of a row are its columns, in another order."""
+    _gemm_tma()
+    import epilogue
+
+    unit = epilogue.f32_unit.py_func
     for bn in (32, 64, 128, 256):
         for row in range(8):
             stored = {(unit(row, col >> 2) << 2) + ((col & 3) ^ ((row >> 2) & 1)) for col in range(bn)}

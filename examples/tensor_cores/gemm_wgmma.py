@@ -12,24 +12,16 @@ BM, N of the largest BN and K of 64 (at least 64): the op refuses other shapes b
 launches (:mod:`tiles`).  Needs an sm_90 GPU (H100, H200): wgmma exists there only.
 """
 
-import math
-
 from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll
 from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from epilogue import gelu as erf_gelu  # make_linear's gelu is its flag
 from tiles import grouped_tile, tile_rule
 
 BK = 64
-SQRT1_2 = 0.7071067811865476
-
-
-@cuda.jit(device=True, inline=True)
-def _gelu(x):
-    return float32(0.5) * x * (float32(1.0) + math.erf(x * float32(SQRT1_2)))
-
 
 def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipelined=True, dynamic=True,
                 gelu=False, staged=True):
@@ -149,9 +141,10 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                         col = j * 8 + 2 * t
                         b0 = float32(bias[n0 + col])
                         b1 = float32(bias[n0 + col + 1])
-                        out[r, tc.swizzle(r, col, BN) // 2] = pack(_gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(_gelu(acc[4 * j + 2] + b0),
-                                                                           _gelu(acc[4 * j + 3] + b1))
+                        out[r, tc.swizzle(r, col, BN) // 2] = pack(erf_gelu(acc[4 * j] + b0),
+                                                                   erf_gelu(acc[4 * j + 1] + b1))
+                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(erf_gelu(acc[4 * j + 2] + b0),
+                                                                           erf_gelu(acc[4 * j + 3] + b1))
             else:
                 for j in range(BN // 8):  # a constant trip count: unrolled straight, without literal_unroll's
                     col = j * 8 + 2 * t  # dispatch on j (a chain of compares per copy)
@@ -173,8 +166,8 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                         col = n0 + j * 8 + 2 * t
                         b0 = float32(bias[col])
                         b1 = float32(bias[col + 1])
-                        tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                        tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
+                        tc.store_pair(c, (row, col), erf_gelu(acc[4 * j] + b0), erf_gelu(acc[4 * j + 1] + b1))
+                        tc.store_pair(c, (row + 8, col), erf_gelu(acc[4 * j + 2] + b0), erf_gelu(acc[4 * j + 3] + b1))
             else:
                 for j in range(BN // 8):  # unrolled straight (see above)
                     col = n0 + j * 8 + 2 * t
