@@ -67,6 +67,17 @@ def test_gelu_tiles_that_do_not_fit_are_refused():
         gemm_tma.TmaLinear("f16", 256, 3, persistent=True, gelu=True)
 
 
+def test_the_plain_op_takes_the_tiles_the_gelu_op_refuses(poisoned):
+    """BN = 256 with STAGES = 2 (96 KiB of buffers): the plain kernel never carves the
+    128 KiB float32 tile (the simulator refuses a tile past the shared memory asked for)."""
+    gen = torch.Generator().manual_seed(47)
+    a = torch.randn(128, 64, generator=gen).half()
+    w = (torch.randn(256, 64, generator=gen) / 8).half()
+    c = _gemm_tma().TmaLinear("f16", 256, 2)(a, w)
+    ref = a.double() @ w.double().t()
+    assert not c.isnan().any() and ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
+
+
 def test_bias_goes_with_the_gelu_op_only():
     gemm_tma = _gemm_tma()
     a, w, bias = torch.zeros(128, 64).half(), torch.zeros(64, 64).half(), torch.zeros(64).half()

@@ -104,7 +104,6 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, BM, BK))
         sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
-        floats = cuda.shared.array(0, float32, alignment=1024)
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, STAGES * (BM + BN) * BK // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
         m, k = a.shape
@@ -169,7 +168,8 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
             cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
             # the accumulators go to shared memory here, in the branch whose registers hold them
             out = tc.tile(words, 0, (BM, BN // 2))  # packed pairs, rows swizzled like the tiles
-            stage = tc.tile(floats, 0, (BM * BN,))  # gelu: float32, rows swizzled by f32_unit
+            if gelu:  # float32, rows swizzled by f32_unit (gelu_fits: it fits the buffers; the plain op's may not)
+                stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), 0, (BM * BN,))
             warp = (tid % 128) // 32
             g = lane // 4
             t = lane % 4
