@@ -56,21 +56,22 @@ def _examples():
 
 
 @needs_nvvm
-@pytest.mark.parametrize("kernel", ["tma", "persistent", "wgmma", "tma-gelu"])
+@pytest.mark.parametrize("kernel", ["tma", "persistent", "wgmma", "tma-gelu", "wgmma-gelu"])
 def test_the_gemm_epilogue_stages_the_accumulators_without_a_branch(kernel):
-    """``tma-gelu``: the fused GELU epilogue stages its accumulators as float32, two 4-byte
-    stores a pair (the GELU is applied in the store loop, after them)."""
+    """``tma-gelu``, ``wgmma-gelu``: the fused GELU epilogue stages its accumulators as
+    float32, two 4-byte stores a pair (the GELU is applied in the store loop, after them)."""
     gemm_tma, gemm_wgmma = _examples()
     op = {"tma": lambda: gemm_tma.make_linear_tma("f16", 256, 4),
           "persistent": lambda: gemm_tma.make_linear_persistent("f16", 256, 3),
           "wgmma": lambda: gemm_wgmma.make_linear("f16", 128, 256, 4),
-          "tma-gelu": lambda: gemm_tma.make_linear_tma("f16", 256, 4, gelu=True)}[kernel]()
+          "tma-gelu": lambda: gemm_tma.make_linear_tma("f16", 256, 4, gelu=True),
+          "wgmma-gelu": lambda: gemm_wgmma.make_linear("f16", 128, 256, 4, gelu=True)}[kernel]()
     compiled, text = _disassembled(op)
     assert compiled.resources.local_bytes == 0 and compiled.resources.spill_store_bytes == 0, compiled.resources
     code = instructions(text)
     assert not any(re.search(r"\b(LDL|STL)\b", op) for op in code)  # the accumulators never leave registers
     assert sum("HGMMA.64x256x16.F32" in op for op in code) >= 4
-    stores = 128 if kernel == "tma-gelu" else 64  # BN = 256: 32 n8 tiles, two packed stores each (gelu: four)
+    stores = 128 if kernel.endswith("gelu") else 64  # BN = 256: 32 n8 tiles, two packed stores each (gelu: four)
     block = staging_block(code, stores)
     assert all(re.fullmatch(r"STS(\.64)? \[.*", op) for op in block if "STS" in op)  # none predicated
     branches = [op for op in block if re.search(r"\b(BRA|EXIT)\b", op)]

@@ -44,10 +44,12 @@ def test_tma_gemm_gelu_epilogue_on_cpu(dtype, bn, poisoned):
 
 
 def test_staging_swizzle_is_a_permutation_of_each_row():
-    """The float32 staging layout (_f32_unit and the pair swap of rows 4-7) loses no
-    element: the stored positions of a row are its columns, in another order."""
-    gemm_tma = _gemm_tma()
-    unit = gemm_tma._f32_unit.py_func
+    """The float32 staging layout (epilogue.f32_unit and the pair swap of rows 4-7) loses
+    no element: the stored positions of a row are its columns, in another order."""
+    _gemm_tma()
+    import epilogue
+
+    unit = epilogue.f32_unit.py_func
     for bn in (32, 64, 128, 256):
         for row in range(8):
             stored = {(unit(row, col >> 2) << 2) + ((col & 3) ^ ((row >> 2) & 1)) for col in range(bn)}
@@ -63,6 +65,17 @@ def test_gelu_tiles_that_do_not_fit_are_refused():
         gemm_tma.make_linear_tma("f16", 96, 4, gelu=True)
     with pytest.raises(ValueError, match="the persistent kernel has no GELU epilogue"):
         gemm_tma.TmaLinear("f16", 256, 3, persistent=True, gelu=True)
+
+
+def test_the_plain_op_takes_the_tiles_the_gelu_op_refuses(poisoned):
+    """BN = 256 with STAGES = 2 (96 KiB of buffers): the plain kernel never carves the
+    128 KiB float32 tile (the simulator refuses a tile past the shared memory asked for)."""
+    gen = torch.Generator().manual_seed(47)
+    a = torch.randn(128, 64, generator=gen).half()
+    w = (torch.randn(256, 64, generator=gen) / 8).half()
+    c = _gemm_tma().TmaLinear("f16", 256, 2)(a, w)
+    ref = a.double() @ w.double().t()
+    assert not c.isnan().any() and ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
 
 
 def test_bias_goes_with_the_gelu_op_only():

@@ -29,7 +29,8 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from gemm_wgmma import _gelu
+from epilogue import f32_unit, gelu_fits
+from epilogue import gelu as erf_gelu  # make_linear_tma's gelu is its flag
 from tiles import grouped_tile, tile_rule
 
 BK = 64
@@ -44,35 +45,6 @@ def _tile_rules(bn: int, cluster: int) -> dict[str, str]:
     return {**tile_rule("a.size(0)", BM * cluster, "M", blocks),
             **tile_rule("w.size(0)", bn, "N", "the block tile BN"),
             **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)}
-
-
-@cuda.jit(device=True, inline=True)
-def _f32_unit(row, u):
-    """Where 16-byte unit ``u`` (floats 4u to 4u + 3) of row ``row`` of the GELU
-    epilogue's float32 tile is stored in the row: ``u ^ bit 3 of u ^ 2 * (row % 4)``;
-    in rows 4-7 of every 8 the floats of a unit are also stored pairwise swapped
-    (``(col % 4) ^ 1``).  So the consumers' 4-byte stores (a warp: 8 rows x 4 pairs)
-    fill the 32 banks once each, and so do the store loop's 16-byte loads (a
-    quarter-warp: one row, the first or second halves of 8 consecutive 32-byte chunks).
-    Shifts and masks, not // and %: no sign fix-ups in the addresses."""
-    return u ^ ((u >> 3) & 1) ^ ((row & 3) << 1)
-
-
-def _gelu_fits(bn_choices, stage_choices):
-    """Refuse the GELU epilogue's tile choices whose float32 tile (BM x BN x 4 bytes)
-    does not fit the tile buffers it reuses (STAGES x (BM + BN) x BK x 2 bytes), and
-    widths whose rows the 256 consumer threads do not split evenly."""
-    for bn in bn_choices:
-        if bn not in (32, 64, 128, 256):
-            raise ValueError(f"make_linear_tma(gelu=True): BN must be 32, 64, 128 or 256 (each of the 256 storing "
-                             f"threads keeps its 8 columns, and row % 8), got {bn}")
-        for stages in stage_choices:
-            staged, buffers = BM * bn * 4, stages * (BM + bn) * BK * 2
-            if staged > buffers:
-                least = -(-staged // ((BM + bn) * BK * 2))
-                raise ValueError(f"make_linear_tma(gelu=True): BN = {bn} with STAGES = {stages}: the float32 tile the "
-                                 f"GELU epilogue stages ({staged // 1024} KiB) does not fit the {stages} tile buffers "
-                                 f"it reuses ({buffers // 1024} KiB); give stages >= {least} for BN = {bn}")
 
 
 def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False):
@@ -110,7 +82,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
     consumers = 256
     if gelu:
-        _gelu_fits(bn_choices, stage_choices)
+        gelu_fits("make_linear_tma", BM, consumers, bn_choices, stage_choices, BK)
 
     @pnex.jit(
         n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
@@ -132,7 +104,6 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, BM, BK))
         sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
-        floats = cuda.shared.array(0, float32, alignment=1024)
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, STAGES * (BM + BN) * BK // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
         m, k = a.shape
@@ -197,7 +168,8 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
             cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
             # the accumulators go to shared memory here, in the branch whose registers hold them
             out = tc.tile(words, 0, (BM, BN // 2))  # packed pairs, rows swizzled like the tiles
-            stage = tc.tile(floats, 0, (BM * BN,))  # gelu: float32, rows swizzled by _f32_unit
+            if gelu:  # float32, rows swizzled by f32_unit (gelu_fits: it fits the buffers; the plain op's may not)
+                stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), 0, (BM * BN,))
             warp = (tid % 128) // 32
             g = lane // 4
             t = lane % 4
@@ -205,7 +177,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
             for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
                 col = j * 8 + 2 * t
                 if gelu:  # the GELU (an erf a value) waits for the store loop: this body stays small
-                    i = r * BN + (_f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
+                    i = r * BN + (f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
                     stage[i] = acc[4 * j]  # 4-byte stores (a vector store's alignment test would stay)
                     stage[i ^ 1] = acc[4 * j + 1]
                     i += 8 * BN  # row r + 8: the same unit, the same swap
@@ -229,13 +201,15 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                 b7 = float32(bias[n0 + col + 7])
                 for q in range(BM * BN // 8 // consumers):
                     row = ctid // per + q * (consumers // per)  # row % 8 is the thread's (consumers // per % 8 == 0)
-                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (_f32_unit(row, col >> 2) << 2), 4)
-                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (_f32_unit(row, (col >> 2) + 1) << 2), 4)
+                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
+                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
                     if row & 4:  # stored pairwise swapped
                         x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
                     tc.store_words(c, (m0 + row, n0 + col),
-                                   (pack(_gelu(x0 + b0), _gelu(x1 + b1)), pack(_gelu(x2 + b2), _gelu(x3 + b3)),
-                                    pack(_gelu(x4 + b4), _gelu(x5 + b5)), pack(_gelu(x6 + b6), _gelu(x7 + b7))))
+                                   (pack(erf_gelu(x0 + b0), erf_gelu(x1 + b1)),
+                                    pack(erf_gelu(x2 + b2), erf_gelu(x3 + b3)),
+                                    pack(erf_gelu(x4 + b4), erf_gelu(x5 + b5)),
+                                    pack(erf_gelu(x6 + b6), erf_gelu(x7 + b7))))
         if not gelu:
             flat = tc.tile(words, 0, (BM * BN // 2,))
             chunks = BM * BN // 8

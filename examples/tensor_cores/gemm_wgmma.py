@@ -10,9 +10,12 @@ a 64 x BN slice with one ``wgmma`` per 16 columns of K.  Tiles are BK = 64 wide 
 ``pnex.Tune`` parameters: the autotuner picks them per shape.  M must be a multiple of
 BM, N of the largest BN and K of 64 (at least 64): the op refuses other shapes before it
 launches (:mod:`tiles`).  Needs an sm_90 GPU (H100, H200): wgmma exists there only.
-"""
 
-import math
+The epilogue stages the tile through the freed tile buffers (swizzled) and stores 16
+bytes a thread.  ``gelu=True``: ``gelu(a @ w.T + bias)`` (the exact, erf GELU) fused
+into it: the accumulators are staged as they are, float32, and bias and GELU applied in
+the store loop (:mod:`epilogue`, as :mod:`gemm_tma` does; :func:`make_linear`).
+"""
 
 from numba import cuda, float32, uint32
 from numba.cuda.misc.special import literal_unroll
@@ -20,29 +23,36 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from epilogue import f32_unit, gelu_fits
+from epilogue import gelu as erf_gelu  # make_linear's gelu is its flag
 from tiles import grouped_tile, tile_rule
 
 BK = 64
-SQRT1_2 = 0.7071067811865476
-
-
-@cuda.jit(device=True, inline=True)
-def _gelu(x):
-    return float32(0.5) * x * (float32(1.0) + math.erf(x * float32(SQRT1_2)))
 
 
 def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipelined=True, dynamic=True,
                 gelu=False, staged=True):
     """The pnex op ``c = linear(a, w)`` (``a @ w.T``) for one dtype and block height;
     ``gelu=True``: ``c = linear(a, w, bias)``, ``gelu(a @ w.T + bias)`` (the exact, erf
-    GELU, ``torch.nn.functional.gelu``'s default) fused into the epilogue.  ``bn`` and
-    ``stages``: the choices of the ``Tune`` parameters BN and STAGES.  ``pipelined``: one
-    group of wgmma stays in flight while the next tile is issued (prefetch distance
-    STAGES - 2, so STAGES >= 3); else each k-tile waits for its wgmma (STAGES >= 2).
-    ``dynamic=False``: static shared memory (48 KiB at most: small tiles, for tests).
-    ``staged``: the epilogue writes the tile to shared memory (swizzled: no bank
-    conflicts), then to C 16 bytes a thread, every 32-byte sector whole; else each
-    thread stores its accumulator pairs straight to C (4 bytes, half-used sectors)."""
+    GELU, ``torch.nn.functional.gelu``'s default, in float32) fused into the epilogue.
+    ``bn`` and ``stages``: the choices of the ``Tune`` parameters BN and STAGES.
+    ``pipelined``: one group of wgmma stays in flight while the next tile is issued
+    (prefetch distance STAGES - 2, so STAGES >= 3); else each k-tile waits for its wgmma
+    (STAGES >= 2).  ``dynamic=False``: static shared memory (48 KiB at most: small
+    tiles, for tests).  ``staged``: the epilogue writes the tile to shared memory
+    (swizzled: no bank conflicts), then to C 16 bytes a thread, every 32-byte sector
+    whole; else each thread stores its accumulator pairs straight to C (4 bytes,
+    half-used sectors).
+
+    With ``gelu``, staged (and ``dynamic``): the accumulators are staged as they are,
+    float32 (a straight ``range`` loop: the registers stay registers), into the tile
+    buffers, and every thread of the block applies bias and GELU in the store loop, 8
+    values per 16-byte chunk of C, the bias of its 8 columns loaded once.  That tile is
+    BM x BN x 4 bytes: tile choices whose buffers are smaller (from STAGES = 2 on, only
+    BM = 128 with BN = 256 and STAGES = 2), and BN other than 32, 64, 128 or 256, are refused
+    (:func:`epilogue.gelu_fits`).  Unstaged (or static): the GELU is applied to the
+    accumulators before they are stored, in a ``literal_unroll`` loop (with ``range``
+    that loop stays rolled and the accumulators go to local memory)."""
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
     stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
     wide = max(bn_choices)
@@ -53,9 +63,12 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     a_chunks = bm * 8 // threads  # 16-byte chunks of an A tile per thread
     ahead_less = 2 if pipelined else 1  # tiles loaded ahead of the one computed: STAGES - ahead_less
     in_flight = 1 if pipelined else 0  # wgmma groups left running at the end of an iteration
-    columns = tuple(range(wide // 8))  # the GELU epilogue's n8 tiles (those past BN are pruned)
+    columns = tuple(range(wide // 8))  # the unstaged GELU epilogue's n8 tiles (those past BN are pruned)
     static_stages = max(stage_choices)
+    # the tile buffers; the GELU epilogue's float32 tile reuses them (refused where it would not fit)
     options = {"shared_bytes": f"STAGES * ({bm} + BN) * {BK * 2}"} if dynamic else {}
+    if gelu and staged and dynamic:
+        gelu_fits("make_linear", bm, threads, bn_choices, stage_choices, BK)
 
     @pnex.jit(
         n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // BN) * {threads}",),
@@ -142,39 +155,64 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
             cuda.syncthreads()  # every warpgroup is done with the tiles: their memory takes the output
             words = cuda.shared.array(0, uint32, alignment=1024)
             out = tc.tile(words, 0, (bm, BN // 2))  # packed pairs, rows swizzled like the tiles
+            if gelu:  # float32, rows swizzled by f32_unit (it fits the tile buffers: gelu_fits)
+                stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), 0, (bm * BN,))
             r = wg * 64 + warp * 16 + g
-            if gelu:  # a large body: range() would stay a loop, and acc[j] go to local memory
-                for j in literal_unroll(columns):  # one copy per literal j: acc[...] stays in registers
-                    if j * 8 < BN:
-                        col = j * 8 + 2 * t
-                        b0 = float32(bias[n0 + col])
-                        b1 = float32(bias[n0 + col + 1])
-                        out[r, tc.swizzle(r, col, BN) // 2] = pack(_gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                        out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(_gelu(acc[4 * j + 2] + b0),
-                                                                           _gelu(acc[4 * j + 3] + b1))
-            else:
-                for j in range(BN // 8):  # a constant trip count: unrolled straight, without literal_unroll's
-                    col = j * 8 + 2 * t  # dispatch on j (a chain of compares per copy)
+            for j in range(BN // 8):  # a constant trip count: unrolled straight, without literal_unroll's
+                col = j * 8 + 2 * t  # dispatch on j (a chain of compares per copy); acc[...] stays in registers
+                if gelu:  # the GELU (an erf a value) waits for the store loop: this body stays small
+                    i = r * BN + (f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
+                    stage[i] = acc[4 * j]  # 4-byte stores (a vector store's alignment test would stay)
+                    stage[i ^ 1] = acc[4 * j + 1]
+                    i += 8 * BN  # row r + 8: the same unit, the same swap
+                    stage[i] = acc[4 * j + 2]
+                    stage[i ^ 1] = acc[4 * j + 3]
+                else:
                     out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
-            flat = tc.tile(words, 0, (bm * BN // 2,))
-            for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
-                ch = tid + threads * q
-                row = ch // (BN // 8)
-                col = (ch % (BN // 8)) * 8
-                chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
-                tc.store_words(c, (m0 + row, n0 + col), chunk)
+            if gelu:  # every thread stores: 16-byte chunks, consecutive along rows, bias and GELU applied
+                per = BN // 8  # chunks a row; a divisor of threads (gelu_fits), so each thread keeps its 8 columns
+                col = (tid % per) * 8
+                b0 = float32(bias[n0 + col])
+                b1 = float32(bias[n0 + col + 1])
+                b2 = float32(bias[n0 + col + 2])
+                b3 = float32(bias[n0 + col + 3])
+                b4 = float32(bias[n0 + col + 4])
+                b5 = float32(bias[n0 + col + 5])
+                b6 = float32(bias[n0 + col + 6])
+                b7 = float32(bias[n0 + col + 7])
+                for q in range(bm * BN // 8 // threads):
+                    # row % 4 is the thread's; row % 8 too where threads // per % 8 == 0 (all but BM = 64 with
+                    # BN = 256: 4 rows a step, so row & 4 alternates with q and the swap below is taken per chunk)
+                    row = tid // per + q * (threads // per)
+                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
+                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
+                    if row & 4:  # stored pairwise swapped
+                        x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
+                    tc.store_words(c, (m0 + row, n0 + col),
+                                   (pack(erf_gelu(x0 + b0), erf_gelu(x1 + b1)),
+                                    pack(erf_gelu(x2 + b2), erf_gelu(x3 + b3)),
+                                    pack(erf_gelu(x4 + b4), erf_gelu(x5 + b5)),
+                                    pack(erf_gelu(x6 + b6), erf_gelu(x7 + b7))))
+            else:
+                flat = tc.tile(words, 0, (bm * BN // 2,))
+                for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
+                    ch = tid + threads * q
+                    row = ch // (BN // 8)
+                    col = (ch % (BN // 8)) * 8
+                    chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
+                    tc.store_words(c, (m0 + row, n0 + col), chunk)
         else:
             row = m0 + wg * 64 + warp * 16 + g
-            if gelu:
+            if gelu:  # range() would leave this loop rolled (an erf a value) and acc[...] in local memory
                 for j in literal_unroll(columns):  # one copy per literal j: acc[...] stays in registers
                     if j * 8 < BN:
                         col = n0 + j * 8 + 2 * t
                         b0 = float32(bias[col])
                         b1 = float32(bias[col + 1])
-                        tc.store_pair(c, (row, col), _gelu(acc[4 * j] + b0), _gelu(acc[4 * j + 1] + b1))
-                        tc.store_pair(c, (row + 8, col), _gelu(acc[4 * j + 2] + b0), _gelu(acc[4 * j + 3] + b1))
+                        tc.store_pair(c, (row, col), erf_gelu(acc[4 * j] + b0), erf_gelu(acc[4 * j + 1] + b1))
+                        tc.store_pair(c, (row + 8, col), erf_gelu(acc[4 * j + 2] + b0), erf_gelu(acc[4 * j + 3] + b1))
             else:
                 for j in range(BN // 8):  # unrolled straight (see above)
                     col = n0 + j * 8 + 2 * t

@@ -1,0 +1,57 @@
+"""What the fused bias + GELU epilogues of the Hopper GEMMs share (:mod:`gemm_wgmma`'s
+``cp.async`` kernel and :mod:`gemm_tma`'s TMA one): the exact GELU, the layout of the
+float32 tile they stage their accumulators in, and the check that this tile fits the
+tile buffers it reuses.
+
+Both epilogues work the same way: the threads that hold the accumulators copy them as
+they are, float32, into the shared memory the k-loop's tile buffers no longer need,
+with a straight ``for j in range(BN // 8)`` loop (its body small enough to be unrolled,
+so the accumulators stay in registers), and the GELU is applied in the store loop that
+follows, to 8 values a thread, packed to 16 bytes of C.
+"""
+
+import math
+
+from numba import cuda, float32
+
+SQRT1_2 = 0.7071067811865476
+GELU_WIDTHS = (32, 64, 128, 256)  # the BN the float32 staging takes
+
+
+@cuda.jit(device=True, inline=True)
+def gelu(x):
+    """The exact GELU, ``torch.nn.functional.gelu``'s default: ``x/2 (1 + erf(x/√2))``, in float32."""
+    return float32(0.5) * x * (float32(1.0) + math.erf(x * float32(SQRT1_2)))
+
+
+@cuda.jit(device=True, inline=True)
+def f32_unit(row, u):
+    """Where 16-byte unit ``u`` (floats 4u to 4u + 3) of row ``row`` of the GELU
+    epilogue's float32 tile is stored in the row: ``u ^ bit 3 of u ^ 2 * (row % 4)``;
+    in rows 4-7 of every 8 the floats of a unit are also stored pairwise swapped
+    (``(col % 4) ^ 1``).  So the 4-byte stores of the accumulators (a warp: 8 rows x 4
+    pairs) fill the 32 banks once each, and so do the store loop's 16-byte loads (a
+    quarter-warp: one row, the first or second halves of 8 consecutive 32-byte chunks).
+    Shifts and masks, not // and %: no sign fix-ups in the addresses.  Rows of at least
+    8 units (BN >= 32): the XOR stays in the row."""
+    return u ^ ((u >> 3) & 1) ^ ((row & 3) << 1)
+
+
+def gelu_fits(who, bm, threads, bn_choices, stage_choices, bk=64):
+    """Refuse the GELU epilogue's tile choices whose float32 tile (``bm`` x BN x 4 bytes)
+    does not fit the tile buffers it reuses (STAGES x (``bm`` + BN) x ``bk`` x 2 bytes),
+    and widths the staging's layout (:func:`f32_unit`: BN >= 32) or its ``threads``
+    storing threads do not take (each keeps its 8 columns: BN / 8 divides ``threads``).
+    ``who`` names the caller in the messages."""
+    for bn in bn_choices:
+        if bn not in GELU_WIDTHS or threads % (bn // 8):
+            raise ValueError(f"{who}(gelu=True): BN must be 32, 64, 128 or 256 (the float32 staging's rows hold 8 "
+                             f"16-byte units or more, and each of the {threads} storing threads keeps its 8 columns), "
+                             f"got {bn}")
+        for stages in stage_choices:
+            staged, buffers = bm * bn * 4, stages * (bm + bn) * bk * 2
+            if staged > buffers:
+                least = -(-staged // ((bm + bn) * bk * 2))
+                raise ValueError(f"{who}(gelu=True): BN = {bn} with STAGES = {stages}: the float32 tile the GELU "
+                                 f"epilogue stages ({staged // 1024} KiB) does not fit the {stages} tile buffers it "
+                                 f"reuses ({buffers // 1024} KiB); give stages >= {least} for BN = {bn}")
