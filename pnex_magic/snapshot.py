@@ -337,15 +337,17 @@ class _Freezer:
         return frozen
 
     def module(self, module: types.ModuleType, names: set[str]) -> FrozenModule:
-        found = self.modules.get(id(module))
-        if found is not None:
-            return found
-        frozen = FrozenModule(module.__name__, getattr(module, "__doc__", None))
-        self.modules[id(module)] = frozen
+        """The module frozen with the attributes ``names`` (those its reader reads); one
+        frozen module per module, which gains the names of every reader (a kernel and a
+        device function of another file may read different attributes of ``pnex.tc``)."""
+        frozen = self.modules.get(id(module))
+        if frozen is None:
+            frozen = FrozenModule(module.__name__, getattr(module, "__doc__", None))
+            self.modules[id(module)] = frozen  # before its attributes: a device function in it may read it again
         attributes = vars(module)
         lazy = attributes.get("__getattr__")  # PEP 562: pnex_magic's own submodules (pnex.tc, pnex.random) load on use
         for attr in sorted(names):
-            if attr.startswith("__"):
+            if attr.startswith("__") or attr in vars(frozen):
                 continue
             if attr not in attributes:
                 if lazy is None:

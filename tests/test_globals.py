@@ -210,6 +210,38 @@ def test_redefining_the_kernel_picks_up_new_values(fresh_cache):
     torch.testing.assert_close(define(3.0)(a), a * 3)
 
 
+def test_a_module_read_by_a_device_function_and_the_kernel_keeps_what_each_reads(fresh_cache, tmp_path):
+    """One frozen copy of a module gains the attributes of every reader: here a device
+    function of another file reads ``config.OFFSET`` and the kernel ``config.SCALE`` (as
+    the GEMM examples' shared epilogue reads ``pnex.tc.store_words`` and their kernels
+    ``pnex.tc.tile``).  The first reader's copy used to be the only one: the kernel then
+    failed to compile, "module ... has no attribute 'SCALE'"."""
+    config = _load_module(tmp_path, "pnex_two_readers_config", "OFFSET = 1.5\nSCALE = 3.0\n")
+    helper = _load_module(tmp_path, "pnex_two_readers_helper", textwrap.dedent("""
+        from numba import cuda
+        import pnex_two_readers_config as config
+
+        @cuda.jit(device=True)
+        def shifted(x):
+            return x + config.OFFSET
+        """))
+    shifted = helper.shifted
+
+    def define():
+        @pnex.jit(n_threads="a.numel()")
+        def two_readers(a: pnex.In("f32", (None,)), out: pnex.Out("f32", "a")):
+            i = cuda.grid(1)
+            if i < a.shape[0]:
+                out[i] = shifted(a[i]) * config.SCALE
+
+        return two_readers
+
+    a = torch.randn(7)
+    torch.testing.assert_close(define()(a), (a + 1.5) * 3.0)
+    config.SCALE, config.OFFSET = 5.0, -2.0  # read at definition: a new definition sees both
+    torch.testing.assert_close(define()(a), (a - 2.0) * 5.0)
+
+
 def test_from_numba_import_cuda_inside_the_defining_function_runs_in_the_simulator(fresh_cache):
     """Case 7 of issue 26: ``cuda`` is then a closure variable of the kernel (and of its
     device function), which numba-cuda's simulator does not swap for its fake module."""
