@@ -7,12 +7,15 @@ Both epilogues work the same way: the threads that hold the accumulators copy th
 they are, float32, into the shared memory the k-loop's tile buffers no longer need,
 with a straight ``for j in range(BN // 8)`` loop (its body small enough to be unrolled,
 so the accumulators stay in registers), and the GELU is applied in the store loop that
-follows, to 8 values a thread, packed to 16 bytes of C.
+follows (:func:`gelu_store`), to 8 values a thread, packed to 16 bytes of C.
 """
 
 import math
 
 from numba import cuda, float32
+
+import pnex_magic as pnex
+from pnex_magic import tc
 
 SQRT1_2 = 0.7071067811865476
 GELU_WIDTHS = (32, 64, 128, 256)  # the BN the float32 staging takes
@@ -35,6 +38,46 @@ def f32_unit(row, u):
     Shifts and masks, not // and %: no sign fix-ups in the addresses.  Rows of at least
     8 units (BN >= 32): the XOR stays in the row."""
     return u ^ ((u >> 3) & 1) ^ ((row & 3) << 1)
+
+
+@cuda.jit(device=True, inline=True)
+def pack(x, y, bf16):
+    """Two float32 values as one 32-bit word of float16 (``bf16`` False) or bfloat16;
+    ``bf16`` is a constant of the kernel, so the branch is folded away."""
+    if bf16:
+        return tc.pack_bf16x2(x, y)
+    return tc.pack_f16x2(x, y)
+
+
+@cuda.jit(device=True, inline=True)
+def gelu_store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
+    """The store loop of a GELU epilogue: the ``rows`` x ``BN`` float32 tile ``stage``
+    (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``gelu(x + bias)``, by
+    ``threads`` threads of which this is number ``t``: 16-byte chunks, consecutive along
+    rows.  BN / 8 divides ``threads`` (:func:`gelu_fits`), so a thread always stores the
+    same 8 columns and loads their bias once; its rows are ``t // (BN / 8)`` and every
+    ``threads // (BN / 8)`` after it.  Where that step is a multiple of 8 a thread's
+    ``row % 8`` is fixed; otherwise (4 rows a step: 128 threads at BN = 256) ``row & 4``
+    alternates and the pair swap of rows 4-7 is taken per chunk, as it is here."""
+    per = BN // 8  # chunks a row
+    col = (t % per) * 8
+    b0 = float32(bias[n0 + col])
+    b1 = float32(bias[n0 + col + 1])
+    b2 = float32(bias[n0 + col + 2])
+    b3 = float32(bias[n0 + col + 3])
+    b4 = float32(bias[n0 + col + 4])
+    b5 = float32(bias[n0 + col + 5])
+    b6 = float32(bias[n0 + col + 6])
+    b7 = float32(bias[n0 + col + 7])
+    for q in range(rows * BN // 8 // threads):
+        row = t // per + q * (threads // per)
+        x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
+        x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
+        if row & 4:  # stored pairwise swapped
+            x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
+        tc.store_words(c, (m0 + row, n0 + col),
+                       (pack(gelu(x0 + b0), gelu(x1 + b1), bf16), pack(gelu(x2 + b2), gelu(x3 + b3), bf16),
+                        pack(gelu(x4 + b4), gelu(x5 + b5), bf16), pack(gelu(x6 + b6), gelu(x7 + b7), bf16)))
 
 
 def gelu_fits(who, bm, threads, bn_choices, stage_choices, bk=64):

@@ -29,8 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import f32_unit, gelu_fits
-from epilogue import gelu as erf_gelu  # make_linear_tma's gelu is its flag
+from epilogue import f32_unit, gelu_fits, gelu_store
 from tiles import grouped_tile, tile_rule
 
 BK = 64
@@ -77,6 +76,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     regs = wide // 2
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
     pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
+    bf16 = dtype != "f16"
     threads = 384
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
@@ -188,28 +188,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # the consumers store (their registers to spare): 16-byte chunks, consecutive along rows
-                per = BN // 8  # chunks a row; a divisor of 256, so each thread keeps its 8 columns
-                ctid = tid - 128
-                col = (ctid % per) * 8
-                b0 = float32(bias[n0 + col])
-                b1 = float32(bias[n0 + col + 1])
-                b2 = float32(bias[n0 + col + 2])
-                b3 = float32(bias[n0 + col + 3])
-                b4 = float32(bias[n0 + col + 4])
-                b5 = float32(bias[n0 + col + 5])
-                b6 = float32(bias[n0 + col + 6])
-                b7 = float32(bias[n0 + col + 7])
-                for q in range(BM * BN // 8 // consumers):
-                    row = ctid // per + q * (consumers // per)  # row % 8 is the thread's (consumers // per % 8 == 0)
-                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
-                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
-                    if row & 4:  # stored pairwise swapped
-                        x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
-                    tc.store_words(c, (m0 + row, n0 + col),
-                                   (pack(erf_gelu(x0 + b0), erf_gelu(x1 + b1)),
-                                    pack(erf_gelu(x2 + b2), erf_gelu(x3 + b3)),
-                                    pack(erf_gelu(x4 + b4), erf_gelu(x5 + b5)),
-                                    pack(erf_gelu(x6 + b6), erf_gelu(x7 + b7))))
+                gelu_store(c, bias, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
         if not gelu:
             flat = tc.tile(words, 0, (BM * BN // 2,))
             chunks = BM * BN // 8

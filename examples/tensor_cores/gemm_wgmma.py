@@ -23,7 +23,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import f32_unit, gelu_fits
+from epilogue import f32_unit, gelu_fits, gelu_store
 from epilogue import gelu as erf_gelu  # make_linear's gelu is its flag
 from tiles import grouped_tile, tile_rule
 
@@ -59,6 +59,7 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     regs = wide // 2  # accumulators per thread for the widest BN
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
     pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
+    bf16 = dtype != "f16"
     threads = 128 * (bm // 64)
     a_chunks = bm * 8 // threads  # 16-byte chunks of an A tile per thread
     ahead_less = 2 if pipelined else 1  # tiles loaded ahead of the one computed: STAGES - ahead_less
@@ -172,29 +173,7 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # every thread stores: 16-byte chunks, consecutive along rows, bias and GELU applied
-                per = BN // 8  # chunks a row; a divisor of threads (gelu_fits), so each thread keeps its 8 columns
-                col = (tid % per) * 8
-                b0 = float32(bias[n0 + col])
-                b1 = float32(bias[n0 + col + 1])
-                b2 = float32(bias[n0 + col + 2])
-                b3 = float32(bias[n0 + col + 3])
-                b4 = float32(bias[n0 + col + 4])
-                b5 = float32(bias[n0 + col + 5])
-                b6 = float32(bias[n0 + col + 6])
-                b7 = float32(bias[n0 + col + 7])
-                for q in range(bm * BN // 8 // threads):
-                    # row % 4 is the thread's; row % 8 too where threads // per % 8 == 0 (all but BM = 64 with
-                    # BN = 256: 4 rows a step, so row & 4 alternates with q and the swap below is taken per chunk)
-                    row = tid // per + q * (threads // per)
-                    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
-                    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
-                    if row & 4:  # stored pairwise swapped
-                        x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
-                    tc.store_words(c, (m0 + row, n0 + col),
-                                   (pack(erf_gelu(x0 + b0), erf_gelu(x1 + b1)),
-                                    pack(erf_gelu(x2 + b2), erf_gelu(x3 + b3)),
-                                    pack(erf_gelu(x4 + b4), erf_gelu(x5 + b5)),
-                                    pack(erf_gelu(x6 + b6), erf_gelu(x7 + b7))))
+                gelu_store(c, bias, stage, m0, n0, tid, threads, bm, BN, bf16)
             else:
                 flat = tc.tile(words, 0, (bm * BN // 2,))
                 for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
