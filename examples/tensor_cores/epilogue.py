@@ -41,6 +41,21 @@ def f32_unit(row, u):
 
 
 @cuda.jit(device=True, inline=True)
+def stage_f32(stage, r, col, BN, x0, x1, x2, x3):
+    """Four accumulators of a thread into the float32 tile ``stage`` (rows ``BN`` wide,
+    laid out by :func:`f32_unit`): ``x0, x1`` at row ``r``, columns ``col, col + 1``, and
+    ``x2, x3`` at row ``r + 8``, the same columns.  4-byte stores: a vector store would
+    keep its alignment test.  The caller's loop over its accumulators stays straight
+    (``for j in range(BN // 8)``): this body is small enough to be unrolled."""
+    i = r * BN + (f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
+    stage[i] = x0
+    stage[i ^ 1] = x1
+    i += 8 * BN  # row r + 8: the same unit, the same swap
+    stage[i] = x2
+    stage[i ^ 1] = x3
+
+
+@cuda.jit(device=True, inline=True)
 def pack(x, y, bf16):
     """Two float32 values as one 32-bit word of float16 (``bf16`` False) or bfloat16;
     ``bf16`` is a constant of the kernel, so the branch is folded away."""

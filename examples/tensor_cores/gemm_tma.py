@@ -29,7 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import f32_unit, gelu_fits, gelu_store
+from epilogue import gelu_fits, gelu_store, stage_f32
 from tiles import grouped_tile, tile_rule
 
 BK = 64
@@ -177,12 +177,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
             for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
                 col = j * 8 + 2 * t
                 if gelu:  # the GELU (an erf a value) waits for the store loop: this body stays small
-                    i = r * BN + (f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
-                    stage[i] = acc[4 * j]  # 4-byte stores (a vector store's alignment test would stay)
-                    stage[i ^ 1] = acc[4 * j + 1]
-                    i += 8 * BN  # row r + 8: the same unit, the same swap
-                    stage[i] = acc[4 * j + 2]
-                    stage[i ^ 1] = acc[4 * j + 3]
+                    stage_f32(stage, r, col, BN, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
                 else:
                     out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])

@@ -23,7 +23,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import f32_unit, gelu_fits, gelu_store
+from epilogue import gelu_fits, gelu_store, stage_f32
 from epilogue import gelu as erf_gelu  # make_linear's gelu is its flag
 from tiles import grouped_tile, tile_rule
 
@@ -162,12 +162,7 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
             for j in range(BN // 8):  # a constant trip count: unrolled straight, without literal_unroll's
                 col = j * 8 + 2 * t  # dispatch on j (a chain of compares per copy); acc[...] stays in registers
                 if gelu:  # the GELU (an erf a value) waits for the store loop: this body stays small
-                    i = r * BN + (f32_unit(r, col >> 2) << 2) + ((col & 3) ^ ((r >> 2) & 1))
-                    stage[i] = acc[4 * j]  # 4-byte stores (a vector store's alignment test would stay)
-                    stage[i ^ 1] = acc[4 * j + 1]
-                    i += 8 * BN  # row r + 8: the same unit, the same swap
-                    stage[i] = acc[4 * j + 2]
-                    stage[i ^ 1] = acc[4 * j + 3]
+                    stage_f32(stage, r, col, BN, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
                 else:
                     out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
