@@ -33,10 +33,10 @@ differences that change no compiled code:
   3.12 starts with 375 tuples of its own frozen, and a freeze skipped for them cost
   the first kernel 0.11-0.16 s of full collections on an H200 (2026-11-28).  A
   program that froze objects of its own before its first kernel finds them unfrozen
-  after it (servers that freeze do so after a warm-up, which compiles the kernels
-  first).  The same freeze covers the rest of the process's first compile and definition (:func:`first_compile_frozen`:
-  the kernel's typing, lowering, the link, the cache's store, the op's registration),
-  whose allocations trigger more full collections.  Overlapping freezes (the warm-up's
+  after it.  The same freeze covers the rest of the process's first compile and
+  definition (:func:`first_compile_frozen`: the kernel's typing, lowering, the link,
+  the cache's store, the op's registration), whose allocations trigger more full
+  collections.  Overlapping freezes (the warm-up's
   set-up and a foreground compile, on two threads) share one, taken by the first and
   released by the last under one lock.
 
