@@ -70,10 +70,13 @@ class JitOptions:
         arch: str | None = None,
         force: bool = False,
         check: bool | None = None,
+        use_cache: bool = True,
     ) -> JitOptions:
         """Options from a front end's values, validated (``KernelDefinitionError``
         naming the option) and normalised (``arch`` as ``sm_XY``).  ``check=None``
         follows ``$PNEX_CHECK`` (``1``: checked launches)."""
+        if not isinstance(use_cache, bool):
+            raise KernelDefinitionError(f"cache must be True or False, got {use_cache!r}")
         if max_registers is not None and (
             isinstance(max_registers, bool) or not isinstance(max_registers, int) or max_registers <= 0
         ):
@@ -92,6 +95,7 @@ class JitOptions:
             arch=arch,
             force=bool(force),
             check=bool(check),
+            use_cache=use_cache,
         )
 
 

@@ -19,6 +19,7 @@ def jit(
     n_threads: str | int | tuple[str | int, ...],
     to_extension: bool = False,
     cache_id: str | None = None,
+    cache: bool = True,
     verbose: bool = False,
     threads_per_block: int | tuple[int, ...] | str | list[int | tuple[int, ...]] | None = None,
     max_registers: int | None = None,
@@ -52,6 +53,12 @@ def jit(
     cache_id : str, optional
         Name of the on-disk cache slot for this kernel.  Kernels sharing a
         ``cache_id`` evict each other (recompile), never serve each other's code.
+    cache : bool, default True
+        ``False``: nothing of this kernel is read from or written to pnex's cache
+        folder (``$PNEX_CACHE_DIR``): not its builds, its simulated form, its autotune
+        choices (timed again in each process) or its SASS listing.  It is compiled in
+        every process that defines it.  The C++ launcher's build is the environment's
+        and is still kept.
     verbose : bool, default False
         Print the signature, schema, cache outcome and resource usage.
     threads_per_block : int, tuple, "auto" or list, optional
@@ -146,7 +153,7 @@ def jit(
     """
     options = JitOptions.checked(
         to_extension=to_extension, cache_id=cache_id, verbose=verbose, max_registers=max_registers, arch=arch,
-        check=check,
+        check=check, use_cache=cache,
     )
 
     if backward not in (None, "auto"):

@@ -246,6 +246,10 @@ class PnexMagics(Magics):
         help="Name of the on-disk cache slot for this kernel (as jit(cache_id=...)).",
     )
     @magic_arguments.argument(
+        "--no-cache", dest="no_cache", action="store_true",
+        help="Read and write nothing of this kernel in pnex's cache folder (as jit(cache=False)).",
+    )
+    @magic_arguments.argument(
         "--verbose", action="store_true",
         help="Print the compile steps, the compiler output and what was bound.",
     )
@@ -352,6 +356,7 @@ class PnexMagics(Magics):
             options = JitOptions.checked(
                 to_extension=ns.to_extension, cache_id=ns.cache_id, verbose=ns.verbose,
                 max_registers=ns.max_registers, arch=arch, force=ns.force, check=True if ns.check else None,
+                use_cache=not ns.no_cache,
             )
         except KernelDefinitionError as exc:
             flag = "--arch" if "architecture" in str(exc) else "%%pnex"
