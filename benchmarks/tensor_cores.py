@@ -24,8 +24,8 @@ GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 4096)]
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", choices=["gemm", "attention", "epilogue"], action="append",
-                   help="run only these parts (repeatable); default: all")
+    p.add_argument("--only", choices=["gemm", "attention", "epilogue", "profiles"], action="append",
+                   help="run only these parts (repeatable); default: all; 'profiles' with --profile: the profiles only")
     p.add_argument("--shapes", action="append", default=None,
                    help="GEMM shapes M,N,K (repeatable); default: 4096^3, 8192^3, 16384x1024x4096")
     p.add_argument("--dtypes", default="f16,bf16", help="GEMM dtypes, comma-separated (default f16,bf16)")
@@ -38,6 +38,8 @@ def parse_args(argv=None):
                    help="also run the GEMM kernels (TMA, persistent TMA, cp.async) and the attention kernel once "
                         "under Nsight Compute (pnex.profile): tensor-pipe use, speed of light, occupancy and the top stall "
                         "reasons go into the JSON")
+    p.add_argument("--profile-only", action="append", default=None, metavar="NAME",
+                   help="with --profile: only the kernels whose name contains NAME (repeatable), e.g. 'gelu'")
     return p.parse_args(argv)
 
 
@@ -91,10 +93,18 @@ class Linear:
 def gemm_variants(selected):
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_mma import make_gemm
+    from gemm_pingpong import PingPongLinear
     from gemm_tma import TmaLinear
     from gemm_wgmma import make_linear
 
     known = {
+        # persistent, two consumer warpgroups taking turns on 128 x 128 tiles (<STAGES> buffers)
+        "pingpong:128x128x5": lambda dt: Linear(PingPongLinear(dt, 5)),
+        "pingpong:128x128x4": lambda dt: Linear(PingPongLinear(dt, 4)),
+        "pingpong:64x256x4": lambda dt: Linear(PingPongLinear(dt, 4, tile=(64, 256))),
+        "pingpong:64x256x3": lambda dt: Linear(PingPongLinear(dt, 3, tile=(64, 256))),
+        "pingpong-cluster:128x128x5": lambda dt: Linear(PingPongLinear(dt, 5, cluster=2)),
+        "pingpong-cluster:128x128x4": lambda dt: Linear(PingPongLinear(dt, 4, cluster=2)),
         "tma:128x256x4": lambda dt: Linear(TmaLinear(dt, 256, 4)),
         "tma:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3)),
         "tma:128x128x6": lambda dt: Linear(TmaLinear(dt, 128, 6)),
@@ -206,18 +216,21 @@ def run_attention(args, torch, result):
     result["attention"] = rows
 
 
-EPILOGUE_SHAPES = [(8192, 4096, 4096), (8192, 16384, 4096)]
+EPILOGUE_SHAPES = [(4096, 4096, 4096), (8192, 4096, 4096), (8192, 16384, 4096)]
 
 
 def run_epilogue(args, torch, result):
     """gelu(x @ w.T + b) fused into the epilogue of the cp.async wgmma kernel
-    (``pnex_us``) and of the TMA kernel (``pnex_tma_us``), against eager PyTorch
-    (F.linear, then F.gelu) and torch.compile of the same function; the ratios are the
-    fastest pnex kernel's (``pnex_kernel``: "wgmma" or "tma").  A kernel whose result is
-    wrong is reported, not timed."""
+    (``pnex_us``), of the TMA kernel (``pnex_tma_us``) and of the ping-pong kernel
+    (``pnex_pingpong_us``: the epilogue under the other warpgroup's k-loop; 128 x 128
+    tiles, and ``pnex_pingpong_64x256_us``), against
+    eager PyTorch (F.linear, then F.gelu) and torch.compile of the same function; the
+    ratios are the fastest pnex kernel's (``pnex_kernel``: "wgmma", "tma" or
+    "pingpong", "pingpong-64x256").  A kernel whose result is wrong is reported, not timed."""
     import torch.nn.functional as F
 
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_pingpong import PingPongLinear
     from gemm_tma import TmaLinear
     from gemm_wgmma import make_linear
 
@@ -226,7 +239,9 @@ def run_epilogue(args, torch, result):
 
     compiled = torch.compile(eager, fullgraph=True)
     kernels = {"wgmma": ("pnex", make_linear("f16", 128, (128, 256), (3, 4), gelu=True)),
-               "tma": ("pnex_tma", TmaLinear("f16", 256, 4, gelu=True))}
+               "tma": ("pnex_tma", TmaLinear("f16", 256, 4, gelu=True)),
+               "pingpong": ("pnex_pingpong", PingPongLinear("f16", 5, gelu=True)),
+               "pingpong-64x256": ("pnex_pingpong_64x256", PingPongLinear("f16", 4, gelu=True, tile=(64, 256)))}
     rows = []
     for m, n, k in EPILOGUE_SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(m + n + k)
@@ -248,11 +263,12 @@ def run_epilogue(args, torch, result):
         row["pnex_vs_eager"] = row["eager_us"] / best_us if best_us else None
         row["pnex_vs_compile"] = row["compile_us"] / best_us if best_us else None
         rows.append(row)
-        print(f"epilogue {m}x{n}x{k}: pnex cp.async {_us(row['pnex_us'])} us, TMA {_us(row['pnex_tma_us'])}, eager "
-              f"{row['eager_us']:.1f}, torch.compile {row['compile_us']:.1f}: {row['pnex_vs_eager'] or 0:.2f}x / "
-              f"{row['pnex_vs_compile'] or 0:.2f}x faster ({row['pnex_kernel']}; errors "
-              f"{row.get('pnex_error') or 0:.1e} / {row.get('pnex_tma_error') or 0:.1e} / {row['eager_error']:.1e})"
-              + "".join(f" [{k2}: {row[k2]}]" for k2 in ("pnex_note", "pnex_tma_note") if k2 in row), flush=True)
+        timings = ", ".join(f"{kernel} {_us(row[f'{key}_us'])}" for kernel, (key, _) in kernels.items())
+        errors = " / ".join(f"{row.get(f'{key}_error') or 0:.1e}" for key, _ in kernels.values())
+        notes = "".join(f" [{key}: {row[key + '_note']}]" for key, _ in kernels.values() if key + "_note" in row)
+        print(f"epilogue {m}x{n}x{k}: pnex {timings} us, eager {row['eager_us']:.1f}, torch.compile "
+              f"{row['compile_us']:.1f}: {row['pnex_vs_eager'] or 0:.2f}x / {row['pnex_vs_compile'] or 0:.2f}x faster "
+              f"({row['pnex_kernel']}; errors {errors} / eager {row['eager_error']:.1e}){notes}", flush=True)
     result["epilogue"] = rows
 
 
@@ -280,27 +296,42 @@ def _profile_row(name, op, args):
     return row
 
 
-def run_profiles(result, torch):
-    """The pnex GEMMs (float16, 4096^3: the TMA kernel, plain and persistent, and the
-    cp.async one) and the attention kernel (head_dim 128) under ncu."""
+def run_profiles(result, torch, only=None):
+    """The pnex GEMMs (float16, 4096^3: the TMA kernel, plain, persistent and with the
+    GELU epilogue, the ping-pong one plain and with the GELU epilogue, and the cp.async
+    one) and the attention kernel (head_dim 128) under ncu; ``only``: the names that
+    contain one of these strings."""
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from attention import make_attention
+    from gemm_pingpong import PingPongLinear
     from gemm_tma import BK, BM, TmaLinear, _sm_count
     from gemm_wgmma import make_linear
 
     from pnex_magic import tc
 
-    rows = []
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16) / 64
+    bias = torch.randn(4096, device="cuda", dtype=torch.float16)
     maps = (tc.tensor_map(a, (BM, BK)), tc.tensor_map(w, (256, BK)))
-    rows.append(_profile_row("tma 128x256, 4 stages", TmaLinear("f16", 256, 4).op, (a, w, *maps)))
+    maps128 = (tc.tensor_map(a, (BM, BK)), tc.tensor_map(w, (128, BK)))
+    sms = _sm_count(a.device)
     tiles = (a.shape[0] // BM) * (w.shape[0] // 256)
-    rows.append(_profile_row("tma persistent 128x256, 3 stages", TmaLinear("f16", 256, 3, persistent=True).op,
-                             (a, w, *maps, min(tiles, _sm_count(a.device)))))
-    rows.append(_profile_row("wgmma 128x256, 4 stages", make_linear("f16", 128, 256, 4), (a, w)))
     q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
-    rows.append(_profile_row("attention d128, 8 warps", make_attention("f16", 128, False, 8), (q, k, v, 128 ** -0.5)))
+    kernels = {
+        "tma 128x256, 4 stages": lambda: (TmaLinear("f16", 256, 4).op, (a, w, *maps)),
+        "tma persistent 128x256, 3 stages": lambda: (TmaLinear("f16", 256, 3, persistent=True).op,
+                                                     (a, w, *maps, min(tiles, sms))),
+        "tma gelu 128x256, 4 stages": lambda: (TmaLinear("f16", 256, 4, gelu=True).op, (a, w, bias, *maps)),
+        "pingpong 128x128, 5 stages": lambda: (PingPongLinear("f16", 5).op, (a, w, *maps128, sms)),
+        "pingpong gelu 128x128, 5 stages": lambda: (PingPongLinear("f16", 5, gelu=True).op,
+                                                    (a, w, bias, *maps128, sms)),
+        "wgmma 128x256, 4 stages": lambda: (make_linear("f16", 128, 256, 4), (a, w)),
+        "attention d128, 8 warps": lambda: (make_attention("f16", 128, False, 8), (q, k, v, 128 ** -0.5)),
+    }
+    rows = []
+    for name, make in kernels.items():
+        if not only or any(o in name for o in only):
+            rows.append(_profile_row(name, *make()))
     result["profiles"] = rows
 
 
@@ -331,7 +362,7 @@ def main(argv=None):
                 result[f"{name}_failed"] = f"{type(exc).__name__}: {exc}"
     if args.profile:
         try:
-            run_profiles(result, torch)
+            run_profiles(result, torch, args.profile_only)
         except Exception as exc:  # noqa: BLE001
             result["profiles_failed"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.perf_counter() - start

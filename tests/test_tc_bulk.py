@@ -291,3 +291,34 @@ def test_profile_and_sanitize_children_make_the_tensor_maps_again(tmp_path):
     assert source_of(bytes(copies[2].numpy()), "test")[0] is copies[0]  # the copy's map, not the original's
     with pytest.raises(ValueError, match="argument 1 is a tensor map .* this call does not pass"):
         maps_among((a, tc.tensor_map(w, (256, 64))))
+
+
+def _register_split(producer, consumers):
+    """A block of 384 threads whose first warpgroup gives registers back to ``producer``
+    and whose two others take ``consumers`` (the warp-specialised GEMMs' split)."""
+
+    @pnex.jit(n_threads=("x.size(0)",), threads_per_block=384)
+    def register_split(x: pnex.In("int32", (384,)), out: pnex.Out("int32", ("x.size(0)",))):
+        tid = cuda.threadIdx.x
+        if tid < 128:
+            tc.setmaxnreg_dec(producer)
+        else:
+            tc.setmaxnreg_inc(consumers)
+        out[tid] = x[tid]
+
+    return register_split
+
+
+def test_setmaxnreg_that_fits_the_block_runs():
+    """128 x 40 + 256 x 232 = 64512 = 384 x 168: what the GEMMs ask."""
+    assert _register_split(40, 232)(torch.arange(384, dtype=torch.int32)).tolist() == list(range(384))
+
+
+def test_setmaxnreg_past_the_block_is_refused_not_hung():
+    """128 x 32 + 256 x 240 = 65536 registers against the 384 x 168 = 64512 a block of 384
+    threads is launched with: this split hung an H200 (the increase waits for registers
+    nobody gives back); the simulator says so."""
+    with pytest.raises(Exception, match=r"setmaxnreg_\w+: the warpgroups of a block of 384 threads ask for "
+                                        r"128 x 32 \+ 128 x 240 \+ 128 x 240 = 65536 registers, but the block is "
+                                        r"launched with at most 168 a thread \(384 x 168 = 64512\)"):
+        _register_split(32, 240)(torch.arange(384, dtype=torch.int32))

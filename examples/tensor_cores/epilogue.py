@@ -65,6 +65,18 @@ def pack(x, y, bf16):
 
 
 @cuda.jit(device=True, inline=True)
+def staged8(stage, row, col, BN):
+    """Floats ``col`` to ``col + 7`` of row ``row`` of the float32 tile ``stage`` (rows
+    ``BN`` wide, laid out by :func:`f32_unit`): two 16-byte loads, the pair swap of rows
+    4-7 undone (``col`` a multiple of 8)."""
+    x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
+    x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
+    if row & 4:  # stored pairwise swapped
+        return x1, x0, x3, x2, x5, x4, x7, x6
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@cuda.jit(device=True, inline=True)
 def gelu_store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
     """The store loop of a GELU epilogue: the ``rows`` x ``BN`` float32 tile ``stage``
     (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``gelu(x + bias)``, by
@@ -86,13 +98,23 @@ def gelu_store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
     b7 = float32(bias[n0 + col + 7])
     for q in range(rows * BN // 8 // threads):
         row = t // per + q * (threads // per)
-        x0, x1, x2, x3 = pnex.vload(stage, row * BN + (f32_unit(row, col >> 2) << 2), 4)
-        x4, x5, x6, x7 = pnex.vload(stage, row * BN + (f32_unit(row, (col >> 2) + 1) << 2), 4)
-        if row & 4:  # stored pairwise swapped
-            x0, x1, x2, x3, x4, x5, x6, x7 = x1, x0, x3, x2, x5, x4, x7, x6
+        x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)
         tc.store_words(c, (m0 + row, n0 + col),
                        (pack(gelu(x0 + b0), gelu(x1 + b1), bf16), pack(gelu(x2 + b2), gelu(x3 + b3), bf16),
                         pack(gelu(x4 + b4), gelu(x5 + b5), bf16), pack(gelu(x6 + b6), gelu(x7 + b7), bf16)))
+
+
+@cuda.jit(device=True, inline=True)
+def plain_store(c, stage, m0, n0, t, threads, rows, BN, bf16):
+    """:func:`gelu_store` without bias and GELU: the staged float32 tile rounded to C's
+    dtype, 16 bytes a thread at a time (the plain GEMM of a kernel that stages float32)."""
+    per = BN // 8
+    col = (t % per) * 8
+    for q in range(rows * BN // 8 // threads):
+        row = t // per + q * (threads // per)
+        x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)
+        tc.store_words(c, (m0 + row, n0 + col),
+                       (pack(x0, x1, bf16), pack(x2, x3, bf16), pack(x4, x5, bf16), pack(x6, x7, bf16)))
 
 
 def gelu_fits(who, bm, threads, bn_choices, stage_choices, bk=64):

@@ -249,13 +249,17 @@ def _register_count(name: str, count: Any) -> None:
 
 def setmaxnreg_inc(count: Any) -> None:
     """``setmaxnreg.inc``: the warpgroup's threads may use up to ``count`` registers (a
-    constant; the warpgroups that compute, after a producer gave some back)."""
+    constant; the warpgroups that compute, after a producer gave some back).  The
+    simulator checks that the block's warpgroups hold no more than it was launched with
+    (:func:`.simulate_bulk.setmaxnreg`): on the GPU the increase would wait forever."""
     _register_count("setmaxnreg_inc", count)
+    simulate_bulk.setmaxnreg("setmaxnreg_inc", int(count))
 
 
 def setmaxnreg_dec(count: Any) -> None:
     """``setmaxnreg.dec``: the warpgroup's threads give registers back, down to ``count``."""
     _register_count("setmaxnreg_dec", count)
+    simulate_bulk.setmaxnreg("setmaxnreg_dec", int(count))
 
 
 def swizzle(row: Any, col: Any, row_elems: Any) -> Any:

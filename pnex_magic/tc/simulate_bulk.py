@@ -17,7 +17,9 @@ pnex launch, once no thread of its block (or cluster, or grid) is left running, 
 the others wait at (:mod:`pnex_magic.launch.waits`); under numba's own block manager,
 once every thread of its block waits on an mbarrier or has ended; and in any, once no
 barrier anywhere has moved for :data:`STALL_S` seconds (a thread that spins on memory
-instead of waiting).
+instead of waiting).  So does a block whose warpgroups ask ``setmaxnreg`` for more
+registers than the block is launched with (:func:`setmaxnreg`): on the GPU its
+``setmaxnreg.inc`` waits for them forever.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ import numpy as np
 from .arrays import alignment, itemsize, unwrap
 from .tensormap import SWIZZLES, source_of
 
-__all__ = ["named_barrier", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_wait", "tma_load",
-           "check_map", "STALL_S"]
+__all__ = ["named_barrier", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_wait",
+           "tma_load", "check_map", "setmaxnreg", "STALL_S", "REGISTER_FILE"]
 
+#: 32-bit registers an SM has for a block: a kernel that calls setmaxnreg is compiled with
+#: its block size T as launch bounds, which gives a thread at most REGISTER_FILE // T,
+#: rounded down to a multiple of 8 (168 for 384 threads; ptxas's figure for the GEMMs).
+REGISTER_FILE = 65536
 #: Seconds without any barrier moving after which a waiting thread gives up (a hang on the GPU).
 STALL_S = 300.0
 _WAIT_S = 0.05
@@ -328,3 +334,35 @@ def named_barrier(index: Any, threads: Any) -> None:
         finally:
             if waits is not None:
                 waits.unpark(thread)
+
+
+def setmaxnreg(name: str, count: int) -> None:
+    """Record that this thread's warpgroup set its registers to ``count``
+    (``setmaxnreg.inc``/``.dec``); once every warpgroup of the block has, check that
+    what they hold fits what the block was launched with.  ``setmaxnreg.inc`` takes its
+    registers from what other warpgroups gave back and waits until they are there: a
+    block that asks for more than it has hangs on the GPU (128 x 32 + 256 x 240 = 65536
+    registers against 384 x 168 = 64512 did, on an H200), and here raises."""
+    thread = threading.current_thread()
+    manager = getattr(thread, "_manager", None)
+    if manager is None or not hasattr(thread, "thread_id"):
+        return
+    threads = _block_threads(manager)
+    launched = REGISTER_FILE // threads // 8 * 8
+    groups = (threads + 127) // 128
+    block = tuple(getattr(thread, "blockIdx", ()))
+    with _CHANGED:
+        pools = manager.__dict__.setdefault("pnex_register_pools", {})
+        held = pools.setdefault(block, {})
+        held[thread.thread_id // 128] = int(count)
+        if len(held) < groups:
+            return
+        sizes = {g: min(128, threads - 128 * g) for g in held}
+        total = sum(sizes[g] * n for g, n in held.items())
+        if total > threads * launched:
+            terms = " + ".join(f"{sizes[g]} x {n}" for g, n in sorted(held.items()))
+            raise RuntimeError(
+                f"pnex.tc.{name}: the warpgroups of a block of {threads} threads ask for {terms} = {total} registers, "
+                f"but the block is launched with at most {launched} a thread ({threads} x {launched} = "
+                f"{threads * launched}): on the GPU setmaxnreg_inc would wait forever for registers no warpgroup gives "
+                f"back; lower the increase, or give back more with setmaxnreg_dec")

@@ -1,0 +1,86 @@
+"""The ping-pong GEMM (examples/tensor_cores/gemm_pingpong.py) without a GPU: in the
+simulator, against float64 into poisoned outputs, with each warpgroup taking two tiles
+of a block in turn; its machine code keeps the accumulators in registers; bad choices
+and calls are refused.  On a GPU: test_tc_pingpong_gpu.py."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from toolchain import needs_nvvm
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pingpong():
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    import gemm_pingpong
+
+    return gemm_pingpong
+
+
+def test_pingpong_gemm_on_cpu(poisoned):
+    """Two blocks of four 128 x 128 tiles, two k-tiles each, through two buffers: a
+    warpgroup's next tile uses the buffers in the same rounds' parity as two rounds
+    before, so it must wait for the other warpgroup's turn (without the "turn" barrier
+    the second tile of each first warpgroup read stale buffers: 32731 wrong elements)."""
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(512, 128, generator=gen).half()
+    w = (torch.randn(256, 128, generator=gen) / 11).half()
+    c = _pingpong().PingPongLinear("f16", 2)(a, w)
+    ref = a.double() @ w.double().t()
+    assert not c.isnan().any()
+    assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
+
+
+def test_pingpong_gemm_gelu_on_cpu(poisoned):
+    """The bias + GELU epilogue: each warpgroup stages its tile in the shared float32
+    tile after the other's stores have read it."""
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(256, 192, generator=gen).bfloat16()
+    w = (torch.randn(512, 192, generator=gen) / 14).bfloat16()
+    bias = torch.randn(512, generator=gen).bfloat16()
+    c = _pingpong().PingPongLinear("bf16", 3, gelu=True)(a, w, bias)
+    ref = F.gelu(a.double() @ w.double().t() + bias.double())
+    assert not c.isnan().any()
+    assert ((c.double() - ref).abs() <= ref.abs() * 2**-8 + 2e-3).all()
+    assert (c.double() - F.gelu(a.double() @ w.double().t())).abs().max() > 0.1  # the bias counts
+
+
+def test_pingpong_refuses_what_does_not_fit():
+    mod = _pingpong()
+    with pytest.raises(ValueError, match="stages must be 2 to 5 .* got 6"):
+        mod.make_linear_pingpong("f16", (5, 6))
+    lin = mod.PingPongLinear("f16", 2)
+    a = torch.randn(128, 64).half()
+    with pytest.raises(TypeError, match="bias is for the GELU epilogue"):
+        lin(a, a, torch.zeros(128).half())
+    with pytest.raises(TypeError, match="the GELU epilogue needs bias"):
+        mod.PingPongLinear("f16", 2, gelu=True)(a, a)
+
+
+def test_pingpong_refuses_shapes_its_tiles_do_not_divide():
+    from pnex_magic import ArgumentValueError
+
+    with pytest.raises(ArgumentValueError, match="N must be a multiple of the tile BN = 128"):
+        _pingpong().PingPongLinear("f16", 2)(torch.randn(128, 64).half(), torch.randn(192, 64).half())
+
+
+@needs_nvvm
+@pytest.mark.parametrize("gelu", [False, True])
+def test_pingpong_keeps_the_accumulators_in_registers(gelu):
+    """Two wgmma m64n128k16 a step on the 128 accumulators of a tile, and at most a few
+    words of local memory (the GELU epilogue's bias and addresses, measured 40 bytes):
+    the accumulators themselves never leave the registers."""
+    from pnex_magic import sass
+    from pnex_magic.report import _definition_of
+
+    if sass.find_disassembler() is None:
+        pytest.skip("no cuobjdump or nvdisasm here (pip install nvidia-cuda-cuobjdump, or the sass extra)")
+    compiled = _definition_of(_pingpong().make_linear_pingpong("f16", 5, gelu=gelu), "t").compiled("sm_90a")
+    text = sass.disassemble(compiled.cubin, entry=compiled.entry).text
+    assert text.count("HGMMA.64x128x16.F32") == 8
+    assert compiled.resources.local_bytes <= (64 if gelu else 0)

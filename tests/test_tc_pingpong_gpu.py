@@ -1,0 +1,87 @@
+"""The ping-pong GEMM (examples/tensor_cores/gemm_pingpong.py) on a Hopper GPU: the
+plain product and the fused bias + GELU against float64 on fresh inputs into NaN-filled
+outputs, at shapes that give a block one tile, an odd number of tiles (the second
+warpgroup idle at the end) and many (the staging tile and the turns going round).
+Skipped with a reason where there is no sm_90 GPU (marker ``gpu``)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parents[1]
+SHAPES = ((128, 128, 64), (384, 640, 320), (2048, 1024, 2048), (4096, 4096, 512))
+PAIRED = ((256, 128, 64), (768, 640, 320), (2048, 1024, 2048), (4096, 4096, 512))  # clusters: M a multiple of 256
+
+
+@pytest.fixture(autouse=True)
+def _needs_hopper():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("TMA, mbarrier transaction counts and wgmma need an sm_90 GPU (H100, H200)")
+
+
+def _pingpong():
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    import gemm_pingpong
+
+    return gemm_pingpong
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("stages", [5, 3])
+@pytest.mark.parametrize("gelu", [False, True])
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_pingpong_gemm_on_gpu(dtype, stages, gelu, cluster, poisoned):
+    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+    lin = _pingpong().PingPongLinear(dtype, stages, gelu=gelu, cluster=cluster)
+    gen = torch.Generator(device="cuda").manual_seed(stages + 10 * gelu + 100 * cluster)
+    for m, n, k in SHAPES if cluster == 1 else PAIRED:
+        a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+        w = torch.randn(n, k, device="cuda", dtype=tdt, generator=gen) / k ** 0.5
+        bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
+        c = lin(a, w, bias) if gelu else lin(a, w)
+        assert not c.isnan().any(), (m, n, k)
+        ref = a.double() @ w.double().t()
+        if gelu:
+            ref = F.gelu(ref + bias.double())
+        ulp = 2**-11 if dtype == "f16" else 2**-8
+        assert ((c.double() - ref).abs() <= ref.abs() * ulp + 4e-3).all(), (m, n, k)
+
+
+def test_pingpong_gemm_with_few_blocks_on_gpu(poisoned):
+    """One block for 32 tiles (each warpgroup 16 in turn): the turns and the staging
+    tile's barrier go round many times."""
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn(1024, 256, device="cuda", dtype=torch.float16, generator=gen)
+    w = torch.randn(512, 256, device="cuda", dtype=torch.float16, generator=gen) / 16
+    mod = _pingpong()
+    from pnex_magic import tc
+
+    op = mod.make_linear_pingpong("f16", 4)
+    for blocks in (1, 3, 7):
+        c = op(a, w, tc.tensor_map(a, (128, 64)), tc.tensor_map(w, (128, 64)), blocks)
+        ref = a.double() @ w.double().t()
+        assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 4e-3).all(), blocks
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_pingpong_64x256_tiles_on_gpu(dtype, gelu, poisoned):
+    """Each warpgroup's tile 64 x 256 (one wgmma m64n256k16 a step), 4 buffers."""
+    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+    lin = _pingpong().PingPongLinear(dtype, 4, gelu=gelu, tile=(64, 256))
+    gen = torch.Generator(device="cuda").manual_seed(64 + gelu)
+    for m, n, k in ((64, 256, 64), (192, 768, 320), (2048, 1024, 2048), (4096, 4096, 512)):
+        a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+        w = torch.randn(n, k, device="cuda", dtype=tdt, generator=gen) / k ** 0.5
+        bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
+        c = lin(a, w, bias) if gelu else lin(a, w)
+        assert not c.isnan().any(), (m, n, k)
+        ref = a.double() @ w.double().t()
+        if gelu:
+            ref = F.gelu(ref + bias.double())
+        ulp = 2**-11 if dtype == "f16" else 2**-8
+        assert ((c.double() - ref).abs() <= ref.abs() * ulp + 4e-3).all(), (m, n, k)
