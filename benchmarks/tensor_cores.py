@@ -25,7 +25,8 @@ GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 1024, 4096)]
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=["gemm", "attention", "epilogue", "profiles"], action="append",
-                   help="run only these parts (repeatable); default: all; 'profiles' with --profile: the profiles only")
+                   help="run only these parts (repeatable); default: all; 'profiles' with --profile: the "
+                        "profiles only")
     p.add_argument("--shapes", action="append", default=None,
                    help="GEMM shapes M,N,K (repeatable); default: 4096^3, 8192^3, 16384x1024x4096")
     p.add_argument("--dtypes", default="f16,bf16", help="GEMM dtypes, comma-separated (default f16,bf16)")

@@ -36,6 +36,21 @@ def test_pingpong_gemm_on_cpu(poisoned):
     assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
 
 
+@pytest.mark.parametrize("cluster,tile", [(2, (128, 128)), (1, (64, 256))])
+def test_pingpong_gemm_variants_on_cpu(cluster, tile, poisoned):
+    """2-block clusters (each producer multicasts half of W's rows into both blocks, and
+    a buffer is free once both blocks' consumers released it), and 64 x 256 tiles (one
+    wgmma m64n256k16 a step): two tiles a warpgroup, through two buffers."""
+    gen = torch.Generator().manual_seed(11 + cluster)
+    m, n = (512, 256) if cluster == 2 else (256, 512)
+    a = torch.randn(m, 128, generator=gen).half()
+    w = (torch.randn(n, 128, generator=gen) / 11).half()
+    c = _pingpong().PingPongLinear("f16", 2, cluster=cluster, tile=tile)(a, w)
+    ref = a.double() @ w.double().t()
+    assert not c.isnan().any()
+    assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
+
+
 def test_pingpong_gemm_gelu_on_cpu(poisoned):
     """The bias + GELU epilogue: each warpgroup stages its tile in the shared float32
     tile after the other's stores have read it."""
@@ -52,8 +67,14 @@ def test_pingpong_gemm_gelu_on_cpu(poisoned):
 
 def test_pingpong_refuses_what_does_not_fit():
     mod = _pingpong()
-    with pytest.raises(ValueError, match="stages must be 2 to 5 .* got 6"):
+    with pytest.raises(ValueError, match="stages must be 2 to 5 for 128 x 128 tiles .* got 6"):
         mod.make_linear_pingpong("f16", (5, 6))
+    with pytest.raises(ValueError, match="stages must be 2 to 4 for 64 x 256 tiles .* got 5"):
+        mod.make_linear_pingpong("f16", 5, tile=(64, 256))
+    with pytest.raises(ValueError, match=r"tile must be \(128, 128\) or \(64, 256\)"):
+        mod.make_linear_pingpong("f16", 4, tile=(128, 256))
+    with pytest.raises(ValueError, match="cluster must be 1 or 2"):
+        mod.make_linear_pingpong("f16", 4, cluster=4)
     lin = mod.PingPongLinear("f16", 2)
     a = torch.randn(128, 64).half()
     with pytest.raises(TypeError, match="bias is for the GELU epilogue"):
@@ -65,7 +86,7 @@ def test_pingpong_refuses_what_does_not_fit():
 def test_pingpong_refuses_shapes_its_tiles_do_not_divide():
     from pnex_magic import ArgumentValueError
 
-    with pytest.raises(ArgumentValueError, match="N must be a multiple of the tile BN = 128"):
+    with pytest.raises(ArgumentValueError, match="N must be a multiple of the tile's columns = 128"):
         _pingpong().PingPongLinear("f16", 2)(torch.randn(128, 64).half(), torch.randn(192, 64).half())
 
 

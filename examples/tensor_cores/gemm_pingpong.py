@@ -1,30 +1,39 @@
-"""C = A @ W^T on Hopper with the epilogue hidden under the tensor cores' work: a
-persistent kernel whose two consumer warpgroups take turns (CUTLASS's "ping-pong"
-schedule), as a pnex kernel.
+"""C = A @ W^T on Hopper as a persistent kernel whose two consumer warpgroups take
+turns (CUTLASS's "ping-pong" schedule), so that one's epilogue runs while the other's
+k-loop keeps the tensor cores busy; a pnex kernel.
 
 A (M, K) and W (N, K) row-major (``torch.nn.functional.linear``'s ``x @ w.T``),
 float16 or bfloat16; C (M, N) of the same dtype, accumulated in float32.  One block of
-384 threads an SM walks the 128 x 128 tiles of C (tile ``blockIdx.x``, then every
-``blocks``-th after it, in :func:`tiles.grouped_tile`'s order):
+384 threads an SM walks the tiles of C (tile ``blockIdx.x``, then every ``blocks``-th
+after it, in :func:`tiles.grouped_tile`'s order); a tile is 128 x 128 (``tile=(128,
+128)``: two ``wgmma`` m64n128k16 a step of 16) or 64 x 256 (one m64n256k16):
 
 * warpgroup 0 is the producer: one thread loads, tile after tile, each k-tile of 64 (A's
-  128 x 64 box and W's, by TMA, in the 128-byte swizzle) into one of ``STAGES`` buffers,
-  waiting on a buffer's "empty" barrier before it refills it;
+  box and W's, by TMA, in the 128-byte swizzle) into one of ``STAGES`` buffers, waiting
+  on a buffer's "empty" barrier before it refills it;
 * warpgroups 1 and 2 compute alternate tiles of the block (its 1st, 3rd, ... and 2nd,
-  4th, ...): each holds a whole tile's 128 float32 accumulators a thread (two ``wgmma``
-  m64n128k16 a step of 16), so while one runs its k-loop the other stages its finished
-  tile in shared memory and stores it, with the bias and GELU (``gelu=True``) applied
-  in the store loop.  The tensor cores go from one warpgroup's k-loop to the other's
-  and the epilogue costs nothing as long as it is shorter than a tile's k-loop.
+  4th, ...), each with a whole tile's 128 float32 accumulators a thread: while one runs
+  its k-loop the other stages its finished tile in shared memory and stores it, the
+  bias and GELU (``gelu=True``) applied in the store loop.
 
-The producer's order sets the turns: the next tile's k-tiles land only as the buffers of
-this one are released.  Iteration ``it`` of the block (tile ``i`` of the block, k-tile
-``kt``: ``it = i * ktiles + kt``) uses buffer ``it % STAGES`` in round ``it // STAGES``,
-so each consumer finds its buffers and phases without asking the other.  The two
-epilogues share one float32 staging tile (64 KiB, laid out by
-:func:`epilogue.f32_unit`): a "staged" barrier that each epilogue completes once its
-stores have read the tile orders them (the block's ``i``-th epilogue waits for the
-``i - 1``-th).  M and N must be multiples of 128, K of 64.  Needs an sm_90 GPU.
+Iteration ``it`` of the block (its tile ``i``, k-tile ``kt``: ``it = i * ktiles + kt``)
+uses buffer ``it % STAGES`` in round ``it // STAGES``, so each consumer finds its buffers
+and phases without asking the other.  But an mbarrier's wait names a phase by its parity
+alone, and a warpgroup done with its epilogue would wait for its next tile's round of a
+buffer while the round before it (the other warpgroup's) had not even been loaded: the
+parity of two rounds back matches, and the wait returns on a stale buffer.  So the turns
+are explicit: a "turn" barrier completes once per tile, when its warpgroup has waited for
+all its k-tiles, and the block's tile ``i`` starts after completion ``i - 1`` (the
+simulator found this: without it, 32731 wrong elements of 131072).  The two epilogues
+share one float32 staging tile (64 KiB, laid out by :func:`epilogue.f32_unit`), ordered
+the same way by a "staged" barrier.  M and N must be multiples of the tile, K of 64.
+Needs an sm_90 GPU.
+
+Measured on an H200 (``benchmarks/results/tensor-cores-2026-11-28-1607.json``,
+``-1557.json``, ``-1611.json``): the 128 x 128 kernel runs the plain GEMM at 0.80-0.94x
+cuBLAS, 4-6% behind :mod:`gemm_tma`'s cooperative 128 x 256 kernel in every row, and its
+fused GELU epilogue is not hidden: the tensor pipe is busy 84% of the time without it and 73% with it (the
+cooperative kernel: 88% and 76%).  docs/performance.md has the figures.
 """
 
 from numba import cuda, float32, uint64
@@ -55,7 +64,8 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     """The pnex op ``c = linear(a, w, a_map, w_map, blocks)`` (``a @ w.T``), or with
     ``gelu=True`` ``c = linear(a, w, bias, a_map, w_map, blocks)``: ``gelu(a @ w.T +
     bias)``, the exact erf GELU in float32.  ``stages``: the buffers in flight (a
-    ``Tune`` choice, or one value); 5 is the most that fits beside the staging tile.
+    ``Tune`` choice, or one value): 5 at most for 128 x 128 tiles, 4 for 64 x 256 (what
+    fits beside the staging tile).
     ``blocks``: the grid (one block an SM: :class:`PingPongLinear` gives it).
 
     ``cluster=2``: clusters of two blocks that compute adjacent row blocks of one column
@@ -92,8 +102,9 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
         n_threads=(f"blocks * {THREADS}",),
         threads_per_block=THREADS,
         shared_bytes=f"STAGES * {(TM + TN) * BK * 2} + {TM * TN * 4} + 8 * (2 * STAGES + 2)",
-        requires={**tile_rule("a.size(0)", TM * cluster, "M", "the tile TM" if cluster == 1 else "the cluster's 2 tiles"),
-                  **tile_rule("w.size(0)", TN, "N", "the tile TN"),
+        requires={**tile_rule("a.size(0)", TM * cluster, "M",
+                              "the tile's rows" if cluster == 1 else "the rows of the cluster's 2 tiles"),
+                  **tile_rule("w.size(0)", TN, "N", "the tile's columns"),
                   **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK),
                   f"blocks >= 1 and blocks % {cluster} == 0": f"blocks must be a positive multiple of {cluster}"},
         **clusters,
