@@ -321,14 +321,22 @@ def _tc_attention(d: dict) -> Table:
             "pnex kernel"], rows
 
 
+_PINGPONG_COLUMNS = (("pnex_pingpong_us", "pnex, fused (ping-pong 128×128)"),
+                     ("pnex_pingpong_64x256_us", "pnex, fused (ping-pong 64×256)"),
+                     ("pnex_pingpong_cluster_us", "pnex, fused (ping-pong, 2-block clusters)"))
+
+
 def _tc_epilogue(d: dict) -> Table:
-    """Fused bias + GELU; files from before the TMA kernel had one (cp.async) pnex kernel."""
+    """Fused bias + GELU; files from before the TMA kernel had one (cp.async) pnex kernel,
+    and the ping-pong kernels' columns appear where a file has them."""
+    extra = [(key, title) for key, title in _PINGPONG_COLUMNS if any(r.get(key) for r in d["epilogue"])]
     rows = [[str(r["m"]), str(r["n"]), str(r["k"]), us(r["pnex_us"]) if r.get("pnex_us") else "–",
-             us(r["pnex_tma_us"]) if r.get("pnex_tma_us") else "–", us(r["eager_us"]), us(r["compile_us"]),
+             us(r["pnex_tma_us"]) if r.get("pnex_tma_us") else "–",
+             *[us(r[key]) if r.get(key) else "–" for key, _ in extra], us(r["eager_us"]), us(r["compile_us"]),
              ratio(r["pnex_vs_eager"]) if r.get("pnex_vs_eager") else "–",
              ratio(r["pnex_vs_compile"]) if r.get("pnex_vs_compile") else "–"] for r in d["epilogue"]]
-    return ["M", "N", "K", "pnex, fused (cp.async)", "pnex, fused (TMA)", "eager", "torch.compile",
-            "eager time / fastest pnex time", "torch.compile time / fastest pnex time"], rows
+    return ["M", "N", "K", "pnex, fused (cp.async)", "pnex, fused (TMA)", *[title for _, title in extra], "eager",
+            "torch.compile", "eager time / fastest pnex time", "torch.compile time / fastest pnex time"], rows
 
 
 def _stall(stalls: list) -> str:
