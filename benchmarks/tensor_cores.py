@@ -32,6 +32,11 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", default="f16,bf16", help="GEMM dtypes, comma-separated (default f16,bf16)")
     p.add_argument("--variants", default=None,
                    help="pnex GEMM variants to time, e.g. 'mma:128x128x3,mma:128x64x4' (default: all known)")
+    p.add_argument("--epilogue-shapes", action="append", default=None,
+                   help="fused-epilogue shapes M,N,K (repeatable); default: 4096^3, 8192x4096x4096, 8192x16384x4096")
+    p.add_argument("--epilogue-kernels", default=None,
+                   help="fused-epilogue pnex kernels, comma-separated, of wgmma,tma,pingpong,pingpong-64x256 "
+                        "(default: all)")
     p.add_argument("--no-triton", action="store_true", help="skip the Triton baseline")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median), default 10")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
@@ -243,8 +248,12 @@ def run_epilogue(args, torch, result):
                "tma": ("pnex_tma", TmaLinear("f16", 256, 4, gelu=True)),
                "pingpong": ("pnex_pingpong", PingPongLinear("f16", 5, gelu=True)),
                "pingpong-64x256": ("pnex_pingpong_64x256", PingPongLinear("f16", 4, gelu=True, tile=(64, 256)))}
+    if args.epilogue_kernels:
+        kernels = {name: kernels[name] for name in args.epilogue_kernels.split(",")}
+    shapes = ([tuple(int(x) for x in s.split(",")) for s in args.epilogue_shapes] if args.epilogue_shapes
+              else EPILOGUE_SHAPES)
     rows = []
-    for m, n, k in EPILOGUE_SHAPES:
+    for m, n, k in shapes:
         gen = torch.Generator(device="cuda").manual_seed(m + n + k)
         x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen)
         w = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) / k ** 0.5
@@ -376,8 +385,10 @@ def main(argv=None):
         print(f"attention seq {r['seq']} d {r['head_dim']} causal {r['causal']!s:5}: pnex {r['pnex_tflops'] or 0:.0f} "
               f"SDPA {r['sdpa_tflops']:.0f} TFLOP/s ratio {r['ratio_vs_sdpa'] or 0:.2f} ({r['pnex_kernel']})")
     for r in result.get("epilogue", []):
-        print(f"epilogue {r['m']}x{r['n']}x{r['k']}: pnex cp.async {_us(r['pnex_us'])} us, TMA {_us(r['pnex_tma_us'])}, "
-              f"eager {r['eager_us']:.1f}, compile {r['compile_us']:.1f} (fastest pnex: {r['pnex_kernel']})")
+        pnex = ", ".join(f"{key[5:-3] or 'cp.async'} {_us(v)}" for key, v in r.items()
+                         if key.startswith("pnex") and key.endswith("_us"))
+        print(f"epilogue {r['m']}x{r['n']}x{r['k']}: pnex {pnex} us, eager {r['eager_us']:.1f}, compile "
+              f"{r['compile_us']:.1f} (fastest pnex: {r['pnex_kernel']})")
     if not args.no_write:
         print("wrote", write_result(result, "tensor-cores"))
     return 0
