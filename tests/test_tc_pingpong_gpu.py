@@ -35,10 +35,15 @@ def _pingpong():
 @pytest.mark.parametrize("gelu", [False, True])
 @pytest.mark.parametrize("cluster", [1, 2])
 def test_pingpong_gemm_on_gpu(dtype, stages, gelu, cluster, poisoned):
-    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     lin = _pingpong().PingPongLinear(dtype, stages, gelu=gelu, cluster=cluster)
-    gen = torch.Generator(device="cuda").manual_seed(stages + 10 * gelu + 100 * cluster)
-    for m, n, k in SHAPES if cluster == 1 else PAIRED:
+    _check(lin, dtype, gelu, SHAPES if cluster == 1 else PAIRED, stages + 10 * gelu + 100 * cluster)
+
+
+def _check(lin, dtype, gelu, shapes, seed):
+    """``lin`` against float64 at each of ``shapes`` (M, N, K), on fresh inputs."""
+    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
         w = torch.randn(n, k, device="cuda", dtype=tdt, generator=gen) / k ** 0.5
         bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
@@ -71,17 +76,5 @@ def test_pingpong_gemm_with_few_blocks_on_gpu(poisoned):
 @pytest.mark.parametrize("gelu", [False, True])
 def test_pingpong_64x256_tiles_on_gpu(dtype, gelu, poisoned):
     """Each warpgroup's tile 64 x 256 (one wgmma m64n256k16 a step), 4 buffers."""
-    tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     lin = _pingpong().PingPongLinear(dtype, 4, gelu=gelu, tile=(64, 256))
-    gen = torch.Generator(device="cuda").manual_seed(64 + gelu)
-    for m, n, k in ((64, 256, 64), (192, 768, 320), (2048, 1024, 2048), (4096, 4096, 512)):
-        a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
-        w = torch.randn(n, k, device="cuda", dtype=tdt, generator=gen) / k ** 0.5
-        bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
-        c = lin(a, w, bias) if gelu else lin(a, w)
-        assert not c.isnan().any(), (m, n, k)
-        ref = a.double() @ w.double().t()
-        if gelu:
-            ref = F.gelu(ref + bias.double())
-        ulp = 2**-11 if dtype == "f16" else 2**-8
-        assert ((c.double() - ref).abs() <= ref.abs() * ulp + 4e-3).all(), (m, n, k)
+    _check(lin, dtype, gelu, ((64, 256, 64), (192, 768, 320), (2048, 1024, 2048), (4096, 4096, 512)), 64 + gelu)
