@@ -300,7 +300,8 @@ def _profile_row(name, op, args):
     row = {"kernel": name, "tensor_pipe": f.tensor_pipe, "compute_sol": f.compute_sol, "memory_sol": f.memory_sol,
            "dram_sol": f.dram_sol, "achieved_occupancy": f.achieved_occupancy, "issuing": f.issuing,
            "stalls": [(s.name, round(s.share, 3)) for s in f.stalls[:5]], "stall_source": f.stall_source,
-           "hot_lines": [(h.line, h.text, round(h.share, 3), h.reason) for h in p.hot_lines[:5]]}
+           "hot_lines": [(h.line, h.text, round(h.share, 3), h.reason) for h in p.hot_lines[:5]],
+           "note": p.note or None}
     print(f"profile {name}: tensor pipe {f.tensor_pipe}, SM {f.compute_sol}, memory {f.memory_sol}, occupancy "
           f"{f.achieved_occupancy}, issuing {f.issuing}; stalls {row['stalls']}", flush=True)
     return row

@@ -204,6 +204,20 @@ def hot_lines(counters: Sequence[ncu.LineCounters], fn: Any, limit: int = 5) -> 
 # ----------------------------------------------------------------------------- running
 
 
+def _line_table_note(compiled: Any) -> str:
+    """Why Nsight Compute can map no stall to a line of the kernel, where it cannot: a
+    PTX without ``.loc`` directives, or a cubin without a line table (the sm_90a kernels
+    that use ``wgmma`` or ``setmaxnreg`` are linked from LTO-IR, without line
+    information: NVRTC's helpers and a kernel with it have conflicting debug module
+    flags, which nvJitLink refuses to link)."""
+    if ".loc" not in compiled.ptx:
+        return "the kernel was compiled without line information: no source lines"
+    if compiled.cubin and b".debug_line" not in compiled.cubin:
+        return ("the kernel's cubin has no line table (sm_90a kernels with wgmma or setmaxnreg are linked from LTO-IR "
+                "without line information): no source lines")
+    return ""
+
+
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
@@ -316,7 +330,7 @@ def profile(op: Any, *args: Any, clock_control: str = "none", timeout: float = 6
     block, tune, layout = _launch_of(definition, op, args)
     variant = definition.spec.tune_variants.index(tuple(tune[p.name] for p in definition.spec.tune_params))
     compiled = definition.compiled(arch, layout=layout, variant=variant)
-    note = "" if ".loc" in compiled.ptx else "the kernel was compiled without line information: no source lines"
+    note = _line_table_note(compiled)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = cache.folder("profiles")
     folder.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ import pnex_magic as pnex
 from pnex_magic import ncu, profiling
 from pnex_magic.efficiency import UNEXPLAINED, Efficiency, Reason
 from pnex_magic.errors import PnexError
+from toolchain import needs_nvvm
 from pnex_magic.render.profile import profile_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -413,3 +414,31 @@ def test_a_kernel_that_cannot_be_saved_says_why_it_cannot_be_profiled(monkeypatc
     with pytest.raises(PnexError, match="runs the kernel in a child process from a saved copy of the op, and cannot "
                                         "save 'lookup': it reads the device array"):
         pnex.profile(lookup, torch.zeros(4, dtype=torch.int64))
+
+
+def test_a_kernel_without_a_line_table_says_so():
+    """The sm_90a kernels (wgmma, setmaxnreg) are linked from LTO-IR without line
+    information: their profiles list no lines, and the note says why instead of
+    reporting no samples (the H200 profiles of 2026-11-28 had no hot lines and no word)."""
+    from types import SimpleNamespace
+
+    lined = SimpleNamespace(ptx=".loc 1 3 0", cubin=b"\x7fELF...debug_line...")
+    assert profiling._line_table_note(lined) == ""
+    assert "compiled without line information" in profiling._line_table_note(SimpleNamespace(ptx="", cubin=b""))
+    unlined = SimpleNamespace(ptx=".loc 1 3 0", cubin=b"\x7fELF...debug_frame...")
+    assert "cubin has no line table" in profiling._line_table_note(unlined)
+
+
+@needs_nvvm
+def test_the_note_reads_the_compiled_cubin(gather_scale):
+    """A plain kernel's cubin (nvJitLink from PTX with -lineinfo) has its line table; a
+    setmaxnreg kernel's (linked from LTO-IR) has none, and the note names it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "tensor_cores"))
+    import gemm_pingpong
+
+    from pnex_magic.report import _definition_of
+
+    plain = _definition_of(gather_scale, "t").compiled("sm_90")
+    assert profiling._line_table_note(plain) == ""
+    hopper = _definition_of(gemm_pingpong.make_linear_pingpong("f16", 5), "t").compiled("sm_90a")
+    assert "cubin has no line table" in profiling._line_table_note(hopper)
