@@ -344,24 +344,30 @@ def ltoir_objects(
 
     _, _, ObjectCode = linker_classes()
     numbasetup.typing_setup()
-    # No line info here: NVRTC's LTO-IR of the float16/bfloat16 helpers has no debug module
-    # flags, and nvJitLink refuses to link modules whose flags conflict.
-    try:
-        with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims), \
-                _without_debug_subroutines():
-            warnings.simplefilter("ignore")
-            codes, _ = cuda.compile_all(
-                fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",
-                launch_bounds=launch_bounds(fn, spec),
-            )
-    except Exception as exc:
-        raise KernelCompileError(
-            f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
-            f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
-            compiler_log=str(exc),
-        ) from None
+    # Line information where the kernel links alone: NVRTC's LTO-IR of the float16/bfloat16
+    # helpers has no debug module flags, and nvJitLink refuses to link modules whose flags
+    # conflict ("'Debug Info Version': IDs have conflicting behaviors"), so a kernel that
+    # links against any is compiled again without.
+    helpers = _numba_helpers(ptx, cc, spec.name)
+    for lineinfo in (not helpers, False):
+        try:
+            with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims), \
+                    _without_debug_subroutines():
+                warnings.simplefilter("ignore")
+                codes, _ = cuda.compile_all(
+                    fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc,
+                    output="ltoir", launch_bounds=launch_bounds(fn, spec), lineinfo=lineinfo,
+                )
+        except Exception as exc:
+            raise KernelCompileError(
+                f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
+                f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
+                compiler_log=str(exc),
+            ) from None
+        if not lineinfo or len(codes) == 1:
+            break
     kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
-    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *_numba_helpers(ptx, cc, spec.name)]
+    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *helpers]
 
 
 @contextlib.contextmanager

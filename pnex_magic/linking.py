@@ -193,7 +193,7 @@ def link_lto_cubin(objects: list[Any], arch: str, max_registers: int | None, ker
     calls"), waiting for each before the next; from LTO-IR it compiles the whole program
     and keeps them in flight."""
     Linker, LinkerOptions, _ = linker_classes()
-    options: dict[str, Any] = {"arch": arch, "verbose": True, "link_time_optimization": True}
+    options: dict[str, Any] = {"arch": arch, "verbose": True, "link_time_optimization": True, "lineinfo": True}
     if max_registers:
         options["max_register_count"] = int(max_registers)
     linker = Linker(*objects, options=LinkerOptions(**options))

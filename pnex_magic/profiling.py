@@ -206,15 +206,15 @@ def hot_lines(counters: Sequence[ncu.LineCounters], fn: Any, limit: int = 5) -> 
 
 def _line_table_note(compiled: Any) -> str:
     """Why Nsight Compute can map no stall to a line of the kernel, where it cannot: a
-    PTX without ``.loc`` directives, or a cubin without a line table (the sm_90a kernels
-    that use ``wgmma`` or ``setmaxnreg`` are linked from LTO-IR, without line
-    information: NVRTC's helpers and a kernel with it have conflicting debug module
-    flags, which nvJitLink refuses to link)."""
+    PTX without ``.loc`` directives, or a cubin without a line table (a kernel linked
+    from LTO-IR beside NVRTC's float16/bfloat16 helpers is compiled without line
+    information: their debug module flags and its own would conflict, which nvJitLink
+    refuses to link; :func:`pnex_magic.compiler.ltoir_objects`)."""
     if ".loc" not in compiled.ptx:
         return "the kernel was compiled without line information: no source lines"
     if compiled.cubin and b".debug_line" not in compiled.cubin:
-        return ("the kernel's cubin has no line table (sm_90a kernels with wgmma or setmaxnreg are linked from LTO-IR "
-                "without line information): no source lines")
+        return ("the kernel's cubin has no line table (a kernel linked from LTO-IR beside NVRTC's float16/bfloat16 "
+                "helpers is compiled without line information): no source lines")
     return ""
 
 
