@@ -333,41 +333,37 @@ def launch_bounds(fn: Callable, spec: KernelSpec) -> tuple[int] | None:
 
 def ltoir_objects(
     fn: Callable, spec: KernelSpec, cc: tuple[int, int], layout: str = "C", variant: int = 0, hidden: Sequence[Any] = (),
-    ptx: str = "",
+    ptx: str = "", lineinfo: bool = False,
 ) -> list[Any]:
     """The kernel and the code it links against (float16/bfloat16 operators,
     ``declare_device`` functions with ``link=``, and the Numba-CUDA helpers its ``ptx``
     calls), as LTO-IR objects for nvJitLink: the kernel through NVVM, CUDA C++ sources
-    through NVRTC (neither needs a driver)."""
+    through NVRTC (neither needs a driver).  ``lineinfo``: the kernel's line table, for
+    a kernel that links against nothing (its PTX has no external call): NVRTC's LTO-IR
+    of the float16/bfloat16 helpers has no debug module flags, and nvJitLink refuses to
+    link modules whose flags conflict ("'Debug Info Version': IDs have conflicting
+    behaviors")."""
     warmup.wait()
     from numba import cuda
 
     _, _, ObjectCode = linker_classes()
     numbasetup.typing_setup()
-    # Line information where the kernel links alone: NVRTC's LTO-IR of the float16/bfloat16
-    # helpers has no debug module flags, and nvJitLink refuses to link modules whose flags
-    # conflict ("'Debug Info Version': IDs have conflicting behaviors"), so a kernel that
-    # links against any is compiled again without.
-    helpers = _numba_helpers(ptx, cc, spec.name)
-    for lineinfo in (not helpers, False):
-        try:
-            with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims), \
-                    _without_debug_subroutines():
-                warnings.simplefilter("ignore")
-                codes, _ = cuda.compile_all(
-                    fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc,
-                    output="ltoir", launch_bounds=launch_bounds(fn, spec), lineinfo=lineinfo,
-                )
-        except Exception as exc:
-            raise KernelCompileError(
-                f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
-                f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
-                compiler_log=str(exc),
-            ) from None
-        if not lineinfo or len(codes) == 1:
-            break
+    try:
+        with warnings.catch_warnings(), target_device(cc), clusters.annotations(spec.cluster_dims), \
+                _without_debug_subroutines():
+            warnings.simplefilter("ignore")
+            codes, _ = cuda.compile_all(
+                fn, numba_signature(spec, layout, variant, hidden), device=False, abi="numba", cc=cc, output="ltoir",
+                launch_bounds=launch_bounds(fn, spec), lineinfo=lineinfo,
+            )
+    except Exception as exc:
+        raise KernelCompileError(
+            f"kernel {spec.name!r}: could not compile the code it links against (float16/bfloat16 "
+            f"operators or declare_device functions): {type(exc).__name__}: {str(exc).strip()[:500]}",
+            compiler_log=str(exc),
+        ) from None
     kernel = ObjectCode.from_ltoir(codes[0]) if isinstance(codes[0], bytes) else object_code(codes[0], spec.name)
-    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *helpers]
+    return [kernel, *(object_code(code, spec.name) for code in codes[1:]), *_numba_helpers(ptx, cc, spec.name)]
 
 
 @contextlib.contextmanager
@@ -506,8 +502,8 @@ def _compile_new(
     ptx, link_arch = arch_specific(ptx, arch)  # wgmma: sm_90a
     try:
         if link_arch != arch:  # wgmma: linked from LTO-IR, as one program (see link_lto_cubin)
-            cubin, log = link_lto_cubin(ltoir_objects(fn, spec, cc, layout, variant, hidden), link_arch,
-                                        max_registers, spec.name)
+            objects = ltoir_objects(fn, spec, cc, layout, variant, hidden, lineinfo=not has_external_calls(ptx))
+            cubin, log = link_lto_cubin(objects, link_arch, max_registers, spec.name)
             entry_name = kernel_entry(cubin, entry_name)  # a second compile: Numba's mangled name differs
         else:
             cubin, log = link_cubin(
