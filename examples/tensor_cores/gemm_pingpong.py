@@ -43,7 +43,7 @@ import pnex_magic as pnex
 from pnex_magic import tc
 from epilogue import gelu_store, plain_store, stage_f32
 from gemm_tma import BK, _sm_count
-from tiles import grouped_tile, tile_rule
+from tiles import grouped_tile, release, tile_rule
 
 TILES = ((128, 128), (64, 256))  # a warpgroup's tile: two wgmma m64n128k16 a step, or one m64n256k16
 THREADS = 384
@@ -235,17 +235,6 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
     return linear_pingpong
-
-
-@cuda.jit(device=True, inline=True)
-def release(bars, i, cluster):
-    """A consumer warp's arrival on the "empty" barrier ``bars[i]`` of every block of
-    the cluster (both producers write the buffer)."""
-    if cluster > 1:
-        for r in range(cluster):
-            tc.mbarrier_arrive_cluster(bars, i, r)
-    else:
-        tc.mbarrier_arrive(bars, i)
 
 
 class PingPongLinear:

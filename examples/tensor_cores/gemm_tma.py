@@ -30,7 +30,7 @@ from numba.cuda.types import float16
 import pnex_magic as pnex
 from pnex_magic import tc
 from epilogue import gelu_fits, gelu_store, stage_f32
-from tiles import grouped_tile, tile_rule
+from tiles import grouped_tile, release, tile_rule
 
 BK = 64
 BM = 128
@@ -158,12 +158,8 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                     wgmma(acc, sa, (s, row0, kk * 16), sb, (s, 0, kk * 16), BN, kt > 0 or kk > 0)
                 tc.wgmma_commit()
                 tc.wgmma_wait(1)  # the previous k-tile's wgmma is done: its buffer can be refilled
-                if kt > 0 and lane == 0:
-                    if cluster > 1:  # by both blocks' producers: each is told
-                        for r in range(cluster):
-                            tc.mbarrier_arrive_cluster(bars, STAGES + (kt - 1) % STAGES, r)
-                    else:
-                        tc.mbarrier_arrive(bars, STAGES + (kt - 1) % STAGES)
+                if kt > 0 and lane == 0:  # with clusters, both blocks' producers fill it: each is told
+                    release(bars, STAGES + (kt - 1) % STAGES, cluster)
             tc.wgmma_wait(0)
             cuda.syncthreads()  # every copy was waited for and every wgmma is done: the buffers take the output
             # the accumulators go to shared memory here, in the branch whose registers hold them

@@ -9,14 +9,17 @@ dot product.  Each example states its tile rules with ``jit(requires=...)``
 ``torch.compile``, JAX, a saved artifact) refuses a call that breaks one with
 :class:`pnex_magic.ArgumentValueError`, naming the size, its value and the tile.
 
-:func:`grouped_tile` is the GEMM kernels' block order (a device function they share).
+:func:`grouped_tile` is the GEMM kernels' block order and :func:`release` their consumers'
+release of a buffer (device functions they share).
 """
 
 from __future__ import annotations
 
 from numba import cuda
 
-__all__ = ["tile_rule", "grouped_tile"]
+from pnex_magic import tc
+
+__all__ = ["tile_rule", "grouped_tile", "release"]
 
 
 @cuda.jit(device=True, inline=True)
@@ -31,6 +34,18 @@ def grouped_tile(pid, m_tiles, n_tiles, group):
     first_m = (pid // in_group) * group
     rows = min(m_tiles - first_m, group)
     return first_m + (pid % in_group) % rows, (pid % in_group) // rows
+
+
+@cuda.jit(device=True, inline=True)
+def release(bars, i, cluster):
+    """A consumer warp's arrival on the "empty" barrier ``bars[i]`` of a buffer: of every
+    block of its cluster (``cluster`` blocks, a constant) where their producers all
+    write the buffer (TMA multicast), else of its own block."""
+    if cluster > 1:
+        for r in range(cluster):
+            tc.mbarrier_arrive_cluster(bars, i, r)
+    else:
+        tc.mbarrier_arrive(bars, i)
 
 
 def tile_rule(size: str, multiple: int, name: str, tile: str, minimum: int = 0) -> dict[str, str]:
