@@ -43,7 +43,7 @@ import pnex_magic as pnex
 from pnex_magic import tc
 from epilogue import gelu_store, plain_store, stage_f32
 from gemm_tma import BK, _sm_count
-from tiles import grouped_tile, release, tile_rule
+from tiles import grouped_tile, init_buffers, release, tile_rule
 
 TILES = ((128, 128), (64, 256))  # a warpgroup's tile: two wgmma m64n128k16 a step, or one m64n256k16
 THREADS = 384
@@ -141,15 +141,9 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
         step = blocks // cluster
 
         if tid == 0:
-            for s in range(STAGES):
-                tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
-                tc.mbarrier_init(bars, STAGES + s, 4 * cluster)  # empty: one arrival per warp that read it, each block
             tc.mbarrier_init(bars, staged, 1)  # the staging tile read: one arrival per epilogue
             tc.mbarrier_init(bars, turn, 1)  # a tile's k-tiles all arrived: one arrival per tile
-        if cluster > 1:
-            tc.cluster_sync()  # every block's barriers exist before another's copies and arrivals reach them
-        else:
-            cuda.syncthreads()
+        init_buffers(bars, STAGES, 4 * cluster, cluster)  # empty: one arrival per warp that read it, each block
 
         if wg == 0:
             tc.setmaxnreg_dec(producer_regs)

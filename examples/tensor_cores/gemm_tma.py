@@ -30,7 +30,7 @@ from numba.cuda.types import float16
 import pnex_magic as pnex
 from pnex_magic import tc
 from epilogue import gelu_fits, gelu_store, stage_f32
-from tiles import grouped_tile, release, tile_rule
+from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
 BM = 128
@@ -120,14 +120,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
         part = BN // cluster  # the rows of W's tile this block's producer loads
         rank = tc.cluster_ctarank() if cluster > 1 else 0
 
-        if tid == 0:
-            for s in range(STAGES):
-                tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
-                tc.mbarrier_init(bars, STAGES + s, 8 * cluster)  # empty: one arrival per consumer warp of the cluster
-        if cluster > 1:
-            tc.cluster_sync()  # every block's barriers exist before another's copies and arrivals reach them
-        else:
-            cuda.syncthreads()
+        init_buffers(bars, STAGES, 8 * cluster, cluster)  # empty: one arrival per consumer warp of the cluster
 
         if wg == 0:
             tc.setmaxnreg_dec(PRODUCER_REGS)
@@ -248,11 +241,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
         ktiles = k // BK
         acc = cuda.local.array(regs, float32)  # the first wgmma of a tile writes it (accumulate=False)
 
-        if tid == 0:
-            for s in range(STAGES):
-                tc.mbarrier_init(bars, s, 1)  # full: the producer's arrival, and the boxes' bytes
-                tc.mbarrier_init(bars, STAGES + s, 8)  # empty: one arrival per consumer warp
-        cuda.syncthreads()
+        init_buffers(bars, STAGES, 8, 1)  # empty: one arrival per consumer warp
 
         if wg == 0:
             tc.setmaxnreg_dec(PRODUCER_REGS)

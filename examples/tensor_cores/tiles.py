@@ -9,8 +9,9 @@ dot product.  Each example states its tile rules with ``jit(requires=...)``
 ``torch.compile``, JAX, a saved artifact) refuses a call that breaks one with
 :class:`pnex_magic.ArgumentValueError`, naming the size, its value and the tile.
 
-:func:`grouped_tile` is the GEMM kernels' block order and :func:`release` their consumers'
-release of a buffer (device functions they share).
+:func:`grouped_tile` is the GEMM kernels' block order; :func:`init_buffers` and
+:func:`release` set up their buffers' barriers and free a buffer (device functions they
+share).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from numba import cuda
 
 from pnex_magic import tc
 
-__all__ = ["tile_rule", "grouped_tile", "release"]
+__all__ = ["tile_rule", "grouped_tile", "init_buffers", "release"]
 
 
 @cuda.jit(device=True, inline=True)
@@ -34,6 +35,23 @@ def grouped_tile(pid, m_tiles, n_tiles, group):
     first_m = (pid // in_group) * group
     rows = min(m_tiles - first_m, group)
     return first_m + (pid % in_group) % rows, (pid % in_group) // rows
+
+
+@cuda.jit(device=True, inline=True)
+def init_buffers(bars, stages, readers, cluster):
+    """The barriers of ``stages`` buffers, made by thread 0: "full" ``bars[s]`` (the
+    producer's arrival and the bytes of its copies) and "empty" ``bars[stages + s]``
+    (``readers`` arrivals: the warps that read the buffer, in every block that fills
+    it); then every thread waits until they exist, across the cluster where ``cluster``
+    blocks share buffers (another block's copies and arrivals reach them)."""
+    if cuda.threadIdx.x == 0:
+        for s in range(stages):
+            tc.mbarrier_init(bars, s, 1)
+            tc.mbarrier_init(bars, stages + s, readers)
+    if cluster > 1:
+        tc.cluster_sync()
+    else:
+        cuda.syncthreads()
 
 
 @cuda.jit(device=True, inline=True)
