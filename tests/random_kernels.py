@@ -50,6 +50,8 @@ OUTPUTS = {"r0": "f64", "r1": "f32", "r2": "i64", "r3": "i32"}
 NUMPY = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 FLOAT_LITERALS = ["0.75", "2.5", "-1.5", "0.1", "1e-3"]
 INT_LITERALS = ["3", "-7", "1", "100000", "3000000000", "-2"]
+#: the float trees' integer leaves (a power of one is integer arithmetic)
+INT_LEAVES = frozenset(["c[i]", "d[i]", "si", "sl", "i", "n0", "k", *INT_LITERALS])
 #: math.* functions rewritten in the reference (their float32 forms: double, then rounded once)
 TRANSCENDENTAL = ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "erf", "atan2", "hypot", "pow")
 _CPU_FLOAT_OPS = [op for op in UNARY + BINARY if op != "mod"]
@@ -80,6 +82,11 @@ def tree(rng: random.Random, depth: int, leaves: list[str], ops: list[str]):
         left = ("positive", left)
     elif op == "pow_int":
         right = rng.choice(["2", "3"])
+        if left in INT_LEAVES:
+            # an integer base: its power is integer arithmetic, reduced first as int_tree's
+            # (Numba folds ``3000000000 ** 3`` at typing and refuses the literal; a stored
+            # int32 or int64 near 2**31 cubed leaves int64)
+            left = f"({left} % 1291)"
     return (op, left, right)
 
 

@@ -27,6 +27,7 @@ a regression case, written out.
 from __future__ import annotations
 
 import os
+import re
 import random
 import sys
 import time
@@ -161,3 +162,17 @@ def test_regression_kernels(rule, folder):
     kernel = rk.RandomKernel(f"regression_{abs(hash(rule)) % 10**8}_{os.getpid()}", lines,
                              {"sf": "f32", "sd": "f64", "si": "i32", "sl": "i64"}, seed)
     assert check(kernel, folder, seed) == "same"
+
+
+def test_generator_reduces_integer_bases_of_powers():
+    """The generator never raises an integer leaf to a power unreduced: Numba folds
+    ``3000000000 ** 3`` at typing and refuses the literal ("Int value is too large":
+    CI, seed 207433723), and a stored int32 near 2**31 cubed leaves int64.  Seed
+    207433723 is the case; the others are a sweep."""
+    leaf = "|".join(sorted((re.escape(x) for x in rk.INT_LEAVES), key=len, reverse=True))
+    bare = re.compile(rf"\((?:{leaf}) \*\* ")
+    for seed in [207433723, *range(1500)]:
+        kernel = rk.random_kernel(random.Random(seed), seed=seed)
+        source = kernel.plain_source()
+        assert not bare.search(source), f"seed {seed}: an unreduced integer power\n{source}"
+    assert "(3000000000 % 1291) ** 3" in rk.random_kernel(random.Random(207433723), seed=207433723).plain_source()
