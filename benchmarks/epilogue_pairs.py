@@ -10,12 +10,16 @@ limit (its SM clock moves with the load and the card's temperature), so what it 
 depends on the order.  Here each round times every contender once (``--loops`` calls between
 two CUDA events) in an order drawn afresh, and ``nvidia-smi`` samples the SM clock and the
 power draw every 50 ms in the background; each timing is given the mean clock of the samples
-taken while it ran.  Contenders (float16): ``cublas`` (``F.linear(x, w)``: the product alone),
-``eager`` (``F.gelu(F.linear(x, w, b))``), ``compile`` (``torch.compile`` of it), and the pnex
-TMA and ping-pong kernels, plain (``tma``, ``pingpong``: the product alone) and fused
-(``tma_gelu``, ``pingpong_gelu``).  The fused kernels' cost over their own product is the
-median over rounds of the difference within a round.  Every result is checked against
-float64 first; a wrong kernel is reported, not timed.
+taken while it ran (most timings are shorter than 50 ms and have none), and each shape the
+range of clocks and power over its rounds.
+
+Contenders (float16): ``cublas`` (``F.linear(x, w)``: the product alone), ``eager``
+(``F.gelu(F.linear(x, w, b))``), ``compile`` (``torch.compile`` of it), and the pnex TMA
+and ping-pong kernels, plain (``tma``, ``pingpong``: the product alone) and fused
+(``tma_gelu``, ``pingpong_gelu``); on request the fused kernels with the bias only
+(``tma_bias``, ``pingpong_bias``: what the GELU's arithmetic costs).  A fused kernel's
+cost over its own product is the median over rounds of the difference within a round.
+Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
 Prints a table and writes benchmarks/results/epilogue-pairs-<date>.json (GPU, versions,
 date; per shape and contender: the median, quartiles and the median clock and power).
@@ -35,14 +39,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
-CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu")
+CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
+              "pingpong_bias")
+DEFAULT = CONTENDERS[:7]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", action="append", help="M,N,K (repeatable); default: 4096^3, 4096x4096x16384")
-    p.add_argument("--contenders", default=",".join(CONTENDERS),
-                   help=f"comma-separated, of {','.join(CONTENDERS)} (default: all)")
+    p.add_argument("--contenders", default=",".join(DEFAULT),
+                   help=f"comma-separated, of {','.join(CONTENDERS)} (default: all but the *_bias ones, the "
+                        "fused kernels with the bias only, no GELU: what the GELU's arithmetic costs)")
     p.add_argument("--rounds", type=int, default=20, help="rounds (each times every contender once), default 20")
     p.add_argument("--loops", type=int, default=10, help="calls between the two CUDA events of one timing, default 10")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
@@ -102,6 +109,8 @@ def contenders(names, torch):
         "tma_gelu": lambda: (TmaLinear("f16", 256, 4, gelu=True), True),
         "pingpong": lambda: ((lambda op: lambda x, w, b: op(x, w))(PingPongLinear("f16", 5)), False),
         "pingpong_gelu": lambda: (PingPongLinear("f16", 5, gelu=True), True),
+        "tma_bias": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="bias"), "bias"),
+        "pingpong_bias": lambda: (PingPongLinear("f16", 5, gelu=True, activation="bias"), "bias"),
     }
     return {name: build[name]() for name in names}
 
@@ -132,7 +141,7 @@ def run_shape(shape, fns, args, torch, sampler, rng):
     w = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen) / k ** 0.5
     b = torch.randn(n, device="cuda", dtype=torch.float16, generator=gen)
     product = x.double() @ w.double().t()
-    refs = {False: product, True: F.gelu(product + b.double())}
+    refs = {False: product, True: F.gelu(product + b.double()), "bias": product + b.double()}
     row = {"m": m, "n": n, "k": k, "rounds": args.rounds, "loops": args.loops, "contenders": {}}
     live = {}
     for name, (fn, fused) in fns.items():
@@ -151,12 +160,20 @@ def run_shape(shape, fns, args, torch, sampler, rng):
         else:
             row["contenders"][name]["note"] = "WRONG RESULT: not timed"
     samples = {name: [] for name in live}
+    begun = time.monotonic()
     for _ in range(args.rounds):
         order = list(live)
         rng.shuffle(order)
         for name in order:
             us, t0, t1 = timed(live[name], (x, w, b), args.loops, torch)
             samples[name].append((us, *sampler.between(t0, t1)))
+    during = [smp for smp in sampler.samples if smp[0] >= begun]
+    if during:  # a timing (milliseconds) is shorter than nvidia-smi's 50 ms: most have no sample of their own
+        row["clocks"] = {"sm_mhz_min": min(smp[1] for smp in during), "sm_mhz_median": statistics.median(
+            smp[1] for smp in during), "sm_mhz_max": max(smp[1] for smp in during),
+            "power_w_median": statistics.median(smp[2] for smp in during),
+            "power_w_max": max(smp[2] for smp in during), "temperature_c_max": max(smp[3] for smp in during),
+            "samples": len(during)}
     for name, got in samples.items():
         times = [s[0] for s in got]
         clocks = [s[1] for s in got if s[1] is not None]
@@ -166,7 +183,8 @@ def run_shape(shape, fns, args, torch, sampler, rng):
             us=med, us_q1=q1, us_q3=q3, times_us=times,
             sm_mhz=statistics.median(clocks) if clocks else None,
             power_w=statistics.median(powers) if powers else None)
-    for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas")):
+    for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas"),
+                         ("tma_bias", "tma"), ("pingpong_bias", "pingpong")):
         if fused in samples and plain in samples:
             row[f"{fused}_over_{plain}_us"] = statistics.median(
                 f[0] - p[0] for f, p in zip(samples[fused], samples[plain]))
@@ -223,6 +241,11 @@ def main(argv=None):
         extras = ", ".join(f"{key[:-3]} {row[key]:+.1f} us" for key in row if key.endswith("_us"))
         ratios = ", ".join(f"{key} {row[key]:.3f}x" for key in row if key.startswith("pnex_vs_"))
         print(f"{shape:>18} paired: {extras}; fastest pnex {row.get('pnex_kernel')}: {ratios}")
+        if "clocks" in row:
+            k = row["clocks"]
+            print(f"{shape:>18} while timed: SM {k['sm_mhz_min']:.0f}-{k['sm_mhz_max']:.0f} MHz (median "
+                  f"{k['sm_mhz_median']:.0f}), power median {k['power_w_median']:.0f} W, max {k['power_w_max']:.0f} W, "
+                  f"{k['temperature_c_max']:.0f} C at most ({k['samples']} samples)")
     if not args.no_write:
         print("wrote", write_result(result, "epilogue-pairs"))
     return 0

@@ -65,6 +65,30 @@ def test_pingpong_gemm_gelu_on_cpu(poisoned):
     assert (c.double() - F.gelu(a.double() @ w.double().t())).abs().max() > 0.1  # the bias counts
 
 
+def test_bias_only_epilogue_on_cpu(poisoned):
+    """``activation="bias"`` (the benchmark's measure of what the GELU's arithmetic costs):
+    the same epilogue, ``a @ w.T + bias`` and no GELU, in the ping-pong and TMA kernels."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_tma import TmaLinear
+
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(256, 128, generator=gen).half()
+    w = (torch.randn(256, 128, generator=gen) / 11).half()
+    bias = torch.randn(256, generator=gen).half()
+    ref = a.double() @ w.double().t() + bias.double()
+    for lin in (_pingpong().PingPongLinear("f16", 2, gelu=True, activation="bias"),
+                TmaLinear("f16", 256, 3, gelu=True, activation="bias")):
+        c = lin(a, w, bias)
+        assert not c.isnan().any()
+        assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
+        assert (c.double() - F.gelu(ref)).abs().max() > 0.1  # no GELU
+
+
+def test_an_unknown_activation_is_refused():
+    with pytest.raises(ValueError, match="activation must be one of gelu, bias, got 'relu'"):
+        _pingpong().make_linear_pingpong("f16", 2, gelu=True, activation="relu")
+
+
 def test_pingpong_refuses_what_does_not_fit():
     mod = _pingpong()
     with pytest.raises(ValueError, match="stages must be 2 to 5 for 128 x 128 tiles .* got 6"):

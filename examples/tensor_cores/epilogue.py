@@ -28,6 +28,19 @@ def gelu(x):
 
 
 @cuda.jit(device=True, inline=True)
+def no_activation(x):
+    """``x``: the bias-only epilogue, to measure what the GELU's arithmetic costs (about 30
+    instructions a value: libdevice's ``erff`` evaluates both of its ranges' polynomials and
+    selects; an ``erfc`` form, one division and one ``exp2`` a value, made the store loop a
+    third longer in SASS, 2026-11-28)."""
+    return x
+
+
+#: The fused epilogues' activations by name (``activation=`` of the GEMM makers).
+ACTIVATIONS = {"gelu": gelu, "bias": no_activation}
+
+
+@cuda.jit(device=True, inline=True)
 def f32_unit(row, u):
     """Where 16-byte unit ``u`` (floats 4u to 4u + 3) of row ``row`` of the GELU
     epilogue's float32 tile is stored in the row: ``u ^ bit 3 of u ^ 2 * (row % 4)``;
@@ -76,32 +89,49 @@ def staged8(stage, row, col, BN):
     return x0, x1, x2, x3, x4, x5, x6, x7
 
 
-@cuda.jit(device=True, inline=True)
-def gelu_store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
-    """The store loop of a GELU epilogue: the ``rows`` x ``BN`` float32 tile ``stage``
-    (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``gelu(x + bias)``, by
-    ``threads`` threads of which this is number ``t``: 16-byte chunks, consecutive along
-    rows.  BN / 8 divides ``threads`` (:func:`gelu_fits`), so a thread always stores the
-    same 8 columns and loads their bias once; its rows are ``t // (BN / 8)`` and every
-    ``threads // (BN / 8)`` after it.  Where that step is a multiple of 8 a thread's
-    ``row % 8`` is fixed; otherwise (4 rows a step: 128 threads at BN = 256) ``row & 4``
-    alternates and the pair swap of rows 4-7 is taken per chunk, as it is here."""
-    per = BN // 8  # chunks a row
-    col = (t % per) * 8
-    b0 = float32(bias[n0 + col])
-    b1 = float32(bias[n0 + col + 1])
-    b2 = float32(bias[n0 + col + 2])
-    b3 = float32(bias[n0 + col + 3])
-    b4 = float32(bias[n0 + col + 4])
-    b5 = float32(bias[n0 + col + 5])
-    b6 = float32(bias[n0 + col + 6])
-    b7 = float32(bias[n0 + col + 7])
-    for q in range(rows * BN // 8 // threads):
-        row = t // per + q * (threads // per)
-        x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)
-        tc.store_words(c, (m0 + row, n0 + col),
-                       (pack(gelu(x0 + b0), gelu(x1 + b1), bf16), pack(gelu(x2 + b2), gelu(x3 + b3), bf16),
-                        pack(gelu(x4 + b4), gelu(x5 + b5), bf16), pack(gelu(x6 + b6), gelu(x7 + b7), bf16)))
+_STORES = {}
+
+
+def activation_store(activation="gelu"):
+    """The store loop of a fused epilogue whose activation is ``ACTIVATIONS[activation]``
+    (a device function, made once a name): :func:`gelu_store` with another activation."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if activation not in _STORES:
+        act = ACTIVATIONS[activation]
+
+        @cuda.jit(device=True, inline=True)
+        def store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
+            """The store loop of a GELU epilogue: the ``rows`` x ``BN`` float32 tile ``stage``
+            (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``act(x + bias)``, by
+            ``threads`` threads of which this is number ``t``: 16-byte chunks, consecutive along
+            rows.  BN / 8 divides ``threads`` (:func:`gelu_fits`), so a thread always stores the
+            same 8 columns and loads their bias once; its rows are ``t // (BN / 8)`` and every
+            ``threads // (BN / 8)`` after it.  Where that step is a multiple of 8 a thread's
+            ``row % 8`` is fixed; otherwise (4 rows a step: 128 threads at BN = 256) ``row & 4``
+            alternates and the pair swap of rows 4-7 is taken per chunk, as it is here."""
+            per = BN // 8  # chunks a row
+            col = (t % per) * 8
+            b0 = float32(bias[n0 + col])
+            b1 = float32(bias[n0 + col + 1])
+            b2 = float32(bias[n0 + col + 2])
+            b3 = float32(bias[n0 + col + 3])
+            b4 = float32(bias[n0 + col + 4])
+            b5 = float32(bias[n0 + col + 5])
+            b6 = float32(bias[n0 + col + 6])
+            b7 = float32(bias[n0 + col + 7])
+            for q in range(rows * BN // 8 // threads):
+                row = t // per + q * (threads // per)
+                x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)
+                tc.store_words(c, (m0 + row, n0 + col),
+                               (pack(act(x0 + b0), act(x1 + b1), bf16), pack(act(x2 + b2), act(x3 + b3), bf16),
+                                pack(act(x4 + b4), act(x5 + b5), bf16), pack(act(x6 + b6), act(x7 + b7), bf16)))
+
+        _STORES[activation] = store
+    return _STORES[activation]
+
+
+gelu_store = activation_store("gelu")
 
 
 @cuda.jit(device=True, inline=True)

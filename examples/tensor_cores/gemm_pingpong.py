@@ -41,7 +41,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import gelu_store, plain_store, stage_f32
+from epilogue import activation_store, plain_store, stage_f32
 from gemm_tma import BK, _sm_count
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
@@ -60,7 +60,7 @@ def _smem_bytes(stages: int, tm: int = 128, tn: int = 128) -> int:
     return stages * (tm + tn) * BK * 2 + tm * tn * 4 + 8 * (2 * stages + 2)
 
 
-def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, tile=(128, 128)):
+def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, tile=(128, 128), activation="gelu"):
     """The pnex op ``c = linear(a, w, a_map, w_map, blocks)`` (``a @ w.T``), or with
     ``gelu=True`` ``c = linear(a, w, bias, a_map, w_map, blocks)``: ``gelu(a @ w.T +
     bias)``, the exact erf GELU in float32.  ``stages``: the buffers in flight (a
@@ -76,7 +76,7 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     tiles of :mod:`gemm_tma` read.  A buffer is then free when the consumers of both
     blocks have released it (each consumer warp arrives on the "empty" barrier of both:
     8 arrivals a round); ``w_map``'s box is 64 rows, M a multiple of 256 and ``blocks``
-    even."""
+    even.  ``activation``: the epilogue's function (:func:`gemm_tma.make_linear_tma`'s)."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_pingpong: cluster must be 1 or 2 blocks, got {cluster!r}")
     if tuple(tile) not in TILES:
@@ -97,6 +97,7 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     part = TN // cluster  # the rows of W's k-tile this block's producer loads
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
+    act_store = activation_store(activation)
 
     @pnex.jit(
         n_threads=(f"blocks * {THREADS}",),
@@ -218,7 +219,7 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
                                   acc1[4 * j + 3])
                 tc.named_barrier(1 + me, 128)  # the tile is staged
                 if gelu:
-                    gelu_store(c, bias, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
+                    act_store(c, bias, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
                 else:
                     plain_store(c, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
                 tc.named_barrier(1 + me, 128)  # every thread of this warpgroup has read the staging tile
@@ -236,11 +237,11 @@ class PingPongLinear:
     bias)``) through :func:`make_linear_pingpong`'s op: makes (or finds) the tensor maps
     of ``a`` and ``w`` (128 x 64 boxes) and launches one block an SM (at most one a tile)."""
 
-    def __init__(self, dtype="f16", stages=5, gelu=False, cluster=1, tile=(128, 128)):
+    def __init__(self, dtype="f16", stages=5, gelu=False, cluster=1, tile=(128, 128), activation="gelu"):
         self.gelu = gelu
         self.cluster = cluster
         self.tile = tuple(tile)
-        self.op = make_linear_pingpong(dtype, stages, gelu=gelu, cluster=cluster, tile=tile)
+        self.op = make_linear_pingpong(dtype, stages, gelu=gelu, cluster=cluster, tile=tile, activation=activation)
 
     def __call__(self, a, w, bias=None):
         if (bias is not None) != self.gelu:

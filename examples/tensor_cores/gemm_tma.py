@@ -29,7 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import gelu_fits, gelu_store, stage_f32
+from epilogue import activation_store, gelu_fits, stage_f32
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -46,7 +46,7 @@ def _tile_rules(bn: int, cluster: int) -> dict[str, str]:
             **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)}
 
 
-def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False):
+def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False, activation="gelu"):
     """The pnex op ``c = linear(a, w, a_map, w_map)`` (``a @ w.T``); ``bn``, ``stages``:
     the tile's width and the buffers in flight (``Tune`` choices, or one value each).
 
@@ -67,7 +67,9 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     (the same straight ``range`` loop: the registers stay registers), and apply bias
     and GELU in the store loop, 8 values per 16-byte chunk of C, the bias of a thread's
     8 columns loaded once (the 256 consumer threads' chunks keep their columns).  The
-    staged tile is BM x BN x 4 bytes: it needs STAGES >= 3 at BN = 256 (refused else)."""
+    staged tile is BM x BN x 4 bytes: it needs STAGES >= 3 at BN = 256 (refused else).
+    ``activation``: the epilogue's function, of :data:`epilogue.ACTIVATIONS` ("gelu"; "bias":
+    none, the bias only, to measure what the GELU's arithmetic costs)."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_tma: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -83,6 +85,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     consumers = 256
     if gelu:
         gelu_fits("make_linear_tma", BM, consumers, bn_choices, stage_choices, BK)
+    act_store = activation_store(activation)
 
     @pnex.jit(
         n_threads=(f"(c.size(0) // {BM}) * (c.size(1) // BN) * {threads}",),
@@ -172,7 +175,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # the consumers store (their registers to spare): 16-byte chunks, consecutive along rows
-                gelu_store(c, bias, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
+                act_store(c, bias, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
         if not gelu:
             flat = tc.tile(words, 0, (BM * BN // 2,))
             chunks = BM * BN // 8
@@ -323,9 +326,10 @@ class TmaLinear:
     """``c = a @ w.T`` through :func:`make_linear_tma`'s op: makes (or finds) the tensor
     maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``cluster=2``: the
     clustered kernel (W's box is half the tile: each block of a pair loads half).
-    ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)``."""
+    ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)`` (``activation``:
+    :func:`make_linear_tma`'s)."""
 
-    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False):
+    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False, activation="gelu"):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         if persistent and cluster != 1:
@@ -338,7 +342,7 @@ class TmaLinear:
         if persistent:
             self.op = make_linear_persistent(dtype, bn, stages)
         else:
-            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu)
+            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
 
     def __call__(self, a, w, bias=None):
