@@ -15,9 +15,11 @@ range of clocks and power over its rounds.
 
 Contenders (float16): ``cublas`` (``F.linear(x, w)``: the product alone), ``eager``
 (``F.gelu(F.linear(x, w, b))``), ``compile`` (``torch.compile`` of it), and the pnex TMA
-and ping-pong kernels, plain (``tma``, ``pingpong``: the product alone) and fused
-(``tma_gelu``, ``pingpong_gelu``); on request the fused kernels with the bias only
-(``tma_bias``, ``pingpong_bias``: what the GELU's arithmetic costs).  A fused kernel's
+and ping-pong kernels, plain (``tma``, ``pingpong``: the product alone) and fused with their
+GELU (``tma_gelu_poly``, ``pingpong_gelu_poly``: :func:`epilogue.gelu_poly`, ``exp2`` of a
+polynomial); on request the fused kernels with the erf form of the GELU (``tma_gelu``,
+``pingpong_gelu``: libdevice's ``erff``) and with the bias only (``tma_bias``,
+``pingpong_bias``: what the GELU's arithmetic costs).  A fused kernel's
 cost over its own product is the median over rounds of the difference within a round.
 Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
@@ -40,16 +42,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
-              "pingpong_bias")
-DEFAULT = CONTENDERS[:7]
+              "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly")
+DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
+FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly")  # the GELU ops; not *_bias
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", action="append", help="M,N,K (repeatable); default: 4096^3, 4096x4096x16384")
     p.add_argument("--contenders", default=",".join(DEFAULT),
-                   help=f"comma-separated, of {','.join(CONTENDERS)} (default: all but the *_bias ones, the "
-                        "fused kernels with the bias only, no GELU: what the GELU's arithmetic costs)")
+                   help=f"comma-separated, of {','.join(CONTENDERS)} (default: {','.join(DEFAULT)}; *_gelu: "
+                        "the erf form of the GELU, *_bias: the bias only, no GELU)")
     p.add_argument("--rounds", type=int, default=20, help="rounds (each times every contender once), default 20")
     p.add_argument("--loops", type=int, default=10, help="calls between the two CUDA events of one timing, default 10")
     p.add_argument("--no-write", action="store_true", help="print only; write no results file")
@@ -106,25 +109,15 @@ def contenders(names, torch):
         "eager": lambda: (eager, True),
         "compile": lambda: (torch.compile(eager, fullgraph=True), True),
         "tma": lambda: ((lambda op: lambda x, w, b: op(x, w))(TmaLinear("f16", 256, 4)), False),
-        "tma_gelu": lambda: (TmaLinear("f16", 256, 4, gelu=True), True),
+        "tma_gelu": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="gelu"), True),
         "pingpong": lambda: ((lambda op: lambda x, w, b: op(x, w))(PingPongLinear("f16", 5)), False),
-        "pingpong_gelu": lambda: (PingPongLinear("f16", 5, gelu=True), True),
+        "pingpong_gelu": lambda: (PingPongLinear("f16", 5, gelu=True, activation="gelu"), True),
         "tma_bias": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="bias"), "bias"),
         "pingpong_bias": lambda: (PingPongLinear("f16", 5, gelu=True, activation="bias"), "bias"),
+        "tma_gelu_poly": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="gelu_poly"), True),
+        "pingpong_gelu_poly": lambda: (PingPongLinear("f16", 5, gelu=True, activation="gelu_poly"), True),
     }
     return {name: build[name]() for name in names}
-
-
-def timed(fn, args, loops, torch):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    t0 = time.monotonic()
-    start.record()
-    for _ in range(loops):
-        fn(*args)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / loops, t0, time.monotonic()
 
 
 def quartiles(values):
@@ -134,6 +127,7 @@ def quartiles(values):
 
 def run_shape(shape, fns, args, torch, sampler, rng):
     import torch.nn.functional as F
+    from bench_common import interleaved_seconds
 
     m, n, k = shape
     gen = torch.Generator(device="cuda").manual_seed(m + n + k)
@@ -155,18 +149,15 @@ def run_shape(shape, fns, args, torch, sampler, rng):
         row["contenders"][name] = {"error": err}
         if err < 2e-3:
             live[name] = fn
-            for _ in range(3):
-                fn(x, w, b)
         else:
             row["contenders"][name]["note"] = "WRONG RESULT: not timed"
     samples = {name: [] for name in live}
     begun = time.monotonic()
-    for _ in range(args.rounds):
-        order = list(live)
-        rng.shuffle(order)
-        for name in order:
-            us, t0, t1 = timed(live[name], (x, w, b), args.loops, torch)
-            samples[name].append((us, *sampler.between(t0, t1)))
+
+    def note(name, seconds, t0, t1):
+        samples[name].append((seconds * 1e6, *sampler.between(t0, t1)))
+
+    interleaved_seconds(live, (x, w, b), args.rounds, args.loops, seed=rng.randrange(2**31), on_timing=note)
     during = [smp for smp in sampler.samples if smp[0] >= begun]
     if during:  # a timing (milliseconds) is shorter than nvidia-smi's 50 ms: most have no sample of their own
         row["clocks"] = {"sm_mhz_min": min(smp[1] for smp in during), "sm_mhz_median": statistics.median(
@@ -184,12 +175,13 @@ def run_shape(shape, fns, args, torch, sampler, rng):
             sm_mhz=statistics.median(clocks) if clocks else None,
             power_w=statistics.median(powers) if powers else None)
     for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas"),
-                         ("tma_bias", "tma"), ("pingpong_bias", "pingpong")):
+                         ("tma_bias", "tma"), ("pingpong_bias", "pingpong"), ("tma_gelu_poly", "tma"),
+                         ("pingpong_gelu_poly", "pingpong")):
         if fused in samples and plain in samples:
             row[f"{fused}_over_{plain}_us"] = statistics.median(
                 f[0] - p[0] for f, p in zip(samples[fused], samples[plain]))
-    best = min((row["contenders"][c]["us"], c) for c in ("tma_gelu", "pingpong_gelu") if c in samples) \
-        if any(c in samples for c in ("tma_gelu", "pingpong_gelu")) else None
+    best = min((row["contenders"][c]["us"], c) for c in FUSED if c in samples) \
+        if any(c in samples for c in FUSED) else None
     if best:
         row["pnex_kernel"] = best[1]
         for base in ("eager", "compile"):

@@ -85,7 +85,7 @@ def test_bias_only_epilogue_on_cpu(poisoned):
 
 
 def test_an_unknown_activation_is_refused():
-    with pytest.raises(ValueError, match="activation must be one of gelu, bias, got 'relu'"):
+    with pytest.raises(ValueError, match="activation must be one of gelu, gelu_poly, bias, got 'relu'"):
         _pingpong().make_linear_pingpong("f16", 2, gelu=True, activation="relu")
 
 

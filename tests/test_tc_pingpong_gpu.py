@@ -78,3 +78,16 @@ def test_pingpong_64x256_tiles_on_gpu(dtype, gelu, poisoned):
     """Each warpgroup's tile 64 x 256 (one wgmma m64n256k16 a step), 4 buffers."""
     lin = _pingpong().PingPongLinear(dtype, 4, gelu=gelu, tile=(64, 256))
     _check(lin, dtype, gelu, ((64, 256, 64), (192, 768, 320), (2048, 1024, 2048), (4096, 4096, 512)), 64 + gelu)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("kernel", ["pingpong", "tma"])
+def test_gelu_poly_epilogue_on_gpu(dtype, kernel, poisoned):
+    """``activation="gelu_poly"`` (the GELU from ``exp2`` of a polynomial) in the ping-pong
+    and TMA kernels, against float64 as the erf form is."""
+    mod = _pingpong()
+    from gemm_tma import TmaLinear
+
+    lin = (mod.PingPongLinear(dtype, 5, gelu=True, activation="gelu_poly") if kernel == "pingpong" else
+           TmaLinear(dtype, 256, 4, gelu=True, activation="gelu_poly"))
+    _check(lin, dtype, True, ((128, 256, 64), (384, 768, 320), (2048, 1024, 2048)), 77 + (dtype == "bf16"))

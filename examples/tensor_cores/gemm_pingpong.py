@@ -60,10 +60,11 @@ def _smem_bytes(stages: int, tm: int = 128, tn: int = 128) -> int:
     return stages * (tm + tn) * BK * 2 + tm * tn * 4 + 8 * (2 * stages + 2)
 
 
-def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, tile=(128, 128), activation="gelu"):
+def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, tile=(128, 128),
+                         activation="gelu_poly"):
     """The pnex op ``c = linear(a, w, a_map, w_map, blocks)`` (``a @ w.T``), or with
     ``gelu=True`` ``c = linear(a, w, bias, a_map, w_map, blocks)``: ``gelu(a @ w.T +
-    bias)``, the exact erf GELU in float32.  ``stages``: the buffers in flight (a
+    bias)``, the exact GELU in float32 (:func:`epilogue.gelu_poly`).  ``stages``: the buffers in flight (a
     ``Tune`` choice, or one value): 5 at most for 128 x 128 tiles, 4 for 64 x 256 (what
     fits beside the staging tile).
     ``blocks``: the grid (one block an SM: :class:`PingPongLinear` gives it).
@@ -237,11 +238,12 @@ class PingPongLinear:
     bias)``) through :func:`make_linear_pingpong`'s op: makes (or finds) the tensor maps
     of ``a`` and ``w`` (128 x 64 boxes) and launches one block an SM (at most one a tile)."""
 
-    def __init__(self, dtype="f16", stages=5, gelu=False, cluster=1, tile=(128, 128), activation="gelu"):
+    def __init__(self, dtype="f16", stages=5, gelu=False, cluster=1, tile=(128, 128), activation="gelu_poly"):
         self.gelu = gelu
         self.cluster = cluster
         self.tile = tuple(tile)
-        self.op = make_linear_pingpong(dtype, stages, gelu=gelu, cluster=cluster, tile=tile, activation=activation)
+        self.op = make_linear_pingpong(dtype, stages, gelu=gelu, cluster=cluster, tile=tile,
+                                       activation=activation)
 
     def __call__(self, a, w, bias=None):
         if (bias is not None) != self.gelu:

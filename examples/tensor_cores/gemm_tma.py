@@ -46,7 +46,7 @@ def _tile_rules(bn: int, cluster: int) -> dict[str, str]:
             **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)}
 
 
-def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False, activation="gelu"):
+def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=False, activation="gelu_poly"):
     """The pnex op ``c = linear(a, w, a_map, w_map)`` (``a @ w.T``); ``bn``, ``stages``:
     the tile's width and the buffers in flight (``Tune`` choices, or one value each).
 
@@ -62,14 +62,17 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     ``BN / 2`` rows, and M a multiple of 256.
 
     ``gelu=True``: the op ``c = linear(a, w, bias, a_map, w_map)``, ``gelu(a @ w.T +
-    bias)`` (the exact, erf GELU, ``torch.nn.functional.gelu``'s default, in float32).
+    bias)`` (the exact GELU, ``torch.nn.functional.gelu``'s default, not its tanh
+    approximation, in float32: :func:`epilogue.gelu_poly`, within 6.4e-6 of it).
     The consumers stage their accumulators as they are, float32, into the tile buffers
     (the same straight ``range`` loop: the registers stay registers), and apply bias
     and GELU in the store loop, 8 values per 16-byte chunk of C, the bias of a thread's
     8 columns loaded once (the 256 consumer threads' chunks keep their columns).  The
     staged tile is BM x BN x 4 bytes: it needs STAGES >= 3 at BN = 256 (refused else).
-    ``activation``: the epilogue's function, of :data:`epilogue.ACTIVATIONS` ("gelu"; "bias":
-    none, the bias only, to measure what the GELU's arithmetic costs)."""
+    ``activation``: the epilogue's function, of :data:`epilogue.ACTIVATIONS`: "gelu_poly"
+    (the default), "gelu" (the erf form through libdevice's ``erff``: half again the
+    instructions, and 2026-11-28 on an H200 8-14 us slower at 4096^3), or "bias" (none: the
+    bias only, to measure what the GELU's arithmetic costs)."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_tma: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -329,7 +332,8 @@ class TmaLinear:
     ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)`` (``activation``:
     :func:`make_linear_tma`'s)."""
 
-    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False, activation="gelu"):
+    def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
+                 activation="gelu_poly"):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         if persistent and cluster != 1:
