@@ -122,6 +122,12 @@ def packing(x: pnex.In("f32", (32, 2)), words: pnex.Out("u32", (32, 3))):
     words[lane, 2] = tc.to_tf32(x[lane, 0])
 
 
+@pnex.jit(n_threads=256, threads_per_block=128)
+def exp2s(x: pnex.In("f32", (256,)), y: pnex.Out("f32", (256,))):
+    i = cuda.grid(1)
+    y[i] = tc.exp2_approx(x[i])
+
+
 @pnex.jit(n_threads=32, threads_per_block=32)
 def shuffles(x: pnex.In("i32", (32,)), out: pnex.Out("i32", (32, 4))):
     lane = cuda.threadIdx.x
@@ -132,4 +138,5 @@ def shuffles(x: pnex.In("i32", (32,)), out: pnex.Out("i32", (32, 4))):
     out[lane, 3] = cuda.shfl_xor_sync(0xFFFFFFFF, v, 9)
 
 
-__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "cp_async_copy", "reductions", "packing", "shuffles", "int32"]
+__all__ = ["mma_f16", "mma_bf16", "mma_tf32", "cp_async_copy", "reductions", "packing", "exp2s", "shuffles",
+           "int32"]

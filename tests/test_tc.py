@@ -3,6 +3,7 @@ against references written independently from the PTX ISA's formulas; typing err
 the SASS of a compiled tile (one HMMA per mma, fragments in registers).  The same
 kernels run on a GPU in tests/test_tc_gpu.py."""
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -156,6 +157,27 @@ def test_reductions_and_shuffles_on_cpu():
     assert torch.equal(out[:, 1], torch.where(lanes >= 3, v[(lanes - 3).clamp(min=0)], v))
     assert torch.equal(out[:, 2], torch.where(lanes + 5 < 32, v[(lanes + 5).clamp(max=31)], v))
     assert torch.equal(out[:, 3], v[lanes ^ 9])
+
+
+def _exp2_inputs():
+    """Fresh arguments of ``2 ** x`` from -150 to 130: ordinary ones, results that are
+    subnormal (flushed), past float32's range (inf), and subnormal arguments."""
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    x = torch.rand(256, generator=gen) * 280 - 150
+    x[:4] = torch.tensor([0.0, 1e-40, -1e-40, 127.5])
+    return x
+
+
+def test_exp2_approx_on_cpu_is_exp2_flushed():
+    """``tc.exp2_approx``: 2 ** x correctly rounded where the result is a normal float32,
+    zero where it would be subnormal, inf past the range; a subnormal argument is zero."""
+    x = _exp2_inputs()
+    y = K.exp2s(x).double()
+    want = torch.exp2(x.double())
+    normal = (want >= 2.0**-126) & (want < 2.0**128)
+    assert torch.equal(y[normal], want[normal].float().double())
+    assert (y[want < 2.0**-126] == 0).all() and torch.isinf(y[want >= 2.0**128]).all()
+    assert y[1] == 1.0 and y[2] == 1.0
 
 
 def test_packing_on_cpu_rounds_to_nearest():

@@ -33,15 +33,16 @@ def _gelu_poly_float32(x, ep):
 
 
 def test_gelu_poly_is_within_its_stated_error():
-    """Relative error within 6.4e-6 (the docstring's figure, with 10% to spare) for x >= -6,
-    and |gelu(x)| < 6e-9 |x| below; a wrong coefficient or sign is far outside."""
+    """Relative error within 6.4e-6 for x >= -6 with exp2 exact (the docstring's 7e-6 leaves
+    room for tc.exp2_approx's 2**-21), and |gelu(x)| < 6e-9 |x| below; a wrong coefficient or
+    sign is far outside."""
     ep = _epilogue()
     x = np.linspace(-12, 12, 480_001, dtype=np.float64).astype(np.float32)
     exact = np.array([0.5 * float(v) * math.erfc(-float(v) / math.sqrt(2)) for v in x])
     got = _gelu_poly_float32(x, ep).astype(np.float64)
     kept = (x >= -6) & (exact != 0)
     rel = np.abs(got - exact)[kept] / np.abs(exact[kept])
-    assert rel.max() < 7e-6, rel.max()
+    assert rel.max() < 6.5e-6, rel.max()
     assert (np.abs(got[x < -6]) <= 6e-9 * np.abs(x[x < -6])).all()
     # float16 outputs: as the correctly rounded GELU nearly everywhere (torch's float32 erf form
     # is not, below x = -3: 1 + erf cancels)

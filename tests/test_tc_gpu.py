@@ -68,6 +68,21 @@ def test_reductions_shuffles_and_packing_on_gpu_equal_the_simulator():
     assert torch.equal(K.packing(p.cuda()).cpu().view(torch.int32), K.packing(p).view(torch.int32))
 
 
+def test_exp2_approx_on_gpu_is_within_the_isa_bound():
+    """``ex2.approx.ftz.f32``: within 2**-21 of 2 ** x (relative) where the result is a
+    normal float32, and flushed to zero below, as the simulator."""
+    _needs_sm80()
+    from test_tc import _exp2_inputs
+
+    x = _exp2_inputs()
+    gpu, cpu = K.exp2s(x.cuda()).cpu().double(), K.exp2s(x).double()
+    want = torch.exp2(x.double())
+    normal = (want >= 2.0**-126) & (want < 2.0**128)
+    worst = ((gpu[normal] - want[normal]).abs() / want[normal]).max().item()
+    assert worst <= 2.0**-21, worst
+    assert torch.equal(gpu[~normal], cpu[~normal])
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("mnk", [(128, 128, 32), (256, 384, 512), (1024, 512, 2048)])
 def test_gemm_example_on_gpu(dtype, mnk):

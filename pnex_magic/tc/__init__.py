@@ -51,6 +51,10 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
 ``pack_f16x2(lo, hi)``, ``pack_bf16x2(lo, hi)``, ``to_tf32(x)``
     A fragment word from two values (round to nearest): how an accumulator tile becomes
     the A operand of the next ``mma`` (attention's P @ V).
+``exp2_approx(x)``
+    ``2 ** x`` in float32 by ``ex2.approx.ftz.f32``, one instruction (relative error within
+    2**-21, subnormals flushed to zero): ``math.exp2`` wraps the same instruction in the
+    handling of subnormal results (softmax and GELU epilogues).
 ``store_pair(array, index, lo, hi)``
     Two float32 values rounded to a float16/bfloat16 array's dtype and stored as one
     32-bit word at ``array[index]`` (``index`` even along the last axis).

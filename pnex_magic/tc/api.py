@@ -25,6 +25,7 @@ __all__ = [
     "store_pair",
     "store_words",
     "to_tf32",
+    "exp2_approx",
     "tile",
     "wgmma",
     "wgmma_bf16",
@@ -340,6 +341,25 @@ def to_tf32(x: Any) -> Any:
     if (bits & 0x7F800000) != 0x7F800000:
         bits = (bits + 0x1000) & 0xFFFFE000
     return np.uint32(bits)
+
+
+def exp2_approx(x: Any) -> Any:
+    """``2 ** x`` in float32 as ``ex2.approx.ftz.f32`` computes it: one ``MUFU.EX2``
+    instruction, where ``math.exp2`` adds the handling of subnormal results around it
+    (three more).  An approximation within a few units in the last place (relative error
+    within 2**-21, checked on an H200 by ``tests/test_tc_gpu.py``); subnormal arguments
+    and results are flushed to zero.  The simulator returns the correctly rounded value,
+    flushed likewise."""
+    import numpy as np
+
+    v = float(np.float32(x))
+    if v != v or v >= 128.0:  # NaN; past float32's range
+        return np.float32(v if v != v else np.inf)
+    if abs(v) < 2.0**-126:  # a subnormal argument counts as zero
+        v = 0.0
+    with np.errstate(over="ignore"):
+        r = np.float32(2.0**v)
+    return np.float32(0.0) if r < 2.0**-126 else r
 
 
 def warp_sum(x: Any) -> Any:

@@ -371,6 +371,21 @@ def register_cuda() -> None:
     def _to_tf32_impl(x):
         return lambda x: _to_tf32(x)
 
+    @intrinsic
+    def _exp2_approx(typingctx, x):
+        if not isinstance(x, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            v = context.cast(builder, args[0], signature.args[0], types.float32)
+            return builder.asm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], False)
+
+        return types.float32(x), codegen
+
+    @overload(tc.exp2_approx, target="cuda")
+    def _exp2_approx_impl(x):
+        return lambda x: _exp2_approx(x)
+
     # ---- tiles of a 1-D array (dynamic shared memory) ---------------------------------------------
 
     @intrinsic
