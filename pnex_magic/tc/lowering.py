@@ -356,31 +356,29 @@ def register_cuda() -> None:
     def _store_pair_impl(array, index, lo, hi):
         return lambda array, index, lo, hi: _store_pair(array, index, lo, hi)
 
-    @intrinsic
-    def _to_tf32(typingctx, x):
-        if not isinstance(x, (types.Float, types.Integer)):
-            return None
+    def _float_instruction(text, constraints, result, ir_result):
+        """An intrinsic of one float32 operand (any number, converted) and one result: the
+        PTX ``text`` with ``constraints``."""
 
-        def codegen(context, builder, signature, args):
-            v = context.cast(builder, args[0], signature.args[0], types.float32)
-            return builder.asm(ir.FunctionType(i32, [f32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f", [v], False)
+        @intrinsic
+        def _instruction(typingctx, x):
+            if not isinstance(x, (types.Float, types.Integer)):
+                return None
 
-        return types.uint32(x), codegen
+            def codegen(context, builder, signature, args):
+                v = context.cast(builder, args[0], signature.args[0], types.float32)
+                return builder.asm(ir.FunctionType(ir_result, [f32]), text, constraints, [v], False)
+
+            return result(x), codegen
+
+        return _instruction
+
+    _to_tf32 = _float_instruction("cvt.rna.tf32.f32 $0, $1;", "=r,f", types.uint32, i32)
+    _exp2_approx = _float_instruction("ex2.approx.ftz.f32 $0, $1;", "=f,f", types.float32, f32)
 
     @overload(tc.to_tf32, target="cuda")
     def _to_tf32_impl(x):
         return lambda x: _to_tf32(x)
-
-    @intrinsic
-    def _exp2_approx(typingctx, x):
-        if not isinstance(x, (types.Float, types.Integer)):
-            return None
-
-        def codegen(context, builder, signature, args):
-            v = context.cast(builder, args[0], signature.args[0], types.float32)
-            return builder.asm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], False)
-
-        return types.float32(x), codegen
 
     @overload(tc.exp2_approx, target="cuda")
     def _exp2_approx_impl(x):
