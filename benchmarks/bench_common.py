@@ -67,7 +67,8 @@ def interleaved_seconds(fns: dict, args, rounds: int = 20, loops: int = 10, seed
     order drawn afresh, after 3 warm-up calls each; returns ``{name: [seconds per call,
     one a round]}``.  On a card held by its power limit (an H200 under matrix products)
     the clock falls as the card warms, so timing one function after another favours the
-    first (2026-11-28: cuBLAS 188 us at 4096^3 in the first round, 215 from the seventh).
+    first (2026-11-28, an H200: cuBLAS 188 us at 4096^3 in the first round, 206-225 from the
+    seventh).
     ``on_timing(name, seconds, t0, t1)`` is called after each timing (host
     ``time.monotonic()`` around it: for clock samples)."""
     import random
