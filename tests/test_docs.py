@@ -232,3 +232,12 @@ def test_every_public_docstring_example_is_run_here():
 
     with_examples = {n for n in pnex_magic.__all__ if ">>>" in (getattr(pnex_magic, n).__doc__ or "")}
     assert with_examples <= set(PUBLIC_DOCTESTS), with_examples - set(PUBLIC_DOCTESTS)
+
+
+def test_a_ratio_near_one_shows_which_side_it_falls_on():
+    """0.9978 must not print as "1.00×" beside a goal of "faster" (the 8192×4096×4096
+    epilogue row of tensor-cores-2026-11-28-1957.json); 1.0 and others keep two decimals."""
+    import pnex_results
+
+    assert [pnex_results.ratio(x) for x in (0.9978, 1.004, 1.0, 1.0195, 0.91, None)] == [
+        "0.998×", "1.004×", "1.00×", "1.02×", "0.91×", "–"]

@@ -63,7 +63,13 @@ def sec(x: float | None) -> str:
 
 
 def ratio(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}×"
+    """``1.23×``; three decimals where two would print ``1.00×`` for a ratio that is not 1
+    (``0.998×``: a "1.00×" beside a goal of "faster" hides which side it falls on)."""
+    if x is None:
+        return "–"
+    if f"{x:.2f}" == "1.00" and x != 1.0:
+        return f"{x:.3f}×"
+    return f"{x:.2f}×"
 
 
 def pct(x: float | None) -> str:
