@@ -292,7 +292,7 @@ def run_epilogue(args, torch, result):
         errors = " / ".join(f"{row.get(f'{key}_error') or 0:.1e}" for key, _ in kernels.values())
         notes = "".join(f" [{key}: {row[key + '_note']}]" for key, _ in kernels.values() if key + "_note" in row)
         print(f"epilogue {m}x{n}x{k}: pnex {timings} us, eager {row['eager_us']:.1f}, torch.compile "
-              f"{row['compile_us']:.1f}: {row['pnex_vs_eager'] or 0:.2f}x / {row['pnex_vs_compile'] or 0:.2f}x faster "
+              f"{row['compile_us']:.1f}: {row['pnex_vs_eager'] or 0:.3f}x / {row['pnex_vs_compile'] or 0:.3f}x the speed "
               f"({row['pnex_kernel']}; errors {errors} / eager {row['eager_error']:.1e}){notes}", flush=True)
     result["epilogue"] = rows
 
