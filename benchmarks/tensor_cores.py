@@ -9,7 +9,9 @@ name), ``gemm`` rows (dtype, m, n, k, pnex_tflops, cublas_tflops, triton_tflops,
 ratio_vs_cublas, the pnex kernel that gave it, and every pnex variant timed),
 ``attention`` rows and ``epilogue`` rows (fused bias + GELU: the cp.async and TMA kernels
 against eager PyTorch and torch.compile).  Every result is checked against a float64 reference first (relative
-Frobenius error), on fresh random inputs; a wrong kernel is reported, never timed.
+Frobenius error), on fresh random inputs; a wrong kernel is reported, never timed.  The contenders of a
+row are then timed against one another, each once a round in a shuffled order
+(``bench_common.interleaved_seconds``; one after another before 2026-11-28 night).
 """
 
 import argparse
@@ -56,25 +58,31 @@ def rel_error(out, ref) -> float:
     return float(torch.linalg.norm((out.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
 
 
-def time_call(fn, args, repeats):
-    from bench_common import queued_seconds
+def checked_interleaved(baselines, candidates, args, ref, tolerance, repeats):
+    """Each of ``candidates`` (name: ``build()`` giving the function) is compared with the
+    float64 ``ref`` on ``args`` first; then the ``baselines`` (name: function) and the
+    candidates within ``tolerance`` (relative Frobenius error) are timed against one another,
+    each once in every one of ``2 * repeats`` rounds in a shuffled order
+    (:func:`bench_common.interleaved_seconds`: on a power-capped card, timing one after
+    another favours the first), 5 calls a timing, the median kept.  Returns
+    ``({baseline: seconds}, {candidate: (error, seconds, note)})``: a wrong result or a
+    failure is a note, never a time (one kernel failing must not lose the others' figures)."""
+    from bench_common import interleaved_seconds
 
-    return queued_seconds(fn, args, loops=5, repeats=repeats)
-
-
-def checked_timing(build, args, ref, tolerance, repeats):
-    """``build()`` gives the function to time; its result on ``args`` is compared with the
-    float64 ``ref`` first, and it is timed only within ``tolerance`` (relative Frobenius
-    error).  Returns ``(error, seconds, note)``: a wrong result or a failure is a note, never
-    a time (one kernel failing must not lose the others' figures)."""
-    try:
-        fn = build()
-        err = rel_error(fn(*args), ref)
-        if not err < tolerance:
-            return err, None, "WRONG RESULT: not timed"
-        return err, time_call(fn, args, repeats), None
-    except Exception as exc:  # noqa: BLE001 - reported in the results, beside the other kernels' figures
-        return None, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+    live, checked = dict(baselines), {}
+    for name, build in candidates.items():
+        try:
+            fn = build()
+            err = rel_error(fn(*args), ref)
+            if err < tolerance:
+                live[name], checked[name] = fn, (err, None)
+            else:
+                checked[name] = (err, "WRONG RESULT: not timed")
+        except Exception as exc:  # noqa: BLE001 - reported in the results, beside the other kernels' figures
+            checked[name] = (None, f"{type(exc).__name__}: {str(exc)[:300]}")
+    times = {name: statistics.median(t) for name, t in interleaved_seconds(live, args, 2 * repeats, 5).items()}
+    return ({name: times[name] for name in baselines},
+            {name: (err, times.get(name), note) for name, (err, note) in checked.items()})
 
 
 def _timed(err, seconds, note, work):
@@ -153,19 +161,17 @@ def run_gemm(args, torch, result):
             a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
             b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
             ref = (a.double() @ b.double()) if m * n * k <= 4096 ** 3 else None
-            cublas = time_call(torch.matmul, (a, b), args.repeats)
-            row = {"dtype": dtype, "m": m, "n": n, "k": k, "cublas_tflops": flops / cublas / 1e12,
-                   "cublas_error": rel_error(torch.matmul(a, b), ref) if ref is not None else None}
-            if triton_mm is not None:
-                out = triton_mm(a, b)
-                row["triton_error"] = rel_error(out, ref) if ref is not None else None
-                row["triton_tflops"] = flops / time_call(triton_mm, (a, b), args.repeats) / 1e12
-            else:
-                row["triton_tflops"] = None
             check = ref if ref is not None else torch.matmul(a, b).double()  # once per shape, not per variant
             tolerance = 2e-3 if dtype == "f16" else 1e-2
-            timed = {name: _timed(*checked_timing(lambda op=op: op, (a, b), check, tolerance, args.repeats), flops)
-                     for name, op in ops.items()}
+            baselines = {"cublas": torch.matmul, **({"triton": triton_mm} if triton_mm is not None else {})}
+            base, checked = checked_interleaved(baselines, {name: lambda op=op: op for name, op in ops.items()},
+                                                (a, b), check, tolerance, args.repeats)
+            row = {"dtype": dtype, "m": m, "n": n, "k": k, "cublas_tflops": flops / base["cublas"] / 1e12,
+                   "cublas_error": rel_error(torch.matmul(a, b), ref) if ref is not None else None,
+                   "triton_tflops": flops / base["triton"] / 1e12 if "triton" in base else None}
+            if triton_mm is not None:
+                row["triton_error"] = rel_error(triton_mm(a, b), ref) if ref is not None else None
+            timed = {name: _timed(*checked[name], flops) for name in ops}
             best = max((v["tflops"] or 0, name) for name, v in timed.items())
             row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=timed)
             row["ratio_vs_cublas"] = (row["pnex_tflops"] / row["cublas_tflops"]) if row["pnex_tflops"] else None
@@ -200,18 +206,17 @@ def run_attention(args, torch, result):
                    for _ in range(3))
         scale = dim ** -0.5
 
-        def sdpa(q, k, v):
+        def sdpa(q, k, v, scale):  # the pnex op's arguments: both are timed on the same ones
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
-        ref = sdpa(q, k, v)
+        ref = sdpa(q, k, v, scale)
+        builds = {f"fa2:{warps}w": (lambda warps=warps: make_attention(dtype, dim, causal, warps)) for warps in (4, 8)}
+        base, checked = checked_interleaved({"sdpa": sdpa}, builds, (q, k, v, scale), ref.double(), 5e-3,
+                                            args.repeats)
         row = {"seq": seq, "heads": heads, "batch": batch, "head_dim": dim, "causal": causal, "dtype": dtype,
-               "sdpa_tflops": flops / time_call(sdpa, (q, k, v), args.repeats) / 1e12}
-        variants = {}
-        for warps in (4, 8):
-            build = lambda warps=warps: make_attention(dtype, dim, causal, warps)  # noqa: E731
-            variants[f"fa2:{warps}w"] = _timed(*checked_timing(build, (q, k, v, scale), ref.double(), 5e-3,
-                                                               args.repeats), flops)
+               "sdpa_tflops": flops / base["sdpa"] / 1e12}
+        variants = {name: _timed(*checked[name], flops) for name in builds}
         best = max((v["tflops"] or 0, name) for name, v in variants.items())
         row.update(pnex_tflops=best[0] or None, pnex_kernel=best[1] if best[0] else None, pnex_variants=variants)
         row["ratio_vs_sdpa"] = row["pnex_tflops"] / row["sdpa_tflops"] if row["pnex_tflops"] else None
@@ -249,8 +254,6 @@ def run_epilogue(args, torch, result):
         return F.gelu(F.linear(x, w, b))
 
     compiled = torch.compile(eager, fullgraph=True)
-    from bench_common import interleaved_seconds
-
     kernels = {"wgmma": ("pnex", make_linear("f16", 128, (128, 256), (3, 4), gelu=True)),
                "tma": ("pnex_tma", TmaLinear("f16", 256, 4, gelu=True)),
                "pingpong": ("pnex_pingpong", PingPongLinear("f16", 5, gelu=True)),
@@ -268,21 +271,14 @@ def run_epilogue(args, torch, result):
         ref = F.gelu(x.double() @ w.double().t() + b.double())
         row = {"m": m, "n": n, "k": k, "eager_error": rel_error(eager(x, w, b), ref),
                "compile_error": rel_error(compiled(x, w, b), ref)}
-        live = {"eager": eager, "compile": compiled}
-        for kernel, (key, op) in kernels.items():
-            row[f"{key}_us"] = None
-            try:
-                row[f"{key}_error"] = err = rel_error(op(x, w, b), ref)
-                if err < 2e-3:
-                    live[key] = op
-                else:
-                    row[f"{key}_note"] = "WRONG RESULT: not timed"
-            except Exception as exc:  # noqa: BLE001 - reported in the results, beside the other kernels' figures
-                row[f"{key}_error"], row[f"{key}_note"] = None, f"{type(exc).__name__}: {str(exc)[:300]}"
-        # every round times each once, in a shuffled order: on a power-capped card timing one after
-        # another favours the first (bench_common.interleaved_seconds)
-        for key, times in interleaved_seconds(live, (x, w, b), rounds=2 * args.repeats, loops=5).items():
-            row[f"{key}_us"] = statistics.median(times) * 1e6
+        base, checked = checked_interleaved({"eager": eager, "compile": compiled},
+                                            {key: (lambda op=op: op) for key, op in kernels.values()},
+                                            (x, w, b), ref, 2e-3, args.repeats)
+        row["eager_us"], row["compile_us"] = base["eager"] * 1e6, base["compile"] * 1e6
+        for key, (err, seconds, note) in checked.items():
+            row[f"{key}_error"], row[f"{key}_us"] = err, seconds * 1e6 if seconds else None
+            if note:
+                row[f"{key}_note"] = note
         timed = [(row[f"{key}_us"], kernel) for kernel, (key, _) in kernels.items() if row[f"{key}_us"]]
         best_us, row["pnex_kernel"] = min(timed) if timed else (None, None)
         row["pnex_vs_eager"] = row["eager_us"] / best_us if best_us else None
