@@ -165,9 +165,15 @@ def _launcher() -> dict:
 
 
 def write_result(result: dict, stem: str) -> Path:
-    """Write ``result`` to benchmarks/results/<stem>-<date>-<time>.json (and a copy to $OUT)."""
+    """Write ``result`` to benchmarks/results/<stem>-<date>-<time>.json (and a copy to $OUT);
+    a second file of the same stem in the same minute gets ``-2`` (``-3``, ...) after the
+    time (two runs of one script in a minute overwrote the first's figures, 2026-11-28)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{stem}-{_dt.datetime.now().strftime('%Y-%m-%d-%H%M')}.json"
+    name = f"{stem}-{_dt.datetime.now().strftime('%Y-%m-%d-%H%M')}"
+    path, n = RESULTS / f"{name}.json", 1
+    while path.exists():
+        n += 1
+        path = RESULTS / f"{name}-{n}.json"
     path.write_text(json.dumps(result, indent=1))
     out = os.environ.get("OUT")
     if out:
