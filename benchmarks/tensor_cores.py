@@ -38,7 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--epilogue-shapes", action="append", default=None,
                    help="fused-epilogue shapes M,N,K (repeatable); default: 4096^3, 8192x4096x4096, 8192x16384x4096")
     p.add_argument("--epilogue-kernels", default=None,
-                   help="fused-epilogue pnex kernels, comma-separated, of wgmma,tma,pingpong,pingpong-64x256 "
+                   help="fused-epilogue pnex kernels, comma-separated, of wgmma,tma,tma-cluster,tma-persistent,pingpong,pingpong-64x256 "
                         "(default: all)")
     p.add_argument("--no-triton", action="store_true", help="skip the Triton baseline")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions (median), default 10")
@@ -127,6 +127,7 @@ def gemm_variants(selected):
         "tma-cluster:256x4": lambda dt: Linear(TmaLinear(dt, 256, 4, cluster=2)),
         "tma-cluster:256x3": lambda dt: Linear(TmaLinear(dt, 256, 3, cluster=2)),
         "tma-cluster:128x6": lambda dt: Linear(TmaLinear(dt, 128, 6, cluster=2)),
+        "tma-persistent:128x256x4": lambda dt: Linear(TmaLinear(dt, 256, 4, persistent=True)),
         "tma-persistent:128x256x3": lambda dt: Linear(TmaLinear(dt, 256, 3, persistent=True)),
         "tma-persistent:128x128x5": lambda dt: Linear(TmaLinear(dt, 128, 5, persistent=True)),
         "wgmma:128xTune": lambda dt: Linear(make_linear(dt, 128, (128, 256), (3, 4))),
@@ -233,12 +234,14 @@ EPILOGUE_SHAPES = [(4096, 4096, 4096), (8192, 4096, 4096), (8192, 16384, 4096)]
 
 def run_epilogue(args, torch, result):
     """gelu(x @ w.T + b) fused into the epilogue of the cp.async wgmma kernel
-    (``pnex_us``), of the TMA kernel (``pnex_tma_us``) and of the ping-pong kernel
+    (``pnex_us``), of the TMA kernel (``pnex_tma_us``; in 2-block clusters sharing W by
+    multicast, ``pnex_tma_cluster_us``; persistent, ``pnex_tma_persistent_us``: both since
+    2026-11-28 late) and of the ping-pong kernel
     (``pnex_pingpong_us``: the epilogue under the other warpgroup's k-loop; 128 x 128
     tiles, and ``pnex_pingpong_64x256_us``), against
     eager PyTorch (F.linear, then F.gelu) and torch.compile of the same function; the
-    ratios are the fastest pnex kernel's (``pnex_kernel``: "wgmma", "tma" or
-    "pingpong", "pingpong-64x256").  The TMA and ping-pong kernels' GELU is
+    ratios are the fastest pnex kernel's (``pnex_kernel``: "wgmma", "tma", "tma-cluster",
+    "tma-persistent", "pingpong" or "pingpong-64x256").  The TMA and ping-pong kernels' GELU is
     :func:`epilogue.gelu_poly` (since 2026-11-28 night; the erf form before), the cp.async
     kernel's the erf form.  Every contender is timed in each of ``2 * repeats`` rounds, in a
     shuffled order (since the same date; one after another before).  A kernel whose result is
@@ -256,6 +259,8 @@ def run_epilogue(args, torch, result):
     compiled = torch.compile(eager, fullgraph=True)
     kernels = {"wgmma": ("pnex", make_linear("f16", 128, (128, 256), (3, 4), gelu=True)),
                "tma": ("pnex_tma", TmaLinear("f16", 256, 4, gelu=True)),
+               "tma-cluster": ("pnex_tma_cluster", TmaLinear("f16", 256, 4, cluster=2, gelu=True)),
+               "tma-persistent": ("pnex_tma_persistent", TmaLinear("f16", 256, 4, persistent=True, gelu=True)),
                "pingpong": ("pnex_pingpong", PingPongLinear("f16", 5, gelu=True)),
                "pingpong-64x256": ("pnex_pingpong_64x256", PingPongLinear("f16", 4, gelu=True, tile=(64, 256)))}
     if args.epilogue_kernels:
@@ -341,7 +346,7 @@ def run_profiles(result, torch, only=None):
     q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     kernels = {
         "tma 128x256, 4 stages": lambda: (TmaLinear("f16", 256, 4).op, (a, w, *maps)),
-        "tma persistent 128x256, 3 stages": lambda: (TmaLinear("f16", 256, 3, persistent=True).op,
+        "tma persistent 128x256, 4 stages": lambda: (TmaLinear("f16", 256, 4, persistent=True).op,
                                                      (a, w, *maps, min(tiles, sms))),
         "tma gelu 128x256, 4 stages": lambda: (TmaLinear("f16", 256, 4, gelu=True).op, (a, w, bias, *maps)),
         "pingpong 128x128, 5 stages": lambda: (PingPongLinear("f16", 5).op, (a, w, *maps128, sms)),

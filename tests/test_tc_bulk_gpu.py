@@ -42,7 +42,8 @@ def test_barrier_rounds_on_gpu():
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-@pytest.mark.parametrize("bn,stages,persistent", [(256, 4, False), (128, 6, False), (256, 3, True), (128, 5, True)])
+@pytest.mark.parametrize("bn,stages,persistent", [(256, 4, False), (128, 6, False), (256, 3, True), (256, 4, True),
+                                                  (128, 5, True)])
 def test_warp_specialised_gemm_on_gpu(dtype, bn, stages, persistent):
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_tma import TmaLinear
@@ -60,17 +61,18 @@ def test_warp_specialised_gemm_on_gpu(dtype, bn, stages, persistent):
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-@pytest.mark.parametrize("bn,stages,cluster", [(256, 4, 1), (256, 3, 1), (128, 4, 1), (256, 4, 2)])
-def test_tma_gemm_gelu_epilogue_on_gpu(dtype, bn, stages, cluster, poisoned):
-    """gelu(a @ w.T + bias) fused into the TMA GEMM's epilogue, against float64 on fresh
-    inputs and NaN-filled outputs (every element written)."""
+@pytest.mark.parametrize("bn,stages,cluster,persistent", [(256, 4, 1, False), (256, 3, 1, False), (128, 4, 1, False),
+                                                          (256, 4, 2, False), (256, 4, 1, True), (128, 5, 1, True)])
+def test_tma_gemm_gelu_epilogue_on_gpu(dtype, bn, stages, cluster, persistent, poisoned):
+    """gelu(a @ w.T + bias) fused into the TMA GEMM's epilogue (the persistent kernel's
+    too), against float64 on fresh inputs and NaN-filled outputs (every element written)."""
     import torch.nn.functional as F
 
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_tma import TmaLinear
 
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
-    lin = TmaLinear(dtype, bn, stages, cluster=cluster, gelu=True)
+    lin = TmaLinear(dtype, bn, stages, persistent, cluster=cluster, gelu=True)
     gen = torch.Generator(device="cuda").manual_seed(bn + stages + cluster)
     for m, n, k in ((256, bn, 64), (512, 3 * bn, 320), (2048, 1024, 2048)):
         a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)

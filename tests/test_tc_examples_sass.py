@@ -56,13 +56,15 @@ def _examples():
 
 
 @needs_nvvm
-@pytest.mark.parametrize("kernel", ["tma", "persistent", "wgmma", "tma-gelu", "wgmma-gelu"])
+@pytest.mark.parametrize("kernel", ["tma", "persistent", "wgmma", "tma-gelu", "wgmma-gelu", "persistent-gelu"])
 def test_the_gemm_epilogue_stages_the_accumulators_without_a_branch(kernel):
     """``tma-gelu``, ``wgmma-gelu``: the fused GELU epilogue stages its accumulators as
-    float32, two 4-byte stores a pair (the GELU is applied in the store loop, after them)."""
+    float32, two 4-byte stores a pair (the GELU is applied in the store loop, after them).
+    The persistent kernels stage float32 64 columns at a time: 32 stores a chunk."""
     gemm_tma, gemm_wgmma = _examples()
     op = {"tma": lambda: gemm_tma.make_linear_tma("f16", 256, 4),
           "persistent": lambda: gemm_tma.make_linear_persistent("f16", 256, 3),
+          "persistent-gelu": lambda: gemm_tma.make_linear_persistent("f16", 256, 4, gelu=True),
           "wgmma": lambda: gemm_wgmma.make_linear("f16", 128, 256, 4),
           "tma-gelu": lambda: gemm_tma.make_linear_tma("f16", 256, 4, gelu=True),
           "wgmma-gelu": lambda: gemm_wgmma.make_linear("f16", 128, 256, 4, gelu=True)}[kernel]()
@@ -72,6 +74,8 @@ def test_the_gemm_epilogue_stages_the_accumulators_without_a_branch(kernel):
     assert not any(re.search(r"\b(LDL|STL)\b", op) for op in code)  # the accumulators never leave registers
     assert sum("HGMMA.64x256x16.F32" in op for op in code) >= 4
     stores = 128 if kernel.endswith("gelu") else 64  # BN = 256: 32 n8 tiles, two packed stores each (gelu: four)
+    if kernel.startswith("persistent"):
+        stores = 32  # one chunk: 8 n8 tiles, four float32 stores each
     block = staging_block(code, stores)
     assert all(re.fullmatch(r"STS(\.64)? \[.*", op) for op in block if "STS" in op)  # none predicated
     branches = [op for op in block if re.search(r"\b(BRA|EXIT)\b", op)]

@@ -43,6 +43,26 @@ def test_tma_gemm_gelu_epilogue_on_cpu(dtype, bn, poisoned):
     assert (c.double() - F.gelu(a.double() @ w.double().t())).abs().max() > 0.1
 
 
+@pytest.mark.parametrize("gelu", [False, True])
+def test_persistent_tma_gemm_on_cpu(gelu, poisoned):
+    """The persistent kernel in the simulator, plain and fused: 2 blocks walk 4 tiles of
+    128 x 128 (2 each: every buffer's barriers go round again on the second tile), 3
+    k-tiles through 2 buffers, each tile stored in two 64-column float32 chunks through
+    one buffer; every element of a poisoned output written, against float64."""
+    gen = torch.Generator().manual_seed(53 + gelu)
+    a = torch.randn(512, 192, generator=gen).half()
+    w = (torch.randn(128, 192, generator=gen) / 192 ** 0.5).half()
+    bias = torch.randn(128, generator=gen).half()
+    lin = _gemm_tma().TmaLinear("f16", 128, 2, persistent=True, gelu=gelu)
+    c = lin(a, w, bias) if gelu else lin(a, w)
+    product = a.double() @ w.double().t()
+    ref = F.gelu(product + bias.double()) if gelu else product
+    assert c.shape == (512, 128) and not c.isnan().any()
+    assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 2e-3).all()
+    if gelu:
+        assert (c.double() - product).abs().max() > 0.1
+
+
 def test_staging_swizzle_is_a_permutation_of_each_row():
     """The float32 staging layout (epilogue.f32_unit and the pair swap of rows 4-7) loses
     no element: the stored positions of a row are its columns, in another order."""
@@ -63,8 +83,11 @@ def test_gelu_tiles_that_do_not_fit_are_refused():
         gemm_tma.make_linear_tma("f16", (128, 256), (2, 3), gelu=True)
     with pytest.raises(ValueError, match="BN must be 32, 64, 128 or 256 .* got 96"):
         gemm_tma.make_linear_tma("f16", 96, 4, gelu=True)
-    with pytest.raises(ValueError, match="the persistent kernel has no GELU epilogue"):
-        gemm_tma.TmaLinear("f16", 256, 3, persistent=True, gelu=True)
+    with pytest.raises(ValueError, match=r"STAGES = 5 buffers of 48 KiB and the 32 KiB float32 chunk do not fit the "
+                                         r"block's 227 KiB at BN = 256; give 2 to 4 stages"):
+        gemm_tma.TmaLinear("f16", 256, 5, persistent=True, gelu=True)
+    with pytest.raises(ValueError, match="make_linear_persistent: BN must be 128 or 256 .* got 64"):
+        gemm_tma.make_linear_persistent("f16", 64, 4)
 
 
 def test_the_plain_op_takes_the_tiles_the_gelu_op_refuses(poisoned):

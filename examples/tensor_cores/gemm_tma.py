@@ -29,7 +29,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import activation_store, gelu_fits, stage_f32
+from epilogue import activation_store, gelu_fits, plain_store, stage_f32
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -195,32 +195,89 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     return linear_tma
 
 
-def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
+CHUNK = 64  # the persistent kernel's epilogue stages C 64 columns at a time (float32: BM x 64 x 4 = 32 KiB)
+SMEM_LIMIT = 227 * 1024  # an sm_90 block's shared memory
+# The persistent kernel's (producer, consumer) registers: 128 x (168 - 24) given back cover
+# 256 x (240 - 168) taken (gemm_pingpong.REGS); at 232 its consumers spilled two words.
+PERSISTENT_REGS = (24, 240)
+
+
+def _persistent_smem(bn: int, stages: int) -> int:
+    """The persistent kernel's shared memory: the tile buffers, one float32 chunk of C, the barriers."""
+    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages
+
+
+@cuda.jit(device=True, inline=True)
+def stage_chunk(stage, acc, chunk, r, col):
+    """Columns ``chunk * CHUNK`` to ``chunk * CHUNK + CHUNK - 1`` of a consumer thread's
+    accumulators (rows ``r`` and ``r + 8``, its pairs at ``col``, ``col + 1`` of every 8)
+    into the float32 chunk ``stage`` (rows ``CHUNK`` wide, :func:`epilogue.f32_unit`'s
+    layout); ``chunk`` a constant at the call, so ``acc``'s indices stay constants."""
+    for jj in range(CHUNK // 8):  # a constant trip count: unrolled, the accumulators stay in registers
+        j = chunk * (CHUNK // 8) + jj
+        stage_f32(stage, r, jj * 8 + col, CHUNK, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+
+
+def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly"):
     """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
     the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
-    k-tiles while the consumers store the last one, through a staging buffer of its
-    own (the ``STAGES`` buffers keep filling), ordered by a named barrier among the
-    256 consumer threads (the producer never joins it).  The phase of each buffer runs
-    on across tiles: iteration ``it`` of the block uses buffer ``it % STAGES`` in round
-    ``it // STAGES``."""
+    k-tiles while the consumers store the last one (the ``STAGES`` buffers keep filling).
+    The phase of each buffer runs on across tiles: iteration ``it`` of the block uses
+    buffer ``it % STAGES`` in round ``it // STAGES``.
+
+    The consumers store a tile ``CHUNK`` = 64 columns at a time through one float32
+    buffer of 32 KiB (stage the chunk, a named barrier among the 256 consumer threads,
+    which the producer never joins; store it, 16 bytes a thread; a barrier before the
+    next chunk overwrites it), so that 4 buffers of 48 KiB fit beside it at BN = 256:
+    with a whole 128 x 256 tile staged (64 KiB in float16) only 3 did, the producer ran
+    one k-tile ahead of the consumers, and on an H200 the consumers waited on the
+    buffers' "full" barriers (29% of the stall samples; tensor pipe 75-77% against the
+    plain kernel's 88%, ``benchmarks/results/gemm-ncu-2026-11-28-2148.json``).
+    ``gelu=True``: ``c = linear(a, w, bias, a_map, w_map, blocks)``, ``act(a @ w.T +
+    bias)`` with ``activation`` (:data:`epilogue.ACTIVATIONS`), applied in the store loop
+    as in :func:`make_linear_tma`."""
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
     stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
+    for width in bn_choices:
+        if width not in (128, 256):
+            raise ValueError(f"make_linear_persistent: BN must be 128 or 256 (whole 64-column chunks, and 128 "
+                             f"accumulators a thread at most), got {width}")
+        for s in stage_choices:
+            if not 2 <= s or _persistent_smem(width, s) > SMEM_LIMIT:
+                most = max(n for n in range(2, 16) if _persistent_smem(width, n) <= SMEM_LIMIT)
+                raise ValueError(f"make_linear_persistent: STAGES = {s} buffers of {(BM + width) * BK * 2 // 1024} KiB "
+                                 f"and the 32 KiB float32 chunk do not fit the block's 227 KiB at BN = {width}; give "
+                                 f"2 to {most} stages")
     wide = max(bn_choices)
     regs = wide // 2
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
-    pack = tc.pack_f16x2 if dtype == "f16" else tc.pack_bf16x2
+    bf16 = dtype != "f16"
     threads = 384
     consumers = 256
+    act_store = activation_store(activation)
+
+    @cuda.jit(device=True, inline=True)
+    def store_chunk(c, bias, stage, acc, chunk, r, col, m0, n0, ctid):
+        """Chunk ``chunk`` of the tile at (m0, n0): wait until the last chunk's stores have
+        read the buffer, stage this one, wait until every consumer has, store it."""
+        tc.named_barrier(1, consumers)
+        stage_chunk(stage, acc, chunk, r, col)
+        tc.named_barrier(1, consumers)
+        if gelu:
+            act_store(c, bias, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
+        else:
+            plain_store(c, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
 
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
-        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM} * BN * 2 + 16 * STAGES",
+        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES",
         requires=_tile_rules(wide, 1),
     )
     def linear_persistent(
         a: pnex.In(dtype, (None, None)),
         w: pnex.In(dtype, (None, "a.size(1)")),
+        bias: pnex.In(dtype, ("w.size(0)",)) if gelu else pnex.Unused,
         a_map: pnex.In("uint8", (128,)),
         w_map: pnex.In("uint8", (128,)),
         c: pnex.Out(dtype, ("a.size(0)", "w.size(0)")),
@@ -231,12 +288,10 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, BM, BK))
         sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
-        words = cuda.shared.array(0, uint32, alignment=1024)
-        staged = STAGES * (BM + BN) * BK // 2  # in 32-bit words: the output's buffer after the tiles'
-        out = tc.tile(words, staged, (BM, BN // 2))
-        flat = tc.tile(words, staged, (BM * BN // 2,))
+        staged = STAGES * (BM + BN) * BK // 2  # in 4-byte words: the float32 chunk's buffer after the tiles'
+        stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged, (BM * CHUNK,))
         words64 = cuda.shared.array(0, uint64, alignment=1024)
-        bars = tc.tile(words64, staged // 2 + BM * BN // 4, (2 * STAGES,))  # full: s, empty: STAGES + s
+        bars = tc.tile(words64, staged // 2 + BM * CHUNK // 2, (2 * STAGES,))  # full: s, empty: STAGES + s
         m, k = a.shape
         n = w.shape[0]
         tiles_n = n // BN
@@ -250,7 +305,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
         init_buffers(bars, STAGES, 8, 1)  # empty: one arrival per consumer warp
 
         if wg == 0:
-            tc.setmaxnreg_dec(PRODUCER_REGS)
+            tc.setmaxnreg_dec(PERSISTENT_REGS[0])
             if tid == 0:
                 tc.tensor_map_acquire(a_map)
                 tc.tensor_map_acquire(w_map)
@@ -268,13 +323,12 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
                         tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
                         it += 1
         else:
-            tc.setmaxnreg_inc(CONSUMER_REGS)
+            tc.setmaxnreg_inc(PERSISTENT_REGS[1])
             row0 = (wg - 1) * 64
             ctid = tid - 128
             warp = (tid % 128) // 32
-            g = lane // 4
-            t = lane % 4
-            r = row0 + warp * 16 + g
+            r = row0 + warp * 16 + lane // 4
+            col = 2 * (lane % 4)
             it = 0
             for tile in range(cuda.blockIdx.x, tiles, blocks):
                 tile_m, tile_n = grouped_tile(tile, m // BM, tiles_n, group)
@@ -294,19 +348,13 @@ def make_linear_persistent(dtype="f16", bn=256, stages=3, group=8):
                 tc.wgmma_wait(0)
                 if lane == 0:  # the tile's last buffer
                     tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
-                tc.named_barrier(1, consumers)  # the last tile's stores have read the staging buffer
-                for j in range(BN // 8):  # a constant trip count: fully unrolled, acc[...] stays in registers
-                    col = j * 8 + 2 * t
-                    out[r, tc.swizzle(r, col, BN) // 2] = pack(acc[4 * j], acc[4 * j + 1])
-                    out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
-                tc.named_barrier(1, consumers)  # the tile is staged
-                chunks = BM * BN // 8
-                for q in range(chunks // consumers):  # 16-byte chunks, consecutive along rows
-                    ch = ctid + consumers * q
-                    row = ch // (BN // 8)
-                    col = (ch % (BN // 8)) * 8
-                    chunk = pnex.vload(flat, row * (BN // 2) + tc.swizzle(row, col, BN) // 2, 4)
-                    tc.store_words(c, (m0 + row, n0 + col), chunk)
+                # One call a chunk, its number a literal: a loop over the chunks is not unrolled
+                # (its store loop is too long), and acc[...] went to local memory (64 STL).
+                store_chunk(c, bias, stage, acc, 0, r, col, m0, n0, ctid)
+                store_chunk(c, bias, stage, acc, 1, r, col, m0, n0, ctid)
+                if BN > 2 * CHUNK:
+                    store_chunk(c, bias, stage, acc, 2, r, col, m0, n0, ctid)
+                    store_chunk(c, bias, stage, acc, 3, r, col, m0, n0, ctid)
 
     return linear_persistent
 
@@ -327,7 +375,8 @@ def _sm_count(device):
 
 class TmaLinear:
     """``c = a @ w.T`` through :func:`make_linear_tma`'s op: makes (or finds) the tensor
-    maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``cluster=2``: the
+    maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``persistent``:
+    :func:`make_linear_persistent`'s op, one block an SM (GELU too).  ``cluster=2``: the
     clustered kernel (W's box is half the tile: each block of a pair loads half).
     ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)`` (``activation``:
     :func:`make_linear_tma`'s)."""
@@ -338,13 +387,11 @@ class TmaLinear:
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         if persistent and cluster != 1:
             raise ValueError("TmaLinear: the persistent kernel has no clustered variant; give persistent or cluster=2")
-        if persistent and gelu:
-            raise ValueError("TmaLinear: the persistent kernel has no GELU epilogue; give persistent or gelu=True")
         self.persistent = persistent
         self.cluster = cluster
         self.gelu = gelu
         if persistent:
-            self.op = make_linear_persistent(dtype, bn, stages)
+            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation)
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
@@ -355,12 +402,11 @@ class TmaLinear:
                                              "bias is for the GELU epilogue (TmaLinear(..., gelu=True))"))
         a_map = tc.tensor_map(a, (BM, BK))
         w_map = tc.tensor_map(w, (self.bn // self.cluster, BK))
-        if self.gelu:
-            return self.op(a, w, bias, a_map, w_map)
+        fused = (bias,) if self.gelu else ()
         if not self.persistent:
-            return self.op(a, w, a_map, w_map)
+            return self.op(a, w, *fused, a_map, w_map)
         tiles = (a.shape[0] // BM) * (w.shape[0] // self.bn)
-        return self.op(a, w, a_map, w_map, min(tiles, _sm_count(a.device)))
+        return self.op(a, w, *fused, a_map, w_map, min(tiles, _sm_count(a.device)))
 
     def __getattr__(self, name):
         return getattr(self.op, name)
