@@ -22,6 +22,10 @@ tensor maps of A and W (:func:`pnex_magic.tc.tensor_map`); :class:`TmaLinear` ma
 them per call (a table lookup once made).  ``gelu=True``: ``gelu(a @ w.T + bias)`` (the
 exact, erf GELU) fused into the epilogue (:func:`make_linear_tma`).  M must be a multiple of 128, N of ``BN``
 and K of 64.  Needs an sm_90 GPU (H100, H200).
+
+:func:`make_linear_persistent` is the same kernel with one block an SM walking the tiles, as
+cuBLAS's own kernel does: the fastest pnex GEMM on an H200 (0.94-1.00x cuBLAS,
+``benchmarks/results/tensor-cores-2026-11-28-2204.json``).
 """
 
 from numba import cuda, float32, uint32, uint64
