@@ -327,7 +327,7 @@ def _tc_attention(d: dict) -> Table:
             "pnex kernel"], rows
 
 
-_PINGPONG_COLUMNS = (("pnex_tma_cluster_us", "pnex, fused (TMA, 2-block clusters)"),
+_OPTIONAL_EPILOGUE_COLUMNS = (("pnex_tma_cluster_us", "pnex, fused (TMA, 2-block clusters)"),
                      ("pnex_tma_persistent_us", "pnex, fused (TMA, persistent)"),
                      ("pnex_pingpong_us", "pnex, fused (ping-pong 128×128)"),
                      ("pnex_pingpong_64x256_us", "pnex, fused (ping-pong 64×256)"),
@@ -337,7 +337,7 @@ _PINGPONG_COLUMNS = (("pnex_tma_cluster_us", "pnex, fused (TMA, 2-block clusters
 def _tc_epilogue(d: dict) -> Table:
     """Fused bias + GELU; files from before the TMA kernel had one (cp.async) pnex kernel,
     and the clustered and persistent TMA and the ping-pong kernels' columns appear where a file has them."""
-    extra = [(key, title) for key, title in _PINGPONG_COLUMNS if any(r.get(key) for r in d["epilogue"])]
+    extra = [(key, title) for key, title in _OPTIONAL_EPILOGUE_COLUMNS if any(r.get(key) for r in d["epilogue"])]
     rows = [[str(r["m"]), str(r["n"]), str(r["k"]), us(r["pnex_us"]) if r.get("pnex_us") else "–",
              us(r["pnex_tma_us"]) if r.get("pnex_tma_us") else "–",
              *[us(r[key]) if r.get(key) else "–" for key, _ in extra], us(r["eager_us"]), us(r["compile_us"]),
