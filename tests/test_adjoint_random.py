@@ -332,3 +332,26 @@ def test_a_remainder_that_hangs_on_its_dividends_last_bits_is_not_compared(tmp_p
     x = torch.exp(torch.tensor([40.0], dtype=F64))
     assert gpu_mod(x, torch.tensor([1.4142], dtype=F64)).item() == 0.0
     assert torch.remainder(x, torch.tensor([1.4142], dtype=F64)).item() > 0.9
+
+
+def test_a_value_no_output_reads_has_no_derivative_terms(tmp_path):
+    """The random case CI failed on (2026-11-29, seed 3501712953): ``t0 = sin(pow(1.25 +
+    exp(s)**2, (1.25 + w*w) ** w))`` overflows to inf where ``w = 3 * b[i]`` is large, and
+    no output reads ``t0``.  Its derivative terms were written all the same, ``0 * cos(inf)``,
+    and b's gradient came out NaN where PyTorch's, which never visits ``t0``, is finite.
+    Only values an output depends on get adjoints (:func:`pnex_magic.adjoint.ir.useful_values`)."""
+    case = Case(first=("sin", ("mpow", ("positive", ("exp", "s")), ("pow", ("positive", "w"), "w"))),
+                then=("div", ("expm1", ("fabs", "0.75")), ("positive", ("erf", ("cast", "w")))))
+    op = define(case, tmp_path)
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    a, b, c = (torch.rand(N, generator=g, dtype=F64) * 3 - 1.5 for _ in range(3))
+    b[::2] = 1.5  # t0 is inf at these: 21.3 ** (21.5 ** 4.5)
+    theirs = [t.clone().requires_grad_() for t in (a, b, c)]
+    weight = torch.randn(N, generator=g, dtype=F64)
+    (case.reference(*theirs, 1.5) * weight).sum().backward()
+    mine = [t.clone().requires_grad_() for t in (a, b, c)]
+    (op(*mine, 1.5) * weight).sum().backward()
+    assert torch.isfinite(theirs[1].grad).all()
+    torch.testing.assert_close(mine[1].grad, theirs[1].grad, rtol=1e-7, atol=1e-9)
+    for m in (mine[0], mine[2]):
+        assert torch.equal(m.grad, torch.zeros(N, dtype=F64))

@@ -35,7 +35,7 @@ import io
 import tokenize
 from collections.abc import Mapping
 
-from .ir import Assign, Block, For, If, Load, Store
+from .ir import Assign, Block, For, If, Load, Store, useful_values
 from .ownership import Accumulator
 from .program import Names, Program, typed_constant
 from .rules import CONSTANTS, RULES, fill, reads
@@ -105,7 +105,8 @@ class _Writer:
         for acc in {id(a): a for a in accumulators.values()}.values():
             self.homed.setdefault(id(acc.home), []).append(acc)
         self.types = dict(_all_floats(program.root))
-        self.active = set(self.types)  #: the float values, whose adjoints the reverse pass keeps
+        #: the float values whose adjoints the reverse pass keeps: those an output depends on
+        self.active = set(self.types) & useful_values(program.root)
         self.loops: list[For] = []  # the loops whose reverse trips are being written
         #: writing a neighbour's copy (gather mode): the offsets ``((coordinate, d), ...)`` of
         #: the reads whose adjoints it gathers; its coordinates are this thread's minus them

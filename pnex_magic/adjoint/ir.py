@@ -23,7 +23,7 @@ import dataclasses
 
 __all__ = [
     "FLOATS", "is_float", "is_int", "promote", "Operand", "Stmt", "Assign", "Load", "Store", "Join", "If",
-    "Carried", "For", "Block",
+    "Carried", "For", "Block", "useful_values",
 ]
 
 FLOATS = ("f32", "f64")
@@ -225,3 +225,45 @@ class Block:
         while block is not None:
             yield block
             block = block.parent
+
+
+def useful_values(root: Block) -> set[str]:
+    """The SSA values whose adjoints can be nonzero: those a differentiable ``Store``
+    writes, and, back through the rules, joins and loops, every value they are computed
+    from (the "useful" half of an AD tool's activity analysis).
+
+    The reverse pass keeps the adjoints of these only.  A value no output depends on
+    (``t = math.sin(x ** y)`` never stored) has no derivative terms: its partials would
+    be zero times something that may be inf or NaN (``cos(inf)``) where PyTorch, which
+    never visits it, gives a finite gradient."""
+    useful: set[str] = set()
+    stmts: list[Stmt] = []
+
+    def collect(block: Block) -> None:
+        for stmt in block.stmts:
+            stmts.append(stmt)
+            if isinstance(stmt, If):
+                collect(stmt.body)
+                collect(stmt.orelse)
+            elif isinstance(stmt, For):
+                collect(stmt.body)
+
+    collect(root)
+    for stmt in stmts:
+        if isinstance(stmt, Store) and stmt.differentiable and stmt.value.name:
+            useful.add(stmt.value.name)
+    while True:
+        before = len(useful)
+        for stmt in stmts:
+            if isinstance(stmt, Assign) and stmt.rule is not None and useful.intersection(stmt.targets):
+                useful.update(a.name for a in stmt.args if a.name and a.active)
+            elif isinstance(stmt, If):
+                for j in stmt.joins:
+                    if j.target in useful:
+                        useful.update((j.body, j.orelse))
+            elif isinstance(stmt, For):
+                for c in stmt.carried:
+                    if c.carrier in useful or c.exit in useful:  # a trip's start is the last one's end
+                        useful.update((c.carrier, c.init, c.exit))
+        if len(useful) == before:
+            return useful
