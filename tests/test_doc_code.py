@@ -24,7 +24,14 @@ GPU_PAGES = [name for name, p in PAGES.items() if any(b.runs and b.gpu for b in 
 
 @pytest.fixture(scope="module")
 def ip():
-    return globalipapp.get_ipython()
+    yield globalipapp.get_ipython()
+    # torch.compile in a page's cells puts names of its own in user_ns (__builtins_dict___0), which
+    # dynamo deletes when its compiled code dies; at exit IPython clears user_ns first, and dynamo's
+    # hook then printed a KeyError traceback after the test summary. Its code dies here instead.
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        sys.modules["torch._dynamo"].reset()
 
 
 def run_page(ip, blocks: list[Block]) -> None:
