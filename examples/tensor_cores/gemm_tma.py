@@ -202,7 +202,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
 CHUNK = 64  # the persistent kernel's epilogue stages C 64 columns at a time (float32: BM x 64 x 4 = 32 KiB)
 SMEM_LIMIT = 227 * 1024  # an sm_90 block's shared memory
 # The persistent kernel's (producer, consumer) registers: 128 x (168 - 24) given back cover
-# 256 x (240 - 168) taken (gemm_pingpong.REGS); at 232 its consumers spilled two words.
+# 256 x (240 - 168) taken (gemm_pingpong.REGS[1] is this); at 232 its consumers spilled two words.
 PERSISTENT_REGS = (24, 240)
 
 
