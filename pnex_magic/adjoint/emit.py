@@ -370,7 +370,8 @@ class _Writer:
     def reverse(self, block: Block, indent: int, unavailable: set[str], transfers: list[str] = ()) -> None:
         start = len(self.lines)
         for name, ty in block.floats:
-            self.out(f"{self.adj(name)} = {self.zero(ty)}", indent)
+            if name in self.active:
+                self.out(f"{self.adj(name)} = {self.zero(ty)}", indent)
         for acc in self.homed.get(id(block), ()) if self.shift is None else ():
             self.out(f"{acc.name} = {self.zero(acc.ty)}", indent)
         for line in transfers:
@@ -391,6 +392,8 @@ class _Writer:
         self.pass_if_empty(start, indent)
 
     def reverse_load(self, stmt: Load, indent: int) -> None:
+        if stmt.target not in self.active:
+            return  # no output depends on the value read: nothing to add
         acc = self.accumulators[id(stmt)]
         if acc.mode == "gather":
             offset = acc.offsets[id(stmt)]
@@ -402,8 +405,8 @@ class _Writer:
             self.out(f"{acc.name} += {self.adj(stmt.target)}", indent)
 
     def reverse_assign(self, stmt: Assign, indent: int, unavailable: set[str]) -> None:
-        if stmt.rule is None:
-            return
+        if stmt.rule is None or stmt.targets[0] not in self.active:
+            return  # no gradient, or no output depends on the value: its terms would be 0 * (maybe inf)
         rule = RULES[stmt.rule]
         target = stmt.targets[0]
         values = {"a": stmt.args[0].text, "r": target, "g": self.adj(target), "math": self.helpers["math"],
@@ -434,13 +437,13 @@ class _Writer:
         body_start = len(self.lines)
         self.reverse(stmt.body, indent + 1, unavailable,
                      [f"{self.adj(j.body)} += {self.adj(j.target)}" for j in stmt.joins
-                      if j.active and j.body in self.active])
+                      if j.active and j.target in self.active and j.body in self.active])
         body_empty = self.lines[body_start:] == ["    " * (indent + 1) + "pass"]
         else_start = len(self.lines)
         self.out("else:", indent)
         self.reverse(stmt.orelse, indent + 1, unavailable,
                      [f"{self.adj(j.orelse)} += {self.adj(j.target)}" for j in stmt.joins
-                      if j.active and j.orelse in self.active])
+                      if j.active and j.target in self.active and j.orelse in self.active])
         else_empty = self.lines[else_start + 1:] == ["    " * (indent + 1) + "pass"]
         if body_empty and else_empty:
             del self.lines[start:]
@@ -462,7 +465,7 @@ class _Writer:
                 self.in_loop -= 1
             transfers = []
             for c in loop.carried:
-                if c.active and c.exit != c.carrier and c.exit in self.active:
+                if c.active and c.exit != c.carrier and c.carrier in self.active and c.exit in self.active:
                     transfers += [f"{self.adj(c.exit)} += {self.adj(c.carrier)}",
                                   f"{self.adj(c.carrier)} = {self.zero(c.ty)}"]
             work = len(self.lines)
@@ -474,7 +477,7 @@ class _Writer:
         finally:
             self.loops.pop()
         for c in loop.carried:
-            if c.active and c.init in self.active:
+            if c.active and c.carrier in self.active and c.init in self.active:
                 self.out(f"{self.adj(c.init)} += {self.adj(c.carrier)}", indent)
 
     def reverse_range(self, loop: For, indent: int) -> None:
