@@ -265,3 +265,33 @@ def test_a_nonlinear_recurrence_is_refused_naming_the_loop():
     line = running_product.__code__.co_firstlineno + 5
     with pytest.raises(KernelDefinitionError, match=rf"line {line}.*'p' as it was in each trip of the loop at line"):
         pnex.jit(n_threads="x.size(0)", threads_per_block=32, backward="auto")(running_product)
+
+
+@pnex.jit(n_threads="x.numel()", threads_per_block=32, backward="auto")
+def powers(x: pnex.In("f64", (None,)), p: pnex.In("f64", "x"), y: pnex.Out("f64", "x")):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = x[i] ** p[i] + 0.5 * math.pow(x[i], p[i]) + x[i] ** 0.0 + x[i] ** 0
+
+
+def test_powers_at_a_zero_base_or_exponent_have_torchs_gradients(poisoned):
+    """At ``x = 0`` (a ReLU's output, say) the exponent's partial ``r * log(x)`` is
+    ``0 * -inf`` and, at ``p = 0``, the base's ``p * x ** (p - 1)`` is ``0 * inf``: PyTorch
+    masks both to 0 (``pow_backward_self``/``_exponent``), and so does the derived backward
+    (a NaN gradient there before 2026-11-29)."""
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    x = torch.rand(24, generator=g, dtype=F64) * 2
+    p = torch.rand(24, generator=g, dtype=F64) * 3
+    x[::3] = 0.0
+    p[::4] = 0.0
+    p[1::4] = torch.tensor([1.0, 2.0, 2.5]).repeat(2)
+    mine = [t.clone().requires_grad_() for t in (x, p)]
+    theirs = [t.clone().requires_grad_() for t in (x, p)]
+    weight = torch.randn(24, generator=g, dtype=F64)
+    (powers(*mine) * weight).sum().backward()
+    a, b = theirs
+    ((a ** b + 0.5 * torch.pow(a, b) + a ** 0.0 + a ** 0) * weight).sum().backward()
+    singular = (x == 0) & (p > 0) & (p < 1)  # d/dx is inf at both, torch's and ours: not compared
+    for m, t in zip(mine, theirs):
+        assert torch.isfinite(t.grad[~singular]).all()
+        torch.testing.assert_close(m.grad[~singular], t.grad[~singular], rtol=1e-12, atol=1e-12)

@@ -475,7 +475,7 @@ class _Builder:
             rule = "reciprocal"
         if rule == "pow" and not b.active:
             n = int_constant(node.right)
-            if n is not None:
+            if n:  # (x ** 0 is pow_exponent's: its derivative is 0, not 0 * x ** -1, NaN at x = 0)
                 rule, extra = "pow_int", {"k": typed_constant(n, ty, self.helpers), "km1": str(n - 1)}
             else:
                 rule = "pow_exponent"

@@ -56,11 +56,15 @@ RULES: dict[str, Rule] = {
     "reciprocal": Rule("{a} / {b}", (None, "-{g} * {r} * {r}")),  # a is the constant 1: no division
     "floordiv": Rule("{a} // {b}", (None, None)),
     "mod": Rule("{a} % {b}", ("{g}", "-{g} * {math}.floor({a} / {b})")),
-    # a ** b: both differentiable; an exponent no gradient flows through; an integer constant one
-    "pow": Rule("{a} ** {b}", ("{g} * {b} * {a} ** ({b} - {one})", "{g} * {r} * {math}.log({a})")),
-    "pow_exponent": Rule("{a} ** {b}", ("{g} * {b} * {a} ** ({b} - 1)", None)),
+    # a ** b: both differentiable; an exponent no gradient flows through; an integer constant one.
+    # As PyTorch's pow_backward_self/_exponent: 0 for the base where b == 0 (not 0 * a ** -1, NaN
+    # at a = 0) and for the exponent where a == 0 <= b (not r * log(0) = 0 * -inf)
+    "pow": Rule("{a} ** {b}", ("({zero} if {b} == {zero} else {g} * {b} * {a} ** ({b} - {one}))",
+                               "{g} * ({zero} if {a} == {zero} and {b} >= {zero} else {r} * {math}.log({a}))")),
+    "pow_exponent": Rule("{a} ** {b}", ("({zero} if {b} == 0 else {g} * {b} * {a} ** ({b} - 1))", None)),
     "pow_int": Rule("{a} ** {b}", ("{g} * {k} * {a} ** {km1}", None)),
-    "mpow": Rule("{f}({a}, {b})", ("{g} * {b} * {f}({a}, {b} - {one})", "{g} * {r} * {math}.log({a})")),
+    "mpow": Rule("{f}({a}, {b})", ("({zero} if {b} == {zero} else {g} * {b} * {f}({a}, {b} - {one}))",
+                                   "{g} * ({zero} if {a} == {zero} and {b} >= {zero} else {r} * {math}.log({a}))")),
     # the math module
     "exp": Rule("{f}({a})", ("{g} * {r}",)),
     "expm1": Rule("{f}({a})", ("{g} * ({r} + {one})",)),
