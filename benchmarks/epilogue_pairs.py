@@ -42,9 +42,11 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
-              "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly")
+              "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
+              "persistent_bias")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
-FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly")  # the GELU ops; not *_bias
+FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
+         "persistent_gelu_poly")  # the GELU ops; not *_bias
 
 
 def parse_args(argv=None):
@@ -116,6 +118,10 @@ def contenders(names, torch):
         "pingpong_bias": lambda: (PingPongLinear("f16", 5, gelu=True, activation="bias"), "bias"),
         "tma_gelu_poly": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="gelu_poly"), True),
         "pingpong_gelu_poly": lambda: (PingPongLinear("f16", 5, gelu=True, activation="gelu_poly"), True),
+        "persistent": lambda: ((lambda op: lambda x, w, b: op(x, w))(TmaLinear("f16", 256, 4, persistent=True)),
+                               False),
+        "persistent_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="gelu_poly"), True),
+        "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
     }
     return {name: build[name]() for name in names}
 
@@ -176,7 +182,8 @@ def run_shape(shape, fns, args, torch, sampler, rng):
             power_w=statistics.median(powers) if powers else None)
     for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas"),
                          ("tma_bias", "tma"), ("pingpong_bias", "pingpong"), ("tma_gelu_poly", "tma"),
-                         ("pingpong_gelu_poly", "pingpong")):
+                         ("pingpong_gelu_poly", "pingpong"), ("persistent_gelu_poly", "persistent"),
+                         ("persistent_bias", "persistent")):
         if fused in samples and plain in samples:
             row[f"{fused}_over_{plain}_us"] = statistics.median(
                 f[0] - p[0] for f, p in zip(samples[fused], samples[plain]))

@@ -29,7 +29,7 @@ def _gelu_poly_float32(x, ep):
     for c in ep.PHI_LOG2_COEFFS[6::-1]:
         p = (p * a + f(c)).astype(f)
     q = np.exp2((p - x * x * f(ep.HALF_L2E)).astype(f)).astype(f)
-    return (x * np.where(x < 0, q, f(1) - q)).astype(f)
+    return (np.maximum(x, f(0)) - a * q).astype(f)
 
 
 def test_gelu_poly_is_within_its_stated_error():

@@ -38,14 +38,21 @@ HALF_L2E = 0.7213475204444817  # log2(e) / 2
 
 @cuda.jit(device=True, inline=True)
 def gelu_poly(x):
-    """The exact GELU ``x Phi(x)`` with ``Phi(-|x|) = exp2(P(|x|) - x^2 log2(e) / 2)``
-    (:data:`PHI_LOG2_COEFFS`), and ``Phi(x) = 1 - Phi(-x)``: 8 fused multiply-adds and one
-    ``tc.exp2_approx`` (one ``MUFU.EX2``) a value, no branch: about 19 instructions a value
+    """The exact GELU ``x Phi(x)`` with ``q = Phi(-|x|) = exp2(P(|x|) - x^2 log2(e) / 2)``
+    (:data:`PHI_LOG2_COEFFS`) and ``x Phi(x) = max(x, 0) - |x| q`` for either sign (one max
+    and one fused multiply-add, no compare and select): 9 fused multiply-adds and one
+    ``tc.exp2_approx`` (one ``MUFU.EX2``) a value, no branch: about 18 instructions a value
     in the store loop against 30 for :func:`gelu`'s libdevice ``erff`` (which evaluates two
     ranges' polynomials and selects).  Relative error within 7e-6 for x >= -6 (float32
     arithmetic, the fit's 6.4e-6 and exp2's approximation: well under float16's and
     bfloat16's rounding), where the erf form's ``1 + erf`` cancels (torch's float32 GELU
-    is 2e-4 off at x = -3 and wrong in every digit below x = -6; here |gelu(x)| < 6e-9 |x|)."""
+    is 2e-4 off at x = -3 and wrong in every digit below x = -6; here |gelu(x)| < 6e-9 |x|).
+
+    The max form (2026-11-29) has 24 fewer SASS instructions than ``x * (q if x < 0 else
+    1 - q)`` in the persistent kernel's four store loops (3504 against 3528, sm_90a) and
+    no time to show for it: the GELU cost 18.8 against 18.3 us over the plain product at
+    4096^3 and 171.7 against 171.1 at 8192 x 16384 x 4096, timed interleaved on an H200
+    (``benchmarks/results/epilogue-pairs-2026-11-29-0421.json``, its log beside)."""
     a = min(abs(x), float32(GELU_CLAMP))
     p = float32(PHI_LOG2_COEFFS[7])
     p = p * a + float32(PHI_LOG2_COEFFS[6])
@@ -56,7 +63,7 @@ def gelu_poly(x):
     p = p * a + float32(PHI_LOG2_COEFFS[1])
     p = p * a + float32(PHI_LOG2_COEFFS[0])
     q = tc.exp2_approx(p - x * x * float32(HALF_L2E))  # Phi(-|x|): one MUFU.EX2, no subnormal handling
-    return x * (q if x < float32(0.0) else float32(1.0) - q)
+    return max(x, float32(0.0)) - a * q
 
 
 @cuda.jit(device=True, inline=True)
