@@ -328,10 +328,10 @@ def _tc_attention(d: dict) -> Table:
 
 
 _OPTIONAL_EPILOGUE_COLUMNS = (("pnex_tma_cluster_us", "pnex, fused (TMA, 2-block clusters)"),
-                     ("pnex_tma_persistent_us", "pnex, fused (TMA, persistent)"),
-                     ("pnex_pingpong_us", "pnex, fused (ping-pong 128×128)"),
-                     ("pnex_pingpong_64x256_us", "pnex, fused (ping-pong 64×256)"),
-                     ("pnex_pingpong_cluster_us", "pnex, fused (ping-pong, 2-block clusters)"))
+                              ("pnex_tma_persistent_us", "pnex, fused (TMA, persistent)"),
+                              ("pnex_pingpong_us", "pnex, fused (ping-pong 128×128)"),
+                              ("pnex_pingpong_64x256_us", "pnex, fused (ping-pong 64×256)"),
+                              ("pnex_pingpong_cluster_us", "pnex, fused (ping-pong, 2-block clusters)"))
 
 
 def _tc_epilogue(d: dict) -> Table:
@@ -345,6 +345,25 @@ def _tc_epilogue(d: dict) -> Table:
              ratio(r["pnex_vs_compile"]) if r.get("pnex_vs_compile") else "–"] for r in d["epilogue"]]
     return ["M", "N", "K", "pnex, fused (cp.async)", "pnex, fused (TMA)", *[title for _, title in extra], "eager",
             "torch.compile", "eager time / fastest pnex time", "torch.compile time / fastest pnex time"], rows
+
+
+def _epilogue_pairs(d: dict) -> Table:
+    """``benchmarks/epilogue_pairs.py``: every contender's median over interleaved rounds, its
+    quartiles, and where the file has it the median within-round cost over its own product."""
+    rows = []
+    for r in d["rows"]:
+        shape = f'{r["m"]}×{r["n"]}×{r["k"]}'
+        for name, c in r["contenders"].items():
+            if "us" not in c:
+                rows.append([shape, name, "–", "–", "–", c.get("note", "not timed")])
+                continue
+            over = [key for key in r if key.startswith(f"{name}_over_") and key.endswith("_us")]
+            rows.append([shape, name, us(c["us"]), f'{c["us_q1"]:.1f}–{c["us_q3"]:.1f}',
+                         f'+{us(r[over[0]])} over {over[0][len(name) + 6:-3]}' if over else "–",
+                         f'{ratio(r["contenders"]["eager"]["us"] / c["us"])}' if "us" in r["contenders"].get(
+                             "eager", {}) else "–"])
+    return ["M×N×K", "contender", "median", "quartiles (µs)", "paired cost over its product",
+            "eager time / this time"], rows
 
 
 def _stall(stalls: list) -> str:
@@ -410,6 +429,7 @@ TABLES: dict[str, dict[str, Callable[[dict], Table]]] = {
     "tensor-cores": {"gemm": _tc_gemm, "attention": _tc_attention, "epilogue": _tc_epilogue,
                      "profiles": _tc_profiles},
     "profile-check": {"profiles": _profile_check, "roofline": _profile_roofline},
+    "epilogue-pairs": {"rows": _epilogue_pairs},
 }
 
 
