@@ -35,7 +35,7 @@ import io
 import tokenize
 from collections.abc import Mapping
 
-from .ir import Assign, Block, For, If, Load, Store, useful_values
+from .ir import Assign, Block, For, If, Load, Store, blocks, statements, useful_values
 from .ownership import Accumulator
 from .program import Names, Program, typed_constant
 from .rules import CONSTANTS, RULES, fill, reads
@@ -46,13 +46,10 @@ __all__ = ["write_body"]
 
 def _defined_inside(block: Block) -> set[str]:
     found: set[str] = set()
-    for stmt in block.stmts:
+    for _, stmt in statements(block):
         found.update(stmt.defines())
-        if isinstance(stmt, If):
-            found |= _defined_inside(stmt.body) | _defined_inside(stmt.orelse)
-        elif isinstance(stmt, For):
+        if isinstance(stmt, For):
             found.add(stmt.target)
-            found |= _defined_inside(stmt.body)
     return found
 
 
@@ -577,11 +574,6 @@ def write_body(program: Program, accumulators: Mapping[int, Accumulator], names:
 
 
 def _all_floats(block: Block):
-    yield from block.floats
-    for stmt in block.stmts:
-        if isinstance(stmt, If):
-            yield from _all_floats(stmt.body)
-            yield from _all_floats(stmt.orelse)
-        elif isinstance(stmt, For):
-            yield from _all_floats(stmt.body)
+    for inner in blocks(block):
+        yield from inner.floats
 

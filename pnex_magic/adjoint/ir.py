@@ -20,10 +20,11 @@ a shape, a module; only used where the forward used it).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 __all__ = [
     "FLOATS", "is_float", "is_int", "promote", "Operand", "Stmt", "Assign", "Load", "Store", "Join", "If",
-    "Carried", "For", "Block", "useful_values",
+    "Carried", "For", "Block", "blocks", "statements", "useful_values",
 ]
 
 FLOATS = ("f32", "f64")
@@ -227,6 +228,26 @@ class Block:
             block = block.parent
 
 
+def blocks(root: Block) -> Iterator[Block]:
+    """``root`` and every block nested in it: an ``if``'s body, then its else branch, a
+    loop's body, each followed by the blocks inside it, in the order of the source."""
+    yield root
+    for stmt in root.stmts:
+        if isinstance(stmt, If):
+            yield from blocks(stmt.body)
+            yield from blocks(stmt.orelse)
+        elif isinstance(stmt, For):
+            yield from blocks(stmt.body)
+
+
+def statements(root: Block) -> Iterator[tuple[Block, Stmt]]:
+    """Every statement under ``root``, nested ones too, with the block that holds it
+    (block by block, in :func:`blocks`' order)."""
+    for block in blocks(root):
+        for stmt in block.stmts:
+            yield block, stmt
+
+
 def useful_values(root: Block) -> set[str]:
     """The SSA values whose adjoints can be nonzero: those a differentiable ``Store``
     writes, and, back through the rules, joins and loops, every value they are computed
@@ -237,18 +258,7 @@ def useful_values(root: Block) -> set[str]:
     be zero times something that may be inf or NaN (``cos(inf)``) where PyTorch, which
     never visits it, gives a finite gradient."""
     useful: set[str] = set()
-    stmts: list[Stmt] = []
-
-    def collect(block: Block) -> None:
-        for stmt in block.stmts:
-            stmts.append(stmt)
-            if isinstance(stmt, If):
-                collect(stmt.body)
-                collect(stmt.orelse)
-            elif isinstance(stmt, For):
-                collect(stmt.body)
-
-    collect(root)
+    stmts = [stmt for _, stmt in statements(root)]
     for stmt in stmts:
         if isinstance(stmt, Store) and stmt.differentiable and stmt.value.name:
             useful.add(stmt.value.name)

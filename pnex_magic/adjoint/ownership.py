@@ -54,7 +54,7 @@ from ..checking.index_ranges import IndexRanges
 from ..checking.sizes import DimKey, tensor_dims
 from ..expressions import Const, Numel, ScalarRef, Size
 from ..spec import KernelSpec, TensorParam
-from .ir import Block, For, If, Load
+from .ir import Block, For, If, Load, statements
 from .values import grad_name
 
 __all__ = ["Accumulator", "Fill", "GradPlan", "plan_gradients"]
@@ -379,19 +379,11 @@ class _Analysis:
 def _definitions(root: Block) -> dict[str, Block]:
     """The block each SSA value is defined in (a loop's variable: its body)."""
     found: dict[str, Block] = {}
-
-    def walk(block: Block) -> None:
-        for stmt in block.stmts:
-            for name in stmt.defines():
-                found[name] = block
-            if isinstance(stmt, If):
-                walk(stmt.body)
-                walk(stmt.orelse)
-            elif isinstance(stmt, For):
-                found[stmt.target] = stmt.body
-                walk(stmt.body)
-
-    walk(root)
+    for block, stmt in statements(root):
+        for name in stmt.defines():
+            found[name] = block
+        if isinstance(stmt, For):
+            found[stmt.target] = stmt.body
     return found
 
 
