@@ -19,7 +19,9 @@ and ping-pong kernels, plain (``tma``, ``pingpong``: the product alone) and fuse
 GELU (``tma_gelu_poly``, ``pingpong_gelu_poly``: :func:`epilogue.gelu_poly`, ``exp2`` of a
 polynomial); on request the fused kernels with the erf form of the GELU (``tma_gelu``,
 ``pingpong_gelu``: libdevice's ``erff``) and with the bias only (``tma_bias``,
-``pingpong_bias``: what the GELU's arithmetic costs).  A fused kernel's
+``pingpong_bias``: what the GELU's arithmetic costs).  The persistent TMA kernel likewise:
+``persistent``, ``persistent_gelu_poly``, ``persistent_bias``, and in 2-block clusters
+(W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``.  A fused kernel's
 cost over its own product is the median over rounds of the difference within a round.
 Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
@@ -43,10 +45,10 @@ REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
               "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
-              "persistent_bias")
+              "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
-         "persistent_gelu_poly")  # the GELU ops; not *_bias
+         "persistent_gelu_poly", "persistent_cluster_gelu_poly")  # the GELU ops; not *_bias
 
 
 def parse_args(argv=None):
@@ -122,6 +124,9 @@ def contenders(names, torch):
                                False),
         "persistent_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="gelu_poly"), True),
         "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
+        "persistent_cluster": lambda: ((lambda op: lambda x, w, b: op(x, w))(
+            TmaLinear("f16", 256, 4, True, cluster=2)), False),
+        "persistent_cluster_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, cluster=2, gelu=True), True),
     }
     return {name: build[name]() for name in names}
 
@@ -183,7 +188,8 @@ def run_shape(shape, fns, args, torch, sampler, rng):
     for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas"),
                          ("tma_bias", "tma"), ("pingpong_bias", "pingpong"), ("tma_gelu_poly", "tma"),
                          ("pingpong_gelu_poly", "pingpong"), ("persistent_gelu_poly", "persistent"),
-                         ("persistent_bias", "persistent")):
+                         ("persistent_bias", "persistent"),
+                         ("persistent_cluster_gelu_poly", "persistent_cluster")):
         if fused in samples and plain in samples:
             row[f"{fused}_over_{plain}_us"] = statistics.median(
                 f[0] - p[0] for f, p in zip(samples[fused], samples[plain]))

@@ -148,22 +148,26 @@ def test_tensor_map_is_kept_for_the_same_tensor():
     assert tc.tensor_map(a, (16, 64)) is not tc.tensor_map(a, (32, 64))
 
 
-def _gemm(persistent):
+def _gemm(persistent, cluster=1):
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_tma import TmaLinear
 
-    return TmaLinear("f16", 128, 2, persistent=persistent)
+    return TmaLinear("f16", 128, 2, persistent=persistent, cluster=cluster)
 
 
-def test_warp_specialised_gemm_example_on_cpu():
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_warp_specialised_gemm_example_on_cpu(cluster, poisoned):
     """The persistent kernel in the simulator: a producer warp feeding two consumer
     warpgroups through 2 buffers, 2 tiles a block of 2 k-tiles each (each buffer's
     barriers go round twice across the tiles; the output staged while the next loads).
-    The non-persistent kernel's loop is the same; the GPU test runs both."""
-    gen = torch.Generator().manual_seed(31)
+    ``cluster=2``: the two blocks are one cluster and walk the pairs of tiles (0, 1) and
+    (2, 3), each producer multicasting half of W's tile into both blocks, each consumer
+    warp releasing the buffers of both.  The non-persistent kernel's loop is the same;
+    the GPU test runs both."""
+    gen = torch.Generator().manual_seed(31 + cluster)
     a = torch.randn(512, 128, generator=gen).half()
     w = torch.randn(128, 128, generator=gen).half()
-    c = _gemm(True)(a, w)
+    c = _gemm(True, cluster)(a, w)
     ref = a.double() @ w.double().t()
     assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
 

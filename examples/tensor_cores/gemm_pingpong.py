@@ -42,7 +42,7 @@ from numba.cuda.types import float16
 import pnex_magic as pnex
 from pnex_magic import tc
 from epilogue import activation_store, plain_store, stage_f32
-from gemm_tma import BK, PERSISTENT_REGS, _sm_count
+from gemm_tma import BK, PERSISTENT_CLUSTER_REGS, PERSISTENT_REGS, _sm_count
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 TILES = ((128, 128), (64, 256))  # a warpgroup's tile: two wgmma m64n128k16 a step, or one m64n256k16
@@ -52,7 +52,7 @@ THREADS = 384
 # 256 x (consumers - 168): setmaxnreg.inc waits until the pool has them (32 and 240 hung
 # the GPU).  Unclustered, the same split as gemm_tma's persistent kernel (the same 384-thread
 # block); the clustered producer's multicast needs more than 24 (it spilled 98 words).
-REGS = {1: PERSISTENT_REGS, 2: (40, 232)}
+REGS = {1: PERSISTENT_REGS, 2: PERSISTENT_CLUSTER_REGS}
 
 
 def _smem_bytes(stages: int, tm: int = 128, tn: int = 128) -> int:

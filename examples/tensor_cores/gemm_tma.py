@@ -204,6 +204,10 @@ SMEM_LIMIT = 227 * 1024  # an sm_90 block's shared memory
 # The persistent kernel's (producer, consumer) registers: 128 x (168 - 24) given back cover
 # 256 x (240 - 168) taken (gemm_pingpong.REGS[1] is this); at 232 its consumers spilled two words.
 PERSISTENT_REGS = (24, 240)
+# In 2-block clusters the producer's multicast (its rank, half tile and mask) spilled at 24 (72-80 bytes
+# of local memory, sm_90a); at 128 x 40 + 256 x 232 (gemm_pingpong.REGS[2] is this) 16 bytes are left:
+# a consumer word reloaded twice a tile, outside the k-loop, and the producer's few.
+PERSISTENT_CLUSTER_REGS = (40, 232)
 
 
 def _persistent_smem(bn: int, stages: int) -> int:
@@ -222,7 +226,7 @@ def stage_chunk(stage, acc, chunk, r, col):
         stage_f32(stage, r, jj * 8 + col, CHUNK, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
 
 
-def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly"):
+def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
     """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
     the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
     k-tiles while the consumers store the last one (the ``STAGES`` buffers keep filling).
@@ -239,7 +243,17 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     plain kernel's 88%, ``benchmarks/results/gemm-ncu-2026-11-28-2148.json``).
     ``gelu=True``: ``c = linear(a, w, bias, a_map, w_map, blocks)``, ``act(a @ w.T +
     bias)`` with ``activation`` (:data:`epilogue.ACTIVATIONS`), applied in the store loop
-    as in :func:`make_linear_tma`."""
+    as in :func:`make_linear_tma`.
+
+    ``cluster=2``: blocks in pairs (thread-block clusters, as cuBLAS's kernel runs on an
+    H200) that walk pairs of tiles, adjacent row blocks of one column block, so that each
+    producer loads half of W's tile and multicasts it into both blocks
+    (:func:`make_linear_tma`'s ``cluster=2``, its buffers' rounds running on across
+    tiles); ``blocks`` must then be even, and M a multiple of 256.  On an H200 it was 1-3%
+    slower than without clusters (``benchmarks/results/epilogue-pairs-2026-11-29-0500.json``),
+    as the non-persistent clustered kernel is no faster than the plain one: not the default."""
+    if cluster not in (1, 2):
+        raise ValueError(f"make_linear_persistent: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
     stage_choices = tuple(stages) if isinstance(stages, (tuple, list)) else (stages,)
     for width in bn_choices:
@@ -259,6 +273,9 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     threads = 384
     consumers = 256
     act_store = activation_store(activation)
+    everyone = (1 << cluster) - 1  # the multicast's CTA mask: both blocks of the pair
+    producer_regs, consumer_regs = PERSISTENT_REGS if cluster == 1 else PERSISTENT_CLUSTER_REGS
+    clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
 
     @cuda.jit(device=True, inline=True)
     def store_chunk(c, bias, stage, acc, chunk, r, col, m0, n0, ctid):
@@ -276,7 +293,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
         shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES",
-        requires=_tile_rules(wide, 1),
+        requires=_tile_rules(wide, cluster),
+        **clusters,
     )
     def linear_persistent(
         a: pnex.In(dtype, (None, None)),
@@ -305,11 +323,16 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         lane = tid % 32
         ktiles = k // BK
         acc = cuda.local.array(regs, float32)  # the first wgmma of a tile writes it (accumulate=False)
+        part = BN // cluster  # the rows of W's tile this block's producer loads
+        rank = tc.cluster_ctarank() if cluster > 1 else 0
+        # With clusters, grouped_tile's tiles 2p and 2p + 1 (adjacent row blocks of one column
+        # block) go to the two blocks of one cluster: block b starts at tile b (the pair b // 2,
+        # its rank's half) and steps `blocks` tiles, `blocks / 2` pairs, as without.
 
-        init_buffers(bars, STAGES, 8, 1)  # empty: one arrival per consumer warp
+        init_buffers(bars, STAGES, 8 * cluster, cluster)  # empty: one arrival per consumer warp of the cluster
 
         if wg == 0:
-            tc.setmaxnreg_dec(PERSISTENT_REGS[0])
+            tc.setmaxnreg_dec(producer_regs)
             if tid == 0:
                 tc.tensor_map_acquire(a_map)
                 tc.tensor_map_acquire(w_map)
@@ -320,14 +343,18 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                     n0 = tile_n * BN
                     for kt in range(ktiles):
                         s = it % STAGES
-                        if it >= STAGES:  # the consumers released this buffer's previous round
+                        if it >= STAGES:  # the consumers (of both blocks) released this buffer's previous round
                             tc.mbarrier_wait(bars, STAGES + s, (it // STAGES - 1) & 1)
-                        tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)
+                        tc.mbarrier_arrive_expect_tx(bars, s, (BM + BN) * BK * 2)  # W's halves from both blocks
                         tc.tma_load(sa, (s, 0, 0), a_map, (m0, kt * BK), bars, s)
-                        tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
+                        if cluster > 1:
+                            tc.tma_load_multicast(sb, (s, rank * part, 0), w_map, (n0 + rank * part, kt * BK), bars,
+                                                  s, everyone)
+                        else:
+                            tc.tma_load(sb, (s, 0, 0), w_map, (n0, kt * BK), bars, s)
                         it += 1
         else:
-            tc.setmaxnreg_inc(PERSISTENT_REGS[1])
+            tc.setmaxnreg_inc(consumer_regs)
             row0 = (wg - 1) * 64
             ctid = tid - 128
             warp = (tid % 128) // 32
@@ -346,12 +373,12 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                         wgmma(acc, sa, (s, row0, kk * 16), sb, (s, 0, kk * 16), BN, kt > 0 or kk > 0)
                     tc.wgmma_commit()
                     tc.wgmma_wait(1)  # the previous k-tile's wgmma is done: its buffer can be refilled
-                    if kt > 0 and lane == 0:
-                        tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
+                    if kt > 0 and lane == 0:  # with clusters, both blocks' producers fill it: each is told
+                        release(bars, STAGES + (it - 1) % STAGES, cluster)
                     it += 1
                 tc.wgmma_wait(0)
                 if lane == 0:  # the tile's last buffer
-                    tc.mbarrier_arrive(bars, STAGES + (it - 1) % STAGES)
+                    release(bars, STAGES + (it - 1) % STAGES, cluster)
                 # One call a chunk, its number a literal: a loop over the chunks is not unrolled
                 # (its store loop is too long), and acc[...] went to local memory (64 STL).
                 store_chunk(c, bias, stage, acc, 0, r, col, m0, n0, ctid)
@@ -359,6 +386,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                 if BN > 2 * CHUNK:
                     store_chunk(c, bias, stage, acc, 2, r, col, m0, n0, ctid)
                     store_chunk(c, bias, stage, acc, 3, r, col, m0, n0, ctid)
+        if cluster > 1:
+            tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
     return linear_persistent
 
@@ -381,7 +410,8 @@ class TmaLinear:
     """``c = a @ w.T`` through :func:`make_linear_tma`'s op: makes (or finds) the tensor
     maps of ``a`` and ``w`` and calls the op (which refuses shapes its tiles do not divide).  ``persistent``:
     :func:`make_linear_persistent`'s op, one block an SM (GELU too).  ``cluster=2``: the
-    clustered kernel (W's box is half the tile: each block of a pair loads half).
+    clustered kernel (W's box is half the tile: each block of a pair loads half), persistent
+    or not.
     ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)`` (``activation``:
     :func:`make_linear_tma`'s)."""
 
@@ -389,13 +419,11 @@ class TmaLinear:
                  activation="gelu_poly"):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
-        if persistent and cluster != 1:
-            raise ValueError("TmaLinear: the persistent kernel has no clustered variant; give persistent or cluster=2")
         self.persistent = persistent
         self.cluster = cluster
         self.gelu = gelu
         if persistent:
-            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation)
+            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster)
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
@@ -410,7 +438,8 @@ class TmaLinear:
         if not self.persistent:
             return self.op(a, w, *fused, a_map, w_map)
         tiles = (a.shape[0] // BM) * (w.shape[0] // self.bn)
-        return self.op(a, w, *fused, a_map, w_map, min(tiles, _sm_count(a.device)))
+        blocks = min(tiles, _sm_count(a.device))
+        return self.op(a, w, *fused, a_map, w_map, blocks - blocks % self.cluster)  # whole clusters
 
     def __getattr__(self, name):
         return getattr(self.op, name)
