@@ -70,15 +70,19 @@ def test_a_grid_of_partial_clusters_is_refused_by_the_driver_launcher(monkeypatc
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-@pytest.mark.parametrize("bn,stages", [(256, 4), (256, 3), (128, 6)])
-def test_clustered_gemm_on_gpu(dtype, bn, stages):
+@pytest.mark.parametrize("bn,stages,persistent", [(256, 4, False), (256, 3, False), (128, 6, False), (256, 4, True),
+                                                  (128, 5, True)])
+def test_clustered_gemm_on_gpu(dtype, bn, stages, persistent, poisoned):
+    """The TMA GEMM in 2-block clusters (W's tile multicast), against float64 into NaN-filled
+    outputs; persistent: the last shape has more tiles than an H100 or H200 has SMs, so each
+    cluster walks several pairs of tiles (the buffers' rounds run on across them)."""
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_tma import TmaLinear
 
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
-    lin = TmaLinear(dtype, bn, stages, cluster=2)
+    lin = TmaLinear(dtype, bn, stages, persistent=persistent, cluster=2)
     gen = torch.Generator(device="cuda").manual_seed(bn + stages)
-    for m, n, k in ((256, bn, 64), (512, 3 * bn, 320), (1024, 1024, 2048)):
+    for m, n, k in ((256, bn, 64), (512, 3 * bn, 320), (1024, 1024, 2048), (4096, 2048, 512)):
         a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
         w = torch.randn(n, k, device="cuda", dtype=tdt, generator=gen)
         c = lin(a, w)
