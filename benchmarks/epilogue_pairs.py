@@ -49,6 +49,15 @@ CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "ping
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
          "persistent_gelu_poly", "persistent_cluster_gelu_poly")  # the GELU ops; not *_bias
+EPILOGUES = ("_gelu_poly", "_gelu", "_bias")  # a fused contender's name: its product's, then one of these
+
+
+def product_of(name: str) -> str | None:
+    """The contender that computes ``name``'s product alone (``tma`` for ``tma_gelu_poly``,
+    ``cublas`` for ``eager``), or None for a product itself."""
+    if name == "eager":
+        return "cublas"
+    return next((name[: -len(end)] for end in EPILOGUES if name.endswith(end)), None)
 
 
 def parse_args(argv=None):
@@ -108,24 +117,26 @@ def contenders(names, torch):
     def eager(x, w, b):
         return F.gelu(F.linear(x, w, b))
 
+    def product(op):
+        """A product-only op called as the fused ones are, ``(x, w, b)``."""
+        return lambda x, w, b: op(x, w)
+
     build = {
         "cublas": lambda: (lambda x, w, b: F.linear(x, w), False),
         "eager": lambda: (eager, True),
         "compile": lambda: (torch.compile(eager, fullgraph=True), True),
-        "tma": lambda: ((lambda op: lambda x, w, b: op(x, w))(TmaLinear("f16", 256, 4)), False),
+        "tma": lambda: (product(TmaLinear("f16", 256, 4)), False),
         "tma_gelu": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="gelu"), True),
-        "pingpong": lambda: ((lambda op: lambda x, w, b: op(x, w))(PingPongLinear("f16", 5)), False),
+        "pingpong": lambda: (product(PingPongLinear("f16", 5)), False),
         "pingpong_gelu": lambda: (PingPongLinear("f16", 5, gelu=True, activation="gelu"), True),
         "tma_bias": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="bias"), "bias"),
         "pingpong_bias": lambda: (PingPongLinear("f16", 5, gelu=True, activation="bias"), "bias"),
         "tma_gelu_poly": lambda: (TmaLinear("f16", 256, 4, gelu=True, activation="gelu_poly"), True),
         "pingpong_gelu_poly": lambda: (PingPongLinear("f16", 5, gelu=True, activation="gelu_poly"), True),
-        "persistent": lambda: ((lambda op: lambda x, w, b: op(x, w))(TmaLinear("f16", 256, 4, persistent=True)),
-                               False),
+        "persistent": lambda: (product(TmaLinear("f16", 256, 4, persistent=True)), False),
         "persistent_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="gelu_poly"), True),
         "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
-        "persistent_cluster": lambda: ((lambda op: lambda x, w, b: op(x, w))(
-            TmaLinear("f16", 256, 4, True, cluster=2)), False),
+        "persistent_cluster": lambda: (product(TmaLinear("f16", 256, 4, True, cluster=2)), False),
         "persistent_cluster_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, cluster=2, gelu=True), True),
     }
     return {name: build[name]() for name in names}
@@ -185,12 +196,9 @@ def run_shape(shape, fns, args, torch, sampler, rng):
             us=med, us_q1=q1, us_q3=q3, times_us=times,
             sm_mhz=statistics.median(clocks) if clocks else None,
             power_w=statistics.median(powers) if powers else None)
-    for fused, plain in (("tma_gelu", "tma"), ("pingpong_gelu", "pingpong"), ("eager", "cublas"),
-                         ("tma_bias", "tma"), ("pingpong_bias", "pingpong"), ("tma_gelu_poly", "tma"),
-                         ("pingpong_gelu_poly", "pingpong"), ("persistent_gelu_poly", "persistent"),
-                         ("persistent_bias", "persistent"),
-                         ("persistent_cluster_gelu_poly", "persistent_cluster")):
-        if fused in samples and plain in samples:
+    for fused in samples:
+        plain = product_of(fused)
+        if plain in samples:
             row[f"{fused}_over_{plain}_us"] = statistics.median(
                 f[0] - p[0] for f, p in zip(samples[fused], samples[plain]))
     best = min((row["contenders"][c]["us"], c) for c in FUSED if c in samples) \
