@@ -24,7 +24,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-KERNELS = ("cublas", "cublas-linear", "tma", "tma-persistent", "tma-cluster", "pingpong")
+KERNELS = ("cublas", "cublas-linear", "tma", "tma-persistent", "tma-cluster", "pingpong", "tma-persistent-gelu",
+           "tma-persistent-bias", "tma-persistent-gelu-unstaged")
 #: The raw metrics kept beside pnex_magic.ncu.figures' (absent ones are left out).
 EXTRA = {
     "l2_hit_rate": "lts__t_sector_hit_rate.pct",
@@ -61,6 +62,7 @@ def _contenders(names, m, n, k, dtype, torch):
     a = torch.randn(m, k, device="cuda", dtype=dt)
     w = torch.randn(n, k, device="cuda", dtype=dt) / k ** 0.5
     b = w.t().contiguous()
+    bias = torch.randn(n, device="cuda", dtype=dt)
     make = {
         "cublas": lambda: (torch.matmul, (a, b)),
         "cublas-linear": lambda: (torch.nn.functional.linear, (a, w)),
@@ -68,6 +70,12 @@ def _contenders(names, m, n, k, dtype, torch):
         "tma-persistent": lambda: (TmaLinear(dtype, 256, 4, persistent=True), (a, w)),
         "tma-cluster": lambda: (TmaLinear(dtype, 256, 4, cluster=2), (a, w)),
         "pingpong": lambda: (PingPongLinear(dtype, 5), (a, w)),
+        # the fused epilogues (bias + gelu_poly, bias alone; the bias loaded in the store loops)
+        "tma-persistent-gelu": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True), (a, w, bias)),
+        "tma-persistent-bias": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True, activation="bias"),
+                                        (a, w, bias)),
+        "tma-persistent-gelu-unstaged": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True,
+                                                           bias_staged=False), (a, w, bias)),
     }
     return {name: make[name]() for name in names}
 

@@ -46,17 +46,18 @@ def test_tma_gemm_gelu_epilogue_on_cpu(dtype, bn, poisoned):
 def test_persistent_tma_gemm_gelu_on_cpu(poisoned):
     """The persistent kernel's fused epilogue in the simulator (its plain GEMM:
     test_tc_bulk.py): 2 blocks walk 4 tiles of 128 x 128 (2 each: every buffer's barriers
-    go round again on the second tile), 3 k-tiles through 2 buffers, each tile stored in
-    two 64-column float32 chunks through one buffer; every element of a poisoned output
-    written, against float64."""
+    go round again on the second tile, and each block's second tile is in the other
+    column block, so the bias staged in shared memory for the first must be replaced),
+    3 k-tiles through 2 buffers, each tile stored in two 64-column float32 chunks through
+    one buffer; every element of a poisoned output written, against float64."""
     gen = torch.Generator().manual_seed(54)
-    a = torch.randn(512, 192, generator=gen).half()
-    w = (torch.randn(128, 192, generator=gen) / 192 ** 0.5).half()
-    bias = torch.randn(128, generator=gen).half()
+    a = torch.randn(256, 192, generator=gen).half()
+    w = (torch.randn(256, 192, generator=gen) / 192 ** 0.5).half()
+    bias = torch.randn(256, generator=gen).half()
     c = _gemm_tma().TmaLinear("f16", 128, 2, persistent=True, gelu=True)(a, w, bias)
     product = a.double() @ w.double().t()
     ref = F.gelu(product + bias.double())
-    assert c.shape == (512, 128) and not c.isnan().any()
+    assert c.shape == (256, 256) and not c.isnan().any()
     assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 2e-3).all()
     assert (c.double() - product).abs().max() > 0.1
 

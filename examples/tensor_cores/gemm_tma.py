@@ -182,7 +182,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # the consumers store (their registers to spare): 16-byte chunks, consecutive along rows
-                act_store(c, bias, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
+                act_store(c, bias, n0, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
         if not gelu:
             flat = tc.tile(words, 0, (BM * BN // 2,))
             chunks = BM * BN // 8
@@ -211,8 +211,9 @@ PERSISTENT_CLUSTER_REGS = (40, 232)
 
 
 def _persistent_smem(bn: int, stages: int) -> int:
-    """The persistent kernel's shared memory: the tile buffers, one float32 chunk of C, the barriers."""
-    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages
+    """The persistent kernel's shared memory: the tile buffers, one float32 chunk of C, the
+    barriers, the tile's bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
+    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 4 * bn
 
 
 @cuda.jit(device=True, inline=True)
@@ -226,7 +227,8 @@ def stage_chunk(stage, acc, chunk, r, col):
         stage_f32(stage, r, jj * 8 + col, CHUNK, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
 
 
-def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
+def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1,
+                           bias_staged=True):
     """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
     the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
     k-tiles while the consumers store the last one (the ``STAGES`` buffers keep filling).
@@ -251,7 +253,13 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     (:func:`make_linear_tma`'s ``cluster=2``, its buffers' rounds running on across
     tiles); ``blocks`` must then be even, and M a multiple of 256.  On an H200 it was 1-3%
     slower than without clusters (``benchmarks/results/epilogue-pairs-2026-11-29-0500.json``),
-    as the non-persistent clustered kernel is no faster than the plain one: not the default."""
+    as the non-persistent clustered kernel is no faster than the plain one: not the default.
+
+    ``bias_staged`` (the fused epilogue's): each consumer thread loads one value of the
+    tile's bias before the tile's k-loop (its latency hidden behind the loop) and stores it
+    into a shared float32 row after it, which the store loops read; ``False``: the store
+    loop of each chunk loads its 8 columns' bias from global memory, a latency exposed
+    four times a tile."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_persistent: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -278,21 +286,27 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
 
     @cuda.jit(device=True, inline=True)
-    def store_chunk(c, bias, stage, acc, chunk, r, col, m0, n0, ctid):
+    def store_chunk(c, bias, sbias, bval, stage, acc, chunk, r, col, m0, n0, ctid):
         """Chunk ``chunk`` of the tile at (m0, n0): wait until the last chunk's stores have
-        read the buffer, stage this one, wait until every consumer has, store it."""
+        read the buffer, stage this one (chunk 0: and this thread's value ``bval`` of the
+        tile's bias into ``sbias``, which every store loop of the last tile has read by now),
+        wait until every consumer has, store it."""
         tc.named_barrier(1, consumers)
         stage_chunk(stage, acc, chunk, r, col)
+        if gelu and bias_staged and chunk == 0 and ctid < sbias.shape[0]:
+            sbias[ctid] = bval
         tc.named_barrier(1, consumers)
-        if gelu:
-            act_store(c, bias, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
+        if gelu and bias_staged:
+            act_store(c, sbias, chunk * CHUNK, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
+        elif gelu:
+            act_store(c, bias, n0 + chunk * CHUNK, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
         else:
             plain_store(c, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
 
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
-        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES",
+        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES + 4 * BN",
         requires=_tile_rules(wide, cluster),
         **clusters,
     )
@@ -314,6 +328,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged, (BM * CHUNK,))
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, staged // 2 + BM * CHUNK // 2, (2 * STAGES,))  # full: s, empty: STAGES + s
+        sbias = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged + BM * CHUNK + 4 * STAGES, (BN,))
         m, k = a.shape
         n = w.shape[0]
         tiles_n = n // BN
@@ -365,6 +380,9 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                 tile_m, tile_n = grouped_tile(tile, m // BM, tiles_n, group)
                 m0 = tile_m * BM
                 n0 = tile_n * BN
+                bval = float32(0.0)
+                if gelu and bias_staged and ctid < BN:
+                    bval = float32(bias[n0 + ctid])  # used after the k-loop: its latency is hidden
                 for kt in range(ktiles):
                     s = it % STAGES
                     tc.mbarrier_wait(bars, s, (it // STAGES) & 1)
@@ -381,11 +399,11 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                     release(bars, STAGES + (it - 1) % STAGES, cluster)
                 # One call a chunk, its number a literal: a loop over the chunks is not unrolled
                 # (its store loop is too long), and acc[...] went to local memory (64 STL).
-                store_chunk(c, bias, stage, acc, 0, r, col, m0, n0, ctid)
-                store_chunk(c, bias, stage, acc, 1, r, col, m0, n0, ctid)
+                store_chunk(c, bias, sbias, bval, stage, acc, 0, r, col, m0, n0, ctid)
+                store_chunk(c, bias, sbias, bval, stage, acc, 1, r, col, m0, n0, ctid)
                 if BN > 2 * CHUNK:
-                    store_chunk(c, bias, stage, acc, 2, r, col, m0, n0, ctid)
-                    store_chunk(c, bias, stage, acc, 3, r, col, m0, n0, ctid)
+                    store_chunk(c, bias, sbias, bval, stage, acc, 2, r, col, m0, n0, ctid)
+                    store_chunk(c, bias, sbias, bval, stage, acc, 3, r, col, m0, n0, ctid)
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
@@ -416,14 +434,15 @@ class TmaLinear:
     :func:`make_linear_tma`'s)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
-                 activation="gelu_poly"):
+                 activation="gelu_poly", bias_staged=True):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         self.persistent = persistent
         self.cluster = cluster
         self.gelu = gelu
         if persistent:
-            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster)
+            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster,
+                                             bias_staged=bias_staged)
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
