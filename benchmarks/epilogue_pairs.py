@@ -49,10 +49,12 @@ SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
               "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
               "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly", "persistent_unstaged",
-              "persistent_unstaged_gelu_poly", "persistent_unstaged_bias")
+              "persistent_unstaged_gelu_poly", "persistent_unstaged_bias", "persistent_f32", "persistent_f32_gelu_poly",
+              "persistent_f32_bias")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
-         "persistent_gelu_poly", "persistent_cluster_gelu_poly", "persistent_unstaged_gelu_poly")  # the GELU ops; not *_bias
+         "persistent_gelu_poly", "persistent_cluster_gelu_poly", "persistent_unstaged_gelu_poly",
+         "persistent_f32_gelu_poly")  # the GELU ops; not *_bias
 EPILOGUES = ("_gelu_poly", "_gelu", "_bias")  # a fused contender's name: its product's, then one of these
 
 
@@ -148,6 +150,11 @@ def contenders(names, torch):
         "persistent_unstaged_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, bias_staged=False), True),
         "persistent_unstaged_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias",
                                                        bias_staged=False), "bias"),
+        # the float32 staging, the epilogue applied in the store loop (staging="f32")
+        "persistent_f32": lambda: (product(TmaLinear("f16", 256, 4, persistent=True, staging="f32")), False),
+        "persistent_f32_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, staging="f32"), True),
+        "persistent_f32_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias",
+                                                  staging="f32"), "bias"),
     }
     return {name: build[name]() for name in names}
 

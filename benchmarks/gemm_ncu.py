@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 KERNELS = ("cublas", "cublas-linear", "tma", "tma-persistent", "tma-cluster", "pingpong", "tma-persistent-gelu",
-           "tma-persistent-bias", "tma-persistent-gelu-unstaged")
+           "tma-persistent-bias", "tma-persistent-gelu-unstaged", "tma-persistent-f32", "tma-persistent-gelu-f32")
 #: The raw metrics kept beside pnex_magic.ncu.figures' (absent ones are left out).
 EXTRA = {
     "l2_hit_rate": "lts__t_sector_hit_rate.pct",
@@ -76,6 +76,9 @@ def _contenders(names, m, n, k, dtype, torch):
                                         (a, w, bias)),
         "tma-persistent-gelu-unstaged": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True,
                                                            bias_staged=False), (a, w, bias)),
+        "tma-persistent-f32": lambda: (TmaLinear(dtype, 256, 4, persistent=True, staging="f32"), (a, w)),
+        "tma-persistent-gelu-f32": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True, staging="f32"),
+                                            (a, w, bias)),
     }
     return {name: make[name]() for name in names}
 

@@ -33,7 +33,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import activation_store, gelu_fits, plain_store, stage_f32
+from epilogue import ACTIVATIONS, activation_store, gelu_fits, pack, plain_store, stage_f32
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -212,8 +212,46 @@ PERSISTENT_CLUSTER_REGS = (40, 232)
 
 def _persistent_smem(bn: int, stages: int) -> int:
     """The persistent kernel's shared memory: the tile buffers, one float32 chunk of C, the
-    barriers, the tile's bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
-    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 4 * bn
+    barriers, two tiles' bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
+    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 8 * bn
+
+
+def make_stage_chunk_f16(act, gelu, bf16):
+    """The register epilogue's staging of one chunk: :func:`stage_chunk`'s accumulators,
+    ``act(x + bias)`` applied in registers (``gelu``; the bias of the chunk's columns
+    read from the shared row ``sbias`` from ``bias0``), packed to float16 (bfloat16)
+    pairs into the ``BM`` x ``CHUNK`` half ``half`` of ``stage16`` (32-bit words, two
+    halves of ``BM`` rows of 128 bytes each, in the 128-byte swizzle: a warp's 4-byte
+    stores, 8 rows x 4 words, fill the 32 banks once)."""
+
+    @cuda.jit(device=True, inline=True)
+    def stage(stage16, half, sbias, bias0, acc, chunk, r, col):
+        for jj in range(CHUNK // 8):  # a constant trip count: unrolled, the accumulators stay in registers
+            j = chunk * (CHUNK // 8) + jj
+            x0, x1, x2, x3 = acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]
+            if gelu:
+                b0 = sbias[bias0 + jj * 8 + col]
+                b1 = sbias[bias0 + jj * 8 + col + 1]
+                x0, x1, x2, x3 = act(x0 + b0), act(x1 + b1), act(x2 + b0), act(x3 + b1)
+            row = half * BM + r
+            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x0, x1, bf16)
+            row += 8
+            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x2, x3, bf16)
+
+    return stage
+
+
+@cuda.jit(device=True, inline=True)
+def store_staged16(c, stage16, half, m0, n0, ctid, threads):
+    """Half ``half`` of ``stage16`` (``BM`` x ``CHUNK`` packed words, as
+    :func:`make_stage_chunk_f16` wrote them) to C at (m0, n0): 16 bytes a thread at a
+    time, 8 threads a row of 128 bytes."""
+    for q in range(BM * CHUNK // 8 // threads):
+        unit = ctid + threads * q
+        row = unit // (CHUNK // 8)
+        col = (unit % (CHUNK // 8)) * 8
+        at = half * BM + row  # (BM is a multiple of 8: the swizzle sees the row's place in its 8)
+        tc.store_words(c, (m0 + row, n0 + col), pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4))
 
 
 @cuda.jit(device=True, inline=True)
@@ -228,7 +266,7 @@ def stage_chunk(stage, acc, chunk, r, col):
 
 
 def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1,
-                           bias_staged=True):
+                           bias_staged=True, staging="f16"):
     """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
     the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
     k-tiles while the consumers store the last one (the ``STAGES`` buffers keep filling).
@@ -259,7 +297,16 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     tile's bias before the tile's k-loop (its latency hidden behind the loop) and stores it
     into a shared float32 row after it, which the store loops read; ``False``: the store
     loop of each chunk loads its 8 columns' bias from global memory, a latency exposed
-    four times a tile."""
+    four times a tile.
+
+    ``staging="f16"``: the epilogue is applied in registers and each chunk staged in
+    C's dtype, two chunks' halves of the 32 KiB buffer in turn, one named barrier a chunk
+    (:func:`make_stage_chunk_f16`, :func:`store_staged16`); the tile's bias is loaded
+    during the tile before it and kept in one of two shared rows.  ``"f32"``: the
+    accumulators staged as they are, the epilogue applied in the store loop, two barriers
+    a chunk."""
+    if staging not in ("f16", "f32"):
+        raise ValueError(f"make_linear_persistent: staging must be 'f16' or 'f32', got {staging!r}")
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_persistent: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -281,6 +328,11 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     threads = 384
     consumers = 256
     act_store = activation_store(activation)
+    stage_f16 = make_stage_chunk_f16(ACTIVATIONS[activation], gelu, bf16)
+    f16_staging = staging == "f16"
+    # whole constants, so that Numba folds the branches that read bias away when it is Unused
+    bias_ahead = gelu and f16_staging  # the next tile's bias loaded during this one
+    bias_here = gelu and not f16_staging and bias_staged  # this tile's, during its k-loop
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: both blocks of the pair
     producer_regs, consumer_regs = PERSISTENT_REGS if cluster == 1 else PERSISTENT_CLUSTER_REGS
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
@@ -303,10 +355,19 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         else:
             plain_store(c, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
 
+    @cuda.jit(device=True, inline=True)
+    def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, ctid):
+        """Chunk ``chunk`` through half ``half`` of the staging buffer: stage it (the
+        consumers all stored the chunk before the last from this half: they passed the
+        last chunk's barrier after it), wait until every consumer has, store it."""
+        stage_f16(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
+        tc.named_barrier(1, consumers)
+        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, ctid, consumers)
+
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
-        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES + 4 * BN",
+        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES + 8 * BN",
         requires=_tile_rules(wide, cluster),
         **clusters,
     )
@@ -328,7 +389,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged, (BM * CHUNK,))
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, staged // 2 + BM * CHUNK // 2, (2 * STAGES,))  # full: s, empty: STAGES + s
-        sbias = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged + BM * CHUNK + 4 * STAGES, (BN,))
+        sbias = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged + BM * CHUNK + 4 * STAGES, (2 * BN,))
+        stage16 = tc.tile(cuda.shared.array(0, uint32, alignment=1024), staged, (BM * CHUNK,))  # 2 x BM x CHUNK / 2
         m, k = a.shape
         n = w.shape[0]
         tiles_n = n // BN
@@ -376,13 +438,24 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
             r = row0 + warp * 16 + lane // 4
             col = 2 * (lane % 4)
             it = 0
+            i = 0  # the block's tiles so far: the parity of its bias row (f16 staging)
+            if bias_ahead:  # the first tile's bias; each later one's is loaded during the tile before
+                if ctid < BN and cuda.blockIdx.x < tiles:
+                    first_n = grouped_tile(cuda.blockIdx.x, m // BM, tiles_n, group)[1]
+                    sbias[ctid] = float32(bias[first_n * BN + ctid])
+                tc.named_barrier(1, consumers)
             for tile in range(cuda.blockIdx.x, tiles, blocks):
                 tile_m, tile_n = grouped_tile(tile, m // BM, tiles_n, group)
                 m0 = tile_m * BM
                 n0 = tile_n * BN
                 bval = float32(0.0)
-                if gelu and bias_staged and ctid < BN:
-                    bval = float32(bias[n0 + ctid])  # used after the k-loop: its latency is hidden
+                if bias_ahead:
+                    if ctid < BN and tile + blocks < tiles:
+                        next_n = grouped_tile(tile + blocks, m // BM, tiles_n, group)[1]
+                        bval = float32(bias[next_n * BN + ctid])  # stored after the k-loop: its latency is hidden
+                if bias_here:
+                    if ctid < BN:
+                        bval = float32(bias[n0 + ctid])  # used after the k-loop: its latency is hidden
                 for kt in range(ktiles):
                     s = it % STAGES
                     tc.mbarrier_wait(bars, s, (it // STAGES) & 1)
@@ -399,11 +472,22 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                     release(bars, STAGES + (it - 1) % STAGES, cluster)
                 # One call a chunk, its number a literal: a loop over the chunks is not unrolled
                 # (its store loop is too long), and acc[...] went to local memory (64 STL).
-                store_chunk(c, bias, sbias, bval, stage, acc, 0, r, col, m0, n0, ctid)
-                store_chunk(c, bias, sbias, bval, stage, acc, 1, r, col, m0, n0, ctid)
-                if BN > 2 * CHUNK:
-                    store_chunk(c, bias, sbias, bval, stage, acc, 2, r, col, m0, n0, ctid)
-                    store_chunk(c, bias, sbias, bval, stage, acc, 3, r, col, m0, n0, ctid)
+                if f16_staging:
+                    par = i & 1
+                    if gelu and ctid < BN:  # the next tile's bias: this tile's last barrier orders it before its
+                        sbias[(1 - par) * BN + ctid] = bval  # readers, and the last tile's before this write
+                    chunk16(c, stage16, 0, sbias, par * BN, acc, 0, r, col, m0, n0, ctid)
+                    chunk16(c, stage16, 1, sbias, par * BN, acc, 1, r, col, m0, n0, ctid)
+                    if BN > 2 * CHUNK:
+                        chunk16(c, stage16, 0, sbias, par * BN, acc, 2, r, col, m0, n0, ctid)
+                        chunk16(c, stage16, 1, sbias, par * BN, acc, 3, r, col, m0, n0, ctid)
+                    i += 1
+                else:
+                    store_chunk(c, bias, sbias, bval, stage, acc, 0, r, col, m0, n0, ctid)
+                    store_chunk(c, bias, sbias, bval, stage, acc, 1, r, col, m0, n0, ctid)
+                    if BN > 2 * CHUNK:
+                        store_chunk(c, bias, sbias, bval, stage, acc, 2, r, col, m0, n0, ctid)
+                        store_chunk(c, bias, sbias, bval, stage, acc, 3, r, col, m0, n0, ctid)
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
@@ -434,7 +518,7 @@ class TmaLinear:
     :func:`make_linear_tma`'s)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
-                 activation="gelu_poly", bias_staged=True):
+                 activation="gelu_poly", bias_staged=True, staging="f16"):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         self.persistent = persistent
@@ -442,7 +526,7 @@ class TmaLinear:
         self.gelu = gelu
         if persistent:
             self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster,
-                                             bias_staged=bias_staged)
+                                             bias_staged=bias_staged, staging=staging)
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
