@@ -21,10 +21,7 @@ polynomial); on request the fused kernels with the erf form of the GELU (``tma_g
 ``pingpong_gelu``: libdevice's ``erff``) and with the bias only (``tma_bias``,
 ``pingpong_bias``: what the GELU's arithmetic costs).  The persistent TMA kernel likewise:
 ``persistent``, ``persistent_gelu_poly``, ``persistent_bias``, and in 2-block clusters
-(W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``, and with the
-bias loaded in each store loop rather than staged in shared memory (``bias_staged=False``)
-``persistent_unstaged_gelu_poly`` and ``persistent_unstaged_bias`` (their product,
-``persistent_unstaged``, is the plain persistent kernel timed a second time).  A fused kernel's
+(W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``.  A fused kernel's
 cost over its own product is the median over rounds of the difference within a round.
 Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
@@ -48,13 +45,10 @@ REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
               "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
-              "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly", "persistent_unstaged",
-              "persistent_unstaged_gelu_poly", "persistent_unstaged_bias", "persistent_f32", "persistent_f32_gelu_poly",
-              "persistent_f32_bias")
+              "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
-         "persistent_gelu_poly", "persistent_cluster_gelu_poly", "persistent_unstaged_gelu_poly",
-         "persistent_f32_gelu_poly")  # the GELU ops; not *_bias
+         "persistent_gelu_poly", "persistent_cluster_gelu_poly")  # the GELU ops; not *_bias
 EPILOGUES = ("_gelu_poly", "_gelu", "_bias")  # a fused contender's name: its product's, then one of these
 
 
@@ -144,17 +138,6 @@ def contenders(names, torch):
         "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
         "persistent_cluster": lambda: (product(TmaLinear("f16", 256, 4, True, cluster=2)), False),
         "persistent_cluster_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, cluster=2, gelu=True), True),
-        # the bias loaded from global memory in each chunk's store loop (bias_staged=False); its
-        # product is the plain persistent kernel again, a second sample of it
-        "persistent_unstaged": lambda: (product(TmaLinear("f16", 256, 4, persistent=True)), False),
-        "persistent_unstaged_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, bias_staged=False), True),
-        "persistent_unstaged_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias",
-                                                       bias_staged=False), "bias"),
-        # the float32 staging, the epilogue applied in the store loop (staging="f32")
-        "persistent_f32": lambda: (product(TmaLinear("f16", 256, 4, persistent=True, staging="f32")), False),
-        "persistent_f32_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, staging="f32"), True),
-        "persistent_f32_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias",
-                                                  staging="f32"), "bias"),
     }
     return {name: build[name]() for name in names}
 

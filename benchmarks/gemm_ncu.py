@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 KERNELS = ("cublas", "cublas-linear", "tma", "tma-persistent", "tma-cluster", "pingpong", "tma-persistent-gelu",
-           "tma-persistent-bias", "tma-persistent-gelu-unstaged", "tma-persistent-f32", "tma-persistent-gelu-f32")
+           "tma-persistent-bias")
 #: The raw metrics kept beside pnex_magic.ncu.figures' (absent ones are left out).
 EXTRA = {
     "l2_hit_rate": "lts__t_sector_hit_rate.pct",
@@ -70,15 +70,10 @@ def _contenders(names, m, n, k, dtype, torch):
         "tma-persistent": lambda: (TmaLinear(dtype, 256, 4, persistent=True), (a, w)),
         "tma-cluster": lambda: (TmaLinear(dtype, 256, 4, cluster=2), (a, w)),
         "pingpong": lambda: (PingPongLinear(dtype, 5), (a, w)),
-        # the fused epilogues (bias + gelu_poly, bias alone; the bias loaded in the store loops)
+        # the fused epilogues: bias + gelu_poly, and the bias alone
         "tma-persistent-gelu": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True), (a, w, bias)),
         "tma-persistent-bias": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True, activation="bias"),
                                         (a, w, bias)),
-        "tma-persistent-gelu-unstaged": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True,
-                                                           bias_staged=False), (a, w, bias)),
-        "tma-persistent-f32": lambda: (TmaLinear(dtype, 256, 4, persistent=True, staging="f32"), (a, w)),
-        "tma-persistent-gelu-f32": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True, staging="f32"),
-                                            (a, w, bias)),
     }
     return {name: make[name]() for name in names}
 

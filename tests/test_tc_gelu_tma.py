@@ -82,7 +82,7 @@ def test_gelu_tiles_that_do_not_fit_are_refused():
         gemm_tma.make_linear_tma("f16", (128, 256), (2, 3), gelu=True)
     with pytest.raises(ValueError, match="BN must be 32, 64, 128 or 256 .* got 96"):
         gemm_tma.make_linear_tma("f16", 96, 4, gelu=True)
-    with pytest.raises(ValueError, match=r"STAGES = 5 buffers of 48 KiB and the 32 KiB float32 chunk do not fit the "
+    with pytest.raises(ValueError, match=r"STAGES = 5 buffers of 48 KiB and the 32 KiB staging buffer do not fit the "
                                          r"block's 227 KiB at BN = 256; give 2 to 4 stages"):
         gemm_tma.TmaLinear("f16", 256, 5, persistent=True, gelu=True)
     with pytest.raises(ValueError, match="make_linear_persistent: BN must be 128 or 256 .* got 64"):

@@ -131,21 +131,23 @@ def staged8(stage, row, col, BN):
 _STORES = {}
 
 
+def activation_named(activation):
+    """``ACTIVATIONS[activation]``, or a ValueError naming the choices."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    return ACTIVATIONS[activation]
+
+
 def activation_store(activation="gelu"):
     """The store loop of a fused epilogue whose activation is ``ACTIVATIONS[activation]``
     (a device function, made once a name): :func:`gelu_store` with another activation."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    act = activation_named(activation)
     if activation not in _STORES:
-        act = ACTIVATIONS[activation]
 
         @cuda.jit(device=True, inline=True)
-        def store(c, bias, bias0, stage, m0, n0, t, threads, rows, BN, bf16):
+        def store(c, bias, stage, m0, n0, t, threads, rows, BN, bf16):
             """The store loop of a GELU epilogue: the ``rows`` x ``BN`` float32 tile ``stage``
-            (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``act(x + bias)`` with the
-            tile's column ``j`` taking ``bias[bias0 + j]`` (``bias0`` is ``n0`` for the bias
-            in global memory; a kernel that stages the tile's bias in shared memory passes
-            that array and its own offset), by
+            (laid out by :func:`f32_unit`) to C at ``(m0, n0)``, ``act(x + bias)``, by
             ``threads`` threads of which this is number ``t``: 16-byte chunks, consecutive along
             rows.  BN / 8 divides ``threads`` (:func:`gelu_fits`), so a thread always stores the
             same 8 columns and loads their bias once; its rows are ``t // (BN / 8)`` and every
@@ -154,14 +156,14 @@ def activation_store(activation="gelu"):
             alternates and the pair swap of rows 4-7 is taken per chunk, as it is here."""
             per = BN // 8  # chunks a row
             col = (t % per) * 8
-            b0 = float32(bias[bias0 + col])
-            b1 = float32(bias[bias0 + col + 1])
-            b2 = float32(bias[bias0 + col + 2])
-            b3 = float32(bias[bias0 + col + 3])
-            b4 = float32(bias[bias0 + col + 4])
-            b5 = float32(bias[bias0 + col + 5])
-            b6 = float32(bias[bias0 + col + 6])
-            b7 = float32(bias[bias0 + col + 7])
+            b0 = float32(bias[n0 + col])
+            b1 = float32(bias[n0 + col + 1])
+            b2 = float32(bias[n0 + col + 2])
+            b3 = float32(bias[n0 + col + 3])
+            b4 = float32(bias[n0 + col + 4])
+            b5 = float32(bias[n0 + col + 5])
+            b6 = float32(bias[n0 + col + 6])
+            b7 = float32(bias[n0 + col + 7])
             for q in range(rows * BN // 8 // threads):
                 row = t // per + q * (threads // per)
                 x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)

@@ -221,7 +221,7 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
                                   acc1[4 * j + 3])
                 tc.named_barrier(1 + me, 128)  # the tile is staged
                 if gelu:
-                    act_store(c, bias, tile_n * TN, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
+                    act_store(c, bias, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
                 else:
                     plain_store(c, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
                 tc.named_barrier(1 + me, 128)  # every thread of this warpgroup has read the staging tile

@@ -33,7 +33,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import ACTIVATIONS, activation_store, gelu_fits, pack, plain_store, stage_f32
+from epilogue import activation_named, activation_store, gelu_fits, pack, stage_f32
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -182,7 +182,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # the consumers store (their registers to spare): 16-byte chunks, consecutive along rows
-                act_store(c, bias, n0, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
+                act_store(c, bias, stage, m0, n0, tid - 128, consumers, BM, BN, bf16)
         if not gelu:
             flat = tc.tile(words, 0, (BM * BN // 2,))
             chunks = BM * BN // 8
@@ -199,7 +199,7 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     return linear_tma
 
 
-CHUNK = 64  # the persistent kernel's epilogue stages C 64 columns at a time (float32: BM x 64 x 4 = 32 KiB)
+CHUNK = 64  # the persistent kernel's epilogue stages C 64 columns at a time (BM x 64 x 2 = 16 KiB, two halves)
 SMEM_LIMIT = 227 * 1024  # an sm_90 block's shared memory
 # The persistent kernel's (producer, consumer) registers: 128 x (168 - 24) given back cover
 # 256 x (240 - 168) taken (gemm_pingpong.REGS[1] is this); at 232 its consumers spilled two words.
@@ -211,14 +211,16 @@ PERSISTENT_CLUSTER_REGS = (40, 232)
 
 
 def _persistent_smem(bn: int, stages: int) -> int:
-    """The persistent kernel's shared memory: the tile buffers, one float32 chunk of C, the
+    """The persistent kernel's shared memory: the tile buffers, two chunks of C (32 KiB), the
     barriers, two tiles' bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
     return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 8 * bn
 
 
 def make_stage_chunk_f16(act, gelu, bf16):
-    """The register epilogue's staging of one chunk: :func:`stage_chunk`'s accumulators,
-    ``act(x + bias)`` applied in registers (``gelu``; the bias of the chunk's columns
+    """The persistent kernel's staging of one chunk: columns ``chunk * CHUNK`` to ``chunk *
+    CHUNK + CHUNK - 1`` of a consumer thread's accumulators (rows ``r`` and ``r + 8``, its
+    pairs at ``col``, ``col + 1`` of every 8; ``chunk`` a constant at the call, so that
+    ``acc``'s indices stay constants), ``act(x + bias)`` applied in registers (``gelu``; the bias of the chunk's columns
     read from the shared row ``sbias`` from ``bias0``), packed to float16 (bfloat16)
     pairs into the ``BM`` x ``CHUNK`` half ``half`` of ``stage16`` (32-bit words, two
     halves of ``BM`` rows of 128 bytes each, in the 128-byte swizzle: a warp's 4-byte
@@ -254,36 +256,40 @@ def store_staged16(c, stage16, half, m0, n0, ctid, threads):
         tc.store_words(c, (m0 + row, n0 + col), pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4))
 
 
-@cuda.jit(device=True, inline=True)
-def stage_chunk(stage, acc, chunk, r, col):
-    """Columns ``chunk * CHUNK`` to ``chunk * CHUNK + CHUNK - 1`` of a consumer thread's
-    accumulators (rows ``r`` and ``r + 8``, its pairs at ``col``, ``col + 1`` of every 8)
-    into the float32 chunk ``stage`` (rows ``CHUNK`` wide, :func:`epilogue.f32_unit`'s
-    layout); ``chunk`` a constant at the call, so ``acc``'s indices stay constants."""
-    for jj in range(CHUNK // 8):  # a constant trip count: unrolled, the accumulators stay in registers
-        j = chunk * (CHUNK // 8) + jj
-        stage_f32(stage, r, jj * 8 + col, CHUNK, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
-
-
-def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1,
-                           bias_staged=True, staging="f16"):
+def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
     """:func:`make_linear_tma` as a persistent kernel: ``blocks`` blocks (one an SM) walk
     the tiles of C in steps of ``blocks``; the producer runs on into the next tile's
     k-tiles while the consumers store the last one (the ``STAGES`` buffers keep filling).
     The phase of each buffer runs on across tiles: iteration ``it`` of the block uses
     buffer ``it % STAGES`` in round ``it // STAGES``.
 
-    The consumers store a tile ``CHUNK`` = 64 columns at a time through one float32
-    buffer of 32 KiB (stage the chunk, a named barrier among the 256 consumer threads,
-    which the producer never joins; store it, 16 bytes a thread; a barrier before the
-    next chunk overwrites it), so that 4 buffers of 48 KiB fit beside it at BN = 256:
-    with a whole 128 x 256 tile staged (64 KiB in float16) only 3 did, the producer ran
-    one k-tile ahead of the consumers, and on an H200 the consumers waited on the
-    buffers' "full" barriers (29% of the stall samples; tensor pipe 75-77% against the
-    plain kernel's 88%, ``benchmarks/results/gemm-ncu-2026-11-28-2148.json``).
+    The consumers store a tile ``CHUNK`` = 64 columns at a time, in C's dtype, through
+    the two 16 KiB halves of a 32 KiB buffer in turn: stage the chunk
+    (:func:`make_stage_chunk_f16`), a named barrier among the 256 consumer threads (which
+    the producer never joins), store it, 16 bytes a thread (:func:`store_staged16`).  One
+    barrier a chunk: a thread stages a chunk into the half the chunk before the last used
+    only after the last chunk's barrier, which every consumer reached after storing from
+    that half.  So 4 buffers of 48 KiB fit beside it at BN = 256: with a whole 128 x 256
+    tile staged (64 KiB) only 3 did, the producer ran one k-tile ahead of the consumers,
+    and on an H200 the consumers waited on the buffers' "full" barriers (29% of the stall
+    samples; tensor pipe 75-77% against the plain kernel's 88%,
+    ``benchmarks/results/gemm-ncu-2026-11-28-2148.json``).
     ``gelu=True``: ``c = linear(a, w, bias, a_map, w_map, blocks)``, ``act(a @ w.T +
-    bias)`` with ``activation`` (:data:`epilogue.ACTIVATIONS`), applied in the store loop
-    as in :func:`make_linear_tma`.
+    bias)`` with ``activation`` (:data:`epilogue.ACTIVATIONS`), applied in registers
+    before the staging.  Each consumer thread loads one value of the next tile's bias
+    before this tile's k-loop (its latency hidden behind the loop) and stores it, after
+    the loop, into the other of two shared float32 rows, which this tile's last barrier
+    orders before the next tile's reads (and the last tile's reads of that row before
+    this write).
+
+    Measured on an H200 against the kernel before, whose store loops loaded each chunk's
+    bias from global memory (a latency exposed four times a tile): the bias-only
+    epilogue's cost over the product fell from +8.5/+19.1/+56.4 to +2.8/+6.1/+27.1 us at
+    4096^3, 8192 x 4096 x 4096 and 8192 x 16384 x 4096
+    (``benchmarks/results/epilogue-pairs-2026-11-29-0720.json``).  Against float32
+    staging with the epilogue in the store loop (two barriers a chunk): the product
+    213.1/435.6/1730.8 us against 216.6/441.1/1779.0, the GELU kernel no slower
+    (``epilogue-pairs-2026-11-29-0741.json``).
 
     ``cluster=2``: blocks in pairs (thread-block clusters, as cuBLAS's kernel runs on an
     H200) that walk pairs of tiles, adjacent row blocks of one column block, so that each
@@ -291,22 +297,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     (:func:`make_linear_tma`'s ``cluster=2``, its buffers' rounds running on across
     tiles); ``blocks`` must then be even, and M a multiple of 256.  On an H200 it was 1-3%
     slower than without clusters (``benchmarks/results/epilogue-pairs-2026-11-29-0500.json``),
-    as the non-persistent clustered kernel is no faster than the plain one: not the default.
-
-    ``bias_staged`` (the fused epilogue's): each consumer thread loads one value of the
-    tile's bias before the tile's k-loop (its latency hidden behind the loop) and stores it
-    into a shared float32 row after it, which the store loops read; ``False``: the store
-    loop of each chunk loads its 8 columns' bias from global memory, a latency exposed
-    four times a tile.
-
-    ``staging="f16"``: the epilogue is applied in registers and each chunk staged in
-    C's dtype, two chunks' halves of the 32 KiB buffer in turn, one named barrier a chunk
-    (:func:`make_stage_chunk_f16`, :func:`store_staged16`); the tile's bias is loaded
-    during the tile before it and kept in one of two shared rows.  ``"f32"``: the
-    accumulators staged as they are, the epilogue applied in the store loop, two barriers
-    a chunk."""
-    if staging not in ("f16", "f32"):
-        raise ValueError(f"make_linear_persistent: staging must be 'f16' or 'f32', got {staging!r}")
+    as the non-persistent clustered kernel is no faster than the plain one: not the default."""
     if cluster not in (1, 2):
         raise ValueError(f"make_linear_persistent: cluster must be 1 or 2 blocks, got {cluster!r}")
     bn_choices = tuple(bn) if isinstance(bn, (tuple, list)) else (bn,)
@@ -319,7 +310,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
             if not 2 <= s or _persistent_smem(width, s) > SMEM_LIMIT:
                 most = max(n for n in range(2, 16) if _persistent_smem(width, n) <= SMEM_LIMIT)
                 raise ValueError(f"make_linear_persistent: STAGES = {s} buffers of {(BM + width) * BK * 2 // 1024} KiB "
-                                 f"and the 32 KiB float32 chunk do not fit the block's 227 KiB at BN = {width}; give "
+                                 f"and the 32 KiB staging buffer do not fit the block's 227 KiB at BN = {width}; give "
                                  f"2 to {most} stages")
     wide = max(bn_choices)
     regs = wide // 2
@@ -327,33 +318,10 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     bf16 = dtype != "f16"
     threads = 384
     consumers = 256
-    act_store = activation_store(activation)
-    stage_f16 = make_stage_chunk_f16(ACTIVATIONS[activation], gelu, bf16)
-    f16_staging = staging == "f16"
-    # whole constants, so that Numba folds the branches that read bias away when it is Unused
-    bias_ahead = gelu and f16_staging  # the next tile's bias loaded during this one
-    bias_here = gelu and not f16_staging and bias_staged  # this tile's, during its k-loop
+    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16)
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: both blocks of the pair
     producer_regs, consumer_regs = PERSISTENT_REGS if cluster == 1 else PERSISTENT_CLUSTER_REGS
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
-
-    @cuda.jit(device=True, inline=True)
-    def store_chunk(c, bias, sbias, bval, stage, acc, chunk, r, col, m0, n0, ctid):
-        """Chunk ``chunk`` of the tile at (m0, n0): wait until the last chunk's stores have
-        read the buffer, stage this one (chunk 0: and this thread's value ``bval`` of the
-        tile's bias into ``sbias``, which every store loop of the last tile has read by now),
-        wait until every consumer has, store it."""
-        tc.named_barrier(1, consumers)
-        stage_chunk(stage, acc, chunk, r, col)
-        if gelu and bias_staged and chunk == 0 and ctid < sbias.shape[0]:
-            sbias[ctid] = bval
-        tc.named_barrier(1, consumers)
-        if gelu and bias_staged:
-            act_store(c, sbias, chunk * CHUNK, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
-        elif gelu:
-            act_store(c, bias, n0 + chunk * CHUNK, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
-        else:
-            plain_store(c, stage, m0, n0 + chunk * CHUNK, ctid, consumers, BM, CHUNK, bf16)
 
     @cuda.jit(device=True, inline=True)
     def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, ctid):
@@ -385,8 +353,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, BM, BK))
         sb = tc.tile(raw, STAGES * BM * BK, (STAGES, BN, BK))
-        staged = STAGES * (BM + BN) * BK // 2  # in 4-byte words: the float32 chunk's buffer after the tiles'
-        stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged, (BM * CHUNK,))
+        staged = STAGES * (BM + BN) * BK // 2  # in 4-byte words: the staging buffer after the tiles'
         words64 = cuda.shared.array(0, uint64, alignment=1024)
         bars = tc.tile(words64, staged // 2 + BM * CHUNK // 2, (2 * STAGES,))  # full: s, empty: STAGES + s
         sbias = tc.tile(cuda.shared.array(0, float32, alignment=1024), staged + BM * CHUNK + 4 * STAGES, (2 * BN,))
@@ -438,8 +405,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
             r = row0 + warp * 16 + lane // 4
             col = 2 * (lane % 4)
             it = 0
-            i = 0  # the block's tiles so far: the parity of its bias row (f16 staging)
-            if bias_ahead:  # the first tile's bias; each later one's is loaded during the tile before
+            i = 0  # the block's tiles so far: the parity of its bias row
+            if gelu:  # the first tile's bias; each later one's is loaded during the tile before
                 if ctid < BN and cuda.blockIdx.x < tiles:
                     first_n = grouped_tile(cuda.blockIdx.x, m // BM, tiles_n, group)[1]
                     sbias[ctid] = float32(bias[first_n * BN + ctid])
@@ -449,13 +416,10 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                 m0 = tile_m * BM
                 n0 = tile_n * BN
                 bval = float32(0.0)
-                if bias_ahead:
+                if gelu:
                     if ctid < BN and tile + blocks < tiles:
                         next_n = grouped_tile(tile + blocks, m // BM, tiles_n, group)[1]
                         bval = float32(bias[next_n * BN + ctid])  # stored after the k-loop: its latency is hidden
-                if bias_here:
-                    if ctid < BN:
-                        bval = float32(bias[n0 + ctid])  # used after the k-loop: its latency is hidden
                 for kt in range(ktiles):
                     s = it % STAGES
                     tc.mbarrier_wait(bars, s, (it // STAGES) & 1)
@@ -472,22 +436,15 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                     release(bars, STAGES + (it - 1) % STAGES, cluster)
                 # One call a chunk, its number a literal: a loop over the chunks is not unrolled
                 # (its store loop is too long), and acc[...] went to local memory (64 STL).
-                if f16_staging:
-                    par = i & 1
-                    if gelu and ctid < BN:  # the next tile's bias: this tile's last barrier orders it before its
-                        sbias[(1 - par) * BN + ctid] = bval  # readers, and the last tile's before this write
-                    chunk16(c, stage16, 0, sbias, par * BN, acc, 0, r, col, m0, n0, ctid)
-                    chunk16(c, stage16, 1, sbias, par * BN, acc, 1, r, col, m0, n0, ctid)
-                    if BN > 2 * CHUNK:
-                        chunk16(c, stage16, 0, sbias, par * BN, acc, 2, r, col, m0, n0, ctid)
-                        chunk16(c, stage16, 1, sbias, par * BN, acc, 3, r, col, m0, n0, ctid)
-                    i += 1
-                else:
-                    store_chunk(c, bias, sbias, bval, stage, acc, 0, r, col, m0, n0, ctid)
-                    store_chunk(c, bias, sbias, bval, stage, acc, 1, r, col, m0, n0, ctid)
-                    if BN > 2 * CHUNK:
-                        store_chunk(c, bias, sbias, bval, stage, acc, 2, r, col, m0, n0, ctid)
-                        store_chunk(c, bias, sbias, bval, stage, acc, 3, r, col, m0, n0, ctid)
+                par = i & 1
+                if gelu and ctid < BN:  # the next tile's bias: this tile's last barrier orders it before its
+                    sbias[(1 - par) * BN + ctid] = bval  # readers, and the last tile's reads before this write
+                chunk16(c, stage16, 0, sbias, par * BN, acc, 0, r, col, m0, n0, ctid)
+                chunk16(c, stage16, 1, sbias, par * BN, acc, 1, r, col, m0, n0, ctid)
+                if BN > 2 * CHUNK:
+                    chunk16(c, stage16, 0, sbias, par * BN, acc, 2, r, col, m0, n0, ctid)
+                    chunk16(c, stage16, 1, sbias, par * BN, acc, 3, r, col, m0, n0, ctid)
+                i += 1
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
 
@@ -518,15 +475,14 @@ class TmaLinear:
     :func:`make_linear_tma`'s)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
-                 activation="gelu_poly", bias_staged=True, staging="f16"):
+                 activation="gelu_poly"):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         self.persistent = persistent
         self.cluster = cluster
         self.gelu = gelu
         if persistent:
-            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster,
-                                             bias_staged=bias_staged, staging=staging)
+            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster)
         else:
             self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn

@@ -168,7 +168,7 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
                     out[r + 8, tc.swizzle(r + 8, col, BN) // 2] = pack(acc[4 * j + 2], acc[4 * j + 3])
             cuda.syncthreads()
             if gelu:  # every thread stores: 16-byte chunks, consecutive along rows, bias and GELU applied
-                gelu_store(c, bias, n0, stage, m0, n0, tid, threads, bm, BN, bf16)
+                gelu_store(c, bias, stage, m0, n0, tid, threads, bm, BN, bf16)
             else:
                 flat = tc.tile(words, 0, (bm * BN // 2,))
                 for q in range(bm * BN // 8 // threads):  # 16-byte chunks of the tile, consecutive along rows
