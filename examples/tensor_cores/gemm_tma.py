@@ -220,11 +220,11 @@ def make_stage_chunk_f16(act, gelu, bf16):
     """The persistent kernel's staging of one chunk: columns ``chunk * CHUNK`` to ``chunk *
     CHUNK + CHUNK - 1`` of a consumer thread's accumulators (rows ``r`` and ``r + 8``, its
     pairs at ``col``, ``col + 1`` of every 8; ``chunk`` a constant at the call, so that
-    ``acc``'s indices stay constants), ``act(x + bias)`` applied in registers (``gelu``; the bias of the chunk's columns
-    read from the shared row ``sbias`` from ``bias0``), packed to float16 (bfloat16)
-    pairs into the ``BM`` x ``CHUNK`` half ``half`` of ``stage16`` (32-bit words, two
-    halves of ``BM`` rows of 128 bytes each, in the 128-byte swizzle: a warp's 4-byte
-    stores, 8 rows x 4 words, fill the 32 banks once)."""
+    ``acc``'s indices stay constants), ``act(x + bias)`` applied in registers (``gelu``;
+    the bias of the chunk's columns read from the shared row ``sbias`` from ``bias0``),
+    packed to float16 (bfloat16) pairs into the ``BM`` x ``CHUNK`` half ``half`` of
+    ``stage16`` (32-bit words, two halves of ``BM`` rows of 128 bytes each, in the
+    128-byte swizzle: a warp's 4-byte stores, 8 rows x 4 words, fill the 32 banks once)."""
 
     @cuda.jit(device=True, inline=True)
     def stage(stage16, half, sbias, bias0, acc, chunk, r, col):
@@ -253,7 +253,8 @@ def store_staged16(c, stage16, half, m0, n0, ctid, threads):
         row = unit // (CHUNK // 8)
         col = (unit % (CHUNK // 8)) * 8
         at = half * BM + row  # (BM is a multiple of 8: the swizzle sees the row's place in its 8)
-        tc.store_words(c, (m0 + row, n0 + col), pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4))
+        words = pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4)
+        tc.store_words(c, (m0 + row, n0 + col), words)
 
 
 def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
