@@ -146,6 +146,31 @@ def test_tensor_core_and_profile_tables_hold_their_files_figures():
     assert dict(rows)["its share of that peak"] == f'{roof["bf16_matmul_tflops"] / roof["fp16_tc_peak_tflops"]:.0%}'
 
 
+def test_epilogue_pairs_tables_hold_their_files_figures():
+    """The interleaved fused-epilogue table: each contender's median and, for a fused one, its
+    paired cost over its own product, from the contender's ``product`` where the file has it
+    (a made-up name with ``_over_`` in it stays whole), from the row's keys in older files."""
+    import pnex_results
+
+    name = "epilogue-pairs-2026-11-29-0803.json"
+    d = json.loads((REPO / "benchmarks/results" / name).read_text())
+    caption, _, rows = pnex_results.render(name)
+    assert caption.startswith("NVIDIA H200"), caption
+    by = {(row[0], row[1]): row for row in rows}
+    for r in d["rows"]:
+        shape = f'{r["m"]}×{r["n"]}×{r["k"]}'
+        gelu = by[(shape, "persistent_gelu_poly")]
+        assert gelu[2] == pnex_results.us(r["contenders"]["persistent_gelu_poly"]["us"])
+        assert gelu[4] == f'+{pnex_results.us(r["persistent_gelu_poly_over_persistent_us"])} over persistent', gelu
+        assert by[(shape, "persistent")][4] == "–"
+        assert gelu[5] == f'{r["contenders"]["eager"]["us"] / r["contenders"]["persistent_gelu_poly"]["us"]:.2f}×'
+    made = {"rows": [{"m": 1, "n": 2, "k": 3, "contenders": {
+        "a_over_b": {"us": 10.0, "us_q1": 9.0, "us_q3": 11.0},
+        "a_over_b_gelu": {"us": 12.0, "us_q1": 11.0, "us_q3": 13.0, "product": "a_over_b", "over_product_us": 2.0}}}]}
+    _, rows = pnex_results.TABLES["epilogue-pairs"]["rows"](made)
+    assert [row[4] for row in rows] == ["–", f"+{pnex_results.us(2.0)} over a_over_b"], rows
+
+
 @needs_docs
 def test_built_pages_show_the_generated_tables(site):
     import pnex_results

@@ -349,7 +349,9 @@ def _tc_epilogue(d: dict) -> Table:
 
 def _epilogue_pairs(d: dict) -> Table:
     """``benchmarks/epilogue_pairs.py``: every contender's median over interleaved rounds, its
-    quartiles, and where the file has it the median within-round cost over its own product."""
+    quartiles, and where the file has it the median within-round cost over its own product
+    (the contender's ``product`` and ``over_product_us``; files before 2026-11-29 08:20 have
+    only the row's ``<fused>_over_<product>_us`` keys)."""
     rows = []
     for r in d["rows"]:
         shape = f'{r["m"]}×{r["n"]}×{r["k"]}'
@@ -357,9 +359,12 @@ def _epilogue_pairs(d: dict) -> Table:
             if "us" not in c:
                 rows.append([shape, name, "–", "–", "–", c.get("note", "not timed")])
                 continue
-            over = [key for key in r if key.startswith(f"{name}_over_") and key.endswith("_us")]
-            rows.append([shape, name, us(c["us"]), f'{c["us_q1"]:.1f}–{c["us_q3"]:.1f}',
-                         f'+{us(r[over[0]])} over {over[0][len(name) + 6:-3]}' if over else "–",
+            if "product" in c:
+                cost = f'+{us(c["over_product_us"])} over {c["product"]}'
+            else:
+                over = [key for key in r if key.startswith(f"{name}_over_") and key.endswith("_us")]
+                cost = f'+{us(r[over[0]])} over {over[0][len(name) + 6:-3]}' if over else "–"
+            rows.append([shape, name, us(c["us"]), f'{c["us_q1"]:.1f}–{c["us_q3"]:.1f}', cost,
                          f'{ratio(r["contenders"]["eager"]["us"] / c["us"])}' if "us" in r["contenders"].get(
                              "eager", {}) else "–"])
     return ["M×N×K", "contender", "median", "quartiles (µs)", "paired cost over its product",
