@@ -48,8 +48,9 @@ def test_persistent_tma_gemm_gelu_on_cpu(poisoned):
     test_tc_bulk.py): 2 blocks walk 4 tiles of 128 x 128 (2 each: every buffer's barriers
     go round again on the second tile, and each block's second tile is in the other
     column block, so the bias staged in shared memory for the first must be replaced),
-    3 k-tiles through 2 buffers, each tile stored in two 64-column float32 chunks through
-    one buffer; every element of a poisoned output written, against float64."""
+    3 k-tiles through 2 buffers, each tile staged in two 64-column float16 chunks through
+    the two halves of the staging buffer, bias and GELU applied in registers; every element
+    of a poisoned output written, against float64."""
     gen = torch.Generator().manual_seed(54)
     a = torch.randn(256, 192, generator=gen).half()
     w = (torch.randn(256, 192, generator=gen) / 192 ** 0.5).half()
