@@ -350,8 +350,8 @@ def _tc_epilogue(d: dict) -> Table:
 def _epilogue_pairs(d: dict) -> Table:
     """``benchmarks/epilogue_pairs.py``: every contender's median over interleaved rounds, its
     quartiles, and where the file has it the median within-round cost over its own product
-    (the contender's ``product`` and ``over_product_us``; files before 2026-11-29 08:20 have
-    only the row's ``<fused>_over_<product>_us`` keys)."""
+    (the contender's ``product`` and ``over_product_us``; files written before 2026-11-29
+    09:00 have the row's ``<fused>_over_<product>_us`` keys instead)."""
     rows = []
     for r in d["rows"]:
         shape = f'{r["m"]}×{r["n"]}×{r["k"]}'
