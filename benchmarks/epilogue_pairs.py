@@ -21,7 +21,10 @@ polynomial); on request the fused kernels with the erf form of the GELU (``tma_g
 ``pingpong_gelu``: libdevice's ``erff``) and with the bias only (``tma_bias``,
 ``pingpong_bias``: what the GELU's arithmetic costs).  The persistent TMA kernel likewise:
 ``persistent``, ``persistent_gelu_poly``, ``persistent_bias``, and in 2-block clusters
-(W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``.  A fused kernel's
+(W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``.  The ping-pong
+kernel with a warpgroup's tile 64 x 256 (4 stages) instead of 128 x 128 (5): ``pingpong_wide``,
+``pingpong_wide_gelu_poly``, ``pingpong_wide_bias``, and in 2-block clusters
+``pingpong_wide_cluster``, ``pingpong_wide_cluster_gelu_poly``.  A fused kernel's
 cost over its own product is the median over rounds of the difference within a round.
 Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
@@ -46,10 +49,13 @@ REPO = HERE.parent
 SHAPES = [(4096, 4096, 4096), (4096, 4096, 16384)]
 CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "pingpong_gelu", "tma_bias",
               "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
-              "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly")
+              "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly", "pingpong_wide",
+              "pingpong_wide_gelu_poly", "pingpong_wide_bias", "pingpong_wide_cluster",
+              "pingpong_wide_cluster_gelu_poly")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
-         "persistent_gelu_poly", "persistent_cluster_gelu_poly")  # the GELU ops; not *_bias
+         "persistent_gelu_poly", "persistent_cluster_gelu_poly", "pingpong_wide_gelu_poly",
+         "pingpong_wide_cluster_gelu_poly")  # not *_bias
 EPILOGUES = ("_gelu_poly", "_gelu", "_bias")  # a fused contender's name: its product's, then one of these
 
 
@@ -139,6 +145,12 @@ def contenders(names, torch):
         "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
         "persistent_cluster": lambda: (product(TmaLinear("f16", 256, 4, True, cluster=2)), False),
         "persistent_cluster_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, cluster=2, gelu=True), True),
+        "pingpong_wide": lambda: (product(PingPongLinear("f16", 4, tile=(64, 256))), False),
+        "pingpong_wide_gelu_poly": lambda: (PingPongLinear("f16", 4, gelu=True, tile=(64, 256)), True),
+        "pingpong_wide_bias": lambda: (PingPongLinear("f16", 4, gelu=True, activation="bias", tile=(64, 256)), "bias"),
+        "pingpong_wide_cluster": lambda: (product(PingPongLinear("f16", 4, tile=(64, 256), cluster=2)), False),
+        "pingpong_wide_cluster_gelu_poly": lambda: (PingPongLinear("f16", 4, gelu=True, tile=(64, 256), cluster=2),
+                                                    True),
     }
     return {name: build[name]() for name in names}
 

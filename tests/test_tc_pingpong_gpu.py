@@ -1,7 +1,7 @@
 """The ping-pong GEMM (examples/tensor_cores/gemm_pingpong.py) on a Hopper GPU: the
 plain product and the fused bias + GELU against float64 on fresh inputs into NaN-filled
 outputs, at shapes that give a block one tile, an odd number of tiles (the second
-warpgroup idle at the end) and many (the staging tile and the turns going round).
+warpgroup idle at the end) and many (the staging buffers, bias rows and turns going round).
 Skipped with a reason where there is no sm_90 GPU (marker ``gpu``)."""
 
 import sys
@@ -56,19 +56,26 @@ def _check(lin, dtype, gelu, shapes, seed):
         assert ((c.double() - ref).abs() <= ref.abs() * ulp + 4e-3).all(), (m, n, k)
 
 
-def test_pingpong_gemm_with_few_blocks_on_gpu(poisoned):
-    """One block for 32 tiles (each warpgroup 16 in turn): the turns and the staging
-    tile's barrier go round many times."""
+@pytest.mark.parametrize("tile", [(128, 128), (64, 256)])
+@pytest.mark.parametrize("gelu", [False, True])
+def test_pingpong_gemm_with_few_blocks_on_gpu(gelu, tile, poisoned):
+    """One block for 32 or 64 tiles (each warpgroup half of them in turn), then 3 and 7:
+    the turns, the halves of each warpgroup's staging buffer and its two bias rows go
+    round many times."""
     gen = torch.Generator(device="cuda").manual_seed(3)
     a = torch.randn(1024, 256, device="cuda", dtype=torch.float16, generator=gen)
-    w = torch.randn(512, 256, device="cuda", dtype=torch.float16, generator=gen) / 16
+    w = torch.randn(512 if tile == (128, 128) else 1024, 256, device="cuda", dtype=torch.float16, generator=gen) / 16
+    bias = torch.randn(w.shape[0], device="cuda", dtype=torch.float16, generator=gen)
     mod = _pingpong()
     from pnex_magic import tc
 
-    op = mod.make_linear_pingpong("f16", 4)
+    op = mod.make_linear_pingpong("f16", 4, gelu=gelu, tile=tile)
+    maps = (tc.tensor_map(a, (tile[0], 64)), tc.tensor_map(w, (tile[1], 64)))
+    ref = a.double() @ w.double().t()
+    if gelu:
+        ref = F.gelu(ref + bias.double())
     for blocks in (1, 3, 7):
-        c = op(a, w, tc.tensor_map(a, (128, 64)), tc.tensor_map(w, (128, 64)), blocks)
-        ref = a.double() @ w.double().t()
+        c = op(a, w, bias, *maps, blocks) if gelu else op(a, w, *maps, blocks)
         assert ((c.double() - ref).abs() <= ref.abs() * 2**-11 + 4e-3).all(), blocks
 
 

@@ -191,6 +191,52 @@ def plain_store(c, stage, m0, n0, t, threads, rows, BN, bf16):
                        (pack(x0, x1, bf16), pack(x2, x3, bf16), pack(x4, x5, bf16), pack(x6, x7, bf16)))
 
 
+CHUNK = 64  # the persistent kernels stage C 64 columns at a time, through two halves of a buffer
+
+
+def make_stage_chunk_f16(act, gelu, bf16, rows):
+    """The persistent kernels' staging of one chunk: columns ``chunk * CHUNK`` to ``chunk *
+    CHUNK + CHUNK - 1`` of a warpgroup thread's accumulators ``acc`` (a ``wgmma``
+    m64nN's: rows ``r`` and ``r + 8``, its pairs at ``col``, ``col + 1`` of every 8;
+    ``chunk`` a constant at the call, so that ``acc``'s indices stay constants),
+    ``act(x + bias)`` applied in registers (``gelu``; the bias of the chunk's columns read
+    from the shared float32 row ``sbias`` from ``bias0``), packed to float16 (bfloat16)
+    pairs into the ``rows`` x ``CHUNK`` half ``half`` of ``stage16`` (32-bit words, two
+    halves of ``rows`` rows of 128 bytes each, in the 128-byte swizzle: a warp's 4-byte
+    stores, 8 rows x 4 words, fill the 32 banks once).  ``rows``: a multiple of 8 (the
+    swizzle sees a row's place in its 8)."""
+
+    @cuda.jit(device=True, inline=True)
+    def stage(stage16, half, sbias, bias0, acc, chunk, r, col):
+        for jj in range(CHUNK // 8):  # a constant trip count: unrolled, the accumulators stay in registers
+            j = chunk * (CHUNK // 8) + jj
+            x0, x1, x2, x3 = acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]
+            if gelu:
+                b0 = sbias[bias0 + jj * 8 + col]
+                b1 = sbias[bias0 + jj * 8 + col + 1]
+                x0, x1, x2, x3 = act(x0 + b0), act(x1 + b1), act(x2 + b0), act(x3 + b1)
+            row = half * rows + r
+            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x0, x1, bf16)
+            row += 8
+            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x2, x3, bf16)
+
+    return stage
+
+
+@cuda.jit(device=True, inline=True)
+def store_staged16(c, stage16, half, m0, n0, t, threads, rows):
+    """Half ``half`` of ``stage16`` (``rows`` x ``CHUNK`` packed words, as
+    :func:`make_stage_chunk_f16` wrote them) to C at (m0, n0) by ``threads`` threads, of
+    which this is number ``t``: 16 bytes a thread at a time, 8 threads a row of 128 bytes."""
+    for q in range(rows * CHUNK // 8 // threads):
+        unit = t + threads * q
+        row = unit // (CHUNK // 8)
+        col = (unit % (CHUNK // 8)) * 8
+        at = half * rows + row
+        words = pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4)
+        tc.store_words(c, (m0 + row, n0 + col), words)
+
+
 def gelu_fits(who, bm, threads, bn_choices, stage_choices, bk=64):
     """Refuse the GELU epilogue's tile choices whose float32 tile (``bm`` x BN x 4 bytes)
     does not fit the tile buffers it reuses (STAGES x (``bm`` + BN) x ``bk`` x 2 bytes),

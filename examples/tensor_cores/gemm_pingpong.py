@@ -13,8 +13,13 @@ after it, in :func:`tiles.grouped_tile`'s order); a tile is 128 x 128 (``tile=(1
   on a buffer's "empty" barrier before it refills it;
 * warpgroups 1 and 2 compute alternate tiles of the block (its 1st, 3rd, ... and 2nd,
   4th, ...), each with a whole tile's 128 float32 accumulators a thread: while one runs
-  its k-loop the other stages its finished tile in shared memory and stores it, the
-  bias and GELU (``gelu=True``) applied in the store loop.
+  its k-loop the other applies its epilogue in registers (the bias and GELU,
+  ``gelu=True``) and stores its finished tile, 64 x 64 at a time, packed to C's dtype
+  through the two 8 KiB halves of its own staging buffer in turn (the persistent kernel
+  of :mod:`gemm_tma` does the same with 128 rows: :func:`epilogue.make_stage_chunk_f16`,
+  :func:`epilogue.store_staged16`), one named barrier of its 128 threads a chunk.  Its
+  next tile's bias (two tiles on) is loaded before this tile's k-loop and stored after
+  it into the other of its two shared float32 rows.
 
 Iteration ``it`` of the block (its tile ``i``, k-tile ``kt``: ``it = i * ktiles + kt``)
 uses buffer ``it % STAGES`` in round ``it // STAGES``, so each consumer finds its buffers
@@ -24,10 +29,9 @@ buffer while the round before it (the other warpgroup's) had not even been loade
 parity of two rounds back matches, and the wait returns on a stale buffer.  So the turns
 are explicit: a "turn" barrier completes once per tile, when its warpgroup has waited for
 all its k-tiles, and the block's tile ``i`` starts after completion ``i - 1`` (the
-simulator found this: without it, 32731 wrong elements of 131072).  The two epilogues
-share one float32 staging tile (64 KiB, laid out by :func:`epilogue.f32_unit`), ordered
-the same way by a "staged" barrier.  M and N must be multiples of the tile, K of 64.
-Needs an sm_90 GPU.
+simulator found this: without it, 32731 wrong elements of 131072).  The epilogues need
+no such order: each warpgroup stages through its own buffer and bias rows.  M and N must
+be multiples of the tile, K of 64.  Needs an sm_90 GPU.
 
 Measured on an H200 (``benchmarks/results/tensor-cores-2026-11-28-1607.json``,
 ``-1557.json``, ``-1611.json``): the 128 x 128 kernel runs the plain GEMM at 0.80-0.94x
@@ -36,12 +40,12 @@ fused GELU epilogue is not hidden: the tensor pipe is busy 84% of the time witho
 cooperative kernel: 88% and 76%).  docs/performance.md has the figures.
 """
 
-from numba import cuda, float32, uint64
+from numba import cuda, float32, uint32, uint64
 from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import activation_store, plain_store, stage_f32
+from epilogue import CHUNK, activation_named, make_stage_chunk_f16, store_staged16
 from gemm_tma import BK, PERSISTENT_CLUSTER_REGS, PERSISTENT_REGS, _sm_count
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
@@ -53,12 +57,16 @@ THREADS = 384
 # the GPU).  Unclustered, the same split as gemm_tma's persistent kernel (the same 384-thread
 # block); the clustered producer's multicast needs more than 24 (it spilled 98 words).
 REGS = {1: PERSISTENT_REGS, 2: PERSISTENT_CLUSTER_REGS}
+SLAB = 64  # the rows of a wgmma m64nN: the tile's rows are staged 64 at a time
+STAGING_BYTES = 2 * 2 * SLAB * CHUNK * 2  # per consumer warpgroup, two halves of 64 x 64 halves
 
 
 def _smem_bytes(stages: int, tm: int = 128, tn: int = 128) -> int:
-    """The block's shared memory: the tile buffers, the float32 staging tile and the
-    barriers (full and empty per buffer, and the staging tile's)."""
-    return stages * (tm + tn) * BK * 2 + tm * tn * 4 + 8 * (2 * stages + 2)
+    """The block's shared memory: the tile buffers, each consumer warpgroup's staging buffer
+    (two 64 x 64 chunks of C, 16 KiB), two tiles' bias in float32 for each (the fused
+    epilogue's; counted for the plain kernel too), and the barriers (full and empty per
+    buffer, and the turns')."""
+    return stages * (tm + tn) * BK * 2 + STAGING_BYTES + 16 * tn + 8 * (2 * stages + 1)
 
 
 def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, tile=(128, 128),
@@ -66,8 +74,8 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     """The pnex op ``c = linear(a, w, a_map, w_map, blocks)`` (``a @ w.T``), or with
     ``gelu=True`` ``c = linear(a, w, bias, a_map, w_map, blocks)``: ``gelu(a @ w.T +
     bias)``, the exact GELU in float32 (:func:`epilogue.gelu_poly`).  ``stages``: the buffers in flight (a
-    ``Tune`` choice, or one value): 5 at most for 128 x 128 tiles, 4 for 64 x 256 (what
-    fits beside the staging tile).
+    ``Tune`` choice, or one value): 6 at most for 128 x 128 tiles, 4 for 64 x 256 (what
+    fits beside the staging buffers).
     ``blocks``: the grid (one block an SM: :class:`PingPongLinear` gives it).
 
     ``cluster=2``: clusters of two blocks that compute adjacent row blocks of one column
@@ -90,8 +98,8 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     for s in stage_choices:
         if not 2 <= s <= most:
             raise ValueError(f"make_linear_pingpong: stages must be 2 to {most} for {TM} x {TN} tiles (each buffer "
-                             f"is {(TM + TN) * BK * 2 // 1024} KiB, and the staging tile takes "
-                             f"{TM * TN * 4 // 1024} KiB of the 227), got {s}")
+                             f"is {(TM + TN) * BK * 2 // 1024} KiB, and the two staging buffers take "
+                             f"{STAGING_BYTES // 1024} KiB of the 227), got {s}")
     wgmma = tc.wgmma if dtype == "f16" else tc.wgmma_bf16
     bf16 = dtype != "f16"
     half = TN // 2  # accumulators a thread holds for each 64 rows of the tile
@@ -99,12 +107,24 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     part = TN // cluster  # the rows of W's k-tile this block's producer loads
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
-    act_store = activation_store(activation)
+    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16, SLAB)
+    words = STAGING_BYTES // 4  # both warpgroups' staging buffers, in 32-bit words
+    mine = words // 2  # one warpgroup's
+
+    @cuda.jit(device=True, inline=True)
+    def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, wt, barrier):
+        """Columns ``chunk * CHUNK`` on of ``acc`` (64 rows of the tile, from ``m0``) through
+        half ``half`` of this warpgroup's staging buffer: stage them (this warpgroup's threads
+        all stored the chunk before the last from this half: they passed the last chunk's
+        barrier after it), wait until all its threads have, store them to C from ``n0``."""
+        stage_f16(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
+        tc.named_barrier(barrier, 128)
+        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, wt, 128, SLAB)
 
     @pnex.jit(
         n_threads=(f"blocks * {THREADS}",),
         threads_per_block=THREADS,
-        shared_bytes=f"STAGES * {(TM + TN) * BK * 2} + {TM * TN * 4} + 8 * (2 * STAGES + 2)",
+        shared_bytes=f"STAGES * {(TM + TN) * BK * 2} + {STAGING_BYTES + 16 * TN} + 8 * (2 * STAGES + 1)",
         requires={**tile_rule("a.size(0)", TM * cluster, "M",
                               "the tile's rows" if cluster == 1 else "the rows of the cluster's 2 tiles"),
                   **tile_rule("w.size(0)", TN, "N", "the tile's columns"),
@@ -125,11 +145,12 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
         raw = cuda.shared.array(0, float16, alignment=1024)
         sa = tc.tile(raw, 0, (STAGES, TM, BK))
         sb = tc.tile(raw, STAGES * TM * BK, (STAGES, TN, BK))
-        floats = STAGES * (TM + TN) * BK // 2  # the staging tile, in 4-byte words, after the buffers
-        stage = tc.tile(cuda.shared.array(0, float32, alignment=1024), floats, (TM * TN,))
-        bars = tc.tile(cuda.shared.array(0, uint64, alignment=1024), floats // 2 + TM * TN // 2, (2 * STAGES + 2,))
-        staged = 2 * STAGES  # full: s, empty: STAGES + s, the staging tile's: 2 STAGES, the turns': 2 STAGES + 1
-        turn = staged + 1
+        tiled = STAGES * (TM + TN) * BK // 2  # the staging buffers, in 4-byte words, after the tile buffers
+        staging = cuda.shared.array(0, uint32, alignment=1024)
+        sbias = tc.tile(cuda.shared.array(0, float32, alignment=1024), tiled + words, (4 * TN,))  # 2 rows a wg
+        bars = tc.tile(cuda.shared.array(0, uint64, alignment=1024), (tiled + words + 4 * TN) // 2,
+                       (2 * STAGES + 1,))
+        turn = 2 * STAGES  # full: s, empty: STAGES + s, the turns': 2 STAGES
         m, k = a.shape
         n = w.shape[0]
         tiles_m = m // TM
@@ -144,7 +165,6 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
         step = blocks // cluster
 
         if tid == 0:
-            tc.mbarrier_init(bars, staged, 1)  # the staging tile read: one arrival per epilogue
             tc.mbarrier_init(bars, turn, 1)  # a tile's k-tiles all arrived: one arrival per tile
         init_buffers(bars, STAGES, 4 * cluster, cluster)  # empty: one arrival per warp that read it, each block
 
@@ -180,11 +200,29 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
             warp = wt // 32
             r = warp * 16 + lane // 4  # the accumulator rows of this thread: r, r + 8, and 64 more
             col = 2 * (lane % 4)
+            stage16 = tc.tile(staging, tiled + me * mine, (mine,))
+            barrier = 1 + me  # this warpgroup's named barrier
             acc0 = cuda.local.array(half, float32)  # rows 0-63 of the tile
             acc1 = cuda.local.array(half, float32)  # rows 64-127 (TM = 128)
+            mine_first = first + me * step
+            if gelu:  # the first tile's bias; each later one's is loaded during the tile before
+                if mine_first < tiles // cluster:
+                    first_n = grouped_tile(mine_first * cluster + rank, tiles_m, tiles_n, group)[1]
+                    for q in range(TN // 128):
+                        sbias[2 * me * TN + q * 128 + wt] = float32(bias[first_n * TN + q * 128 + wt])
+                tc.named_barrier(barrier, 128)
             i = me
-            for t in range(first + me * step, tiles // cluster, 2 * step):
+            for t in range(mine_first, tiles // cluster, 2 * step):
                 tile_m, tile_n = grouped_tile(t * cluster + rank, tiles_m, tiles_n, group)
+                par = (i >> 1) & 1  # this warpgroup's tiles so far: the parity of its bias row
+                b0 = float32(0.0)
+                b1 = float32(0.0)
+                if gelu:  # the next tile's bias, stored after the k-loop: its latency is hidden
+                    if t + 2 * step < tiles // cluster:
+                        next_n = grouped_tile((t + 2 * step) * cluster + rank, tiles_m, tiles_n, group)[1]
+                        b0 = float32(bias[next_n * TN + wt])
+                        if TN > 128:
+                            b1 = float32(bias[next_n * TN + 128 + wt])
                 it = i * ktiles
                 s = it % STAGES
                 phase = (it // STAGES) & 1
@@ -212,21 +250,24 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
                 tc.wgmma_wait(0)
                 if lane == 0:  # the tile's last buffer
                     release(bars, STAGES + last, cluster)
-                if i > 0:  # the block's previous epilogue (the other warpgroup's) has read the staging tile
-                    tc.mbarrier_wait(bars, staged, (i - 1) & 1)
-                for j in range(half // 4):  # a constant trip count: unrolled, the accumulators stay in registers
-                    stage_f32(stage, r, j * 8 + col, TN, acc0[4 * j], acc0[4 * j + 1], acc0[4 * j + 2], acc0[4 * j + 3])
-                    if TM == 128:
-                        stage_f32(stage, r + 64, j * 8 + col, TN, acc1[4 * j], acc1[4 * j + 1], acc1[4 * j + 2],
-                                  acc1[4 * j + 3])
-                tc.named_barrier(1 + me, 128)  # the tile is staged
-                if gelu:
-                    act_store(c, bias, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
-                else:
-                    plain_store(c, stage, tile_m * TM, tile_n * TN, wt, 128, TM, TN, bf16)
-                tc.named_barrier(1 + me, 128)  # every thread of this warpgroup has read the staging tile
-                if wt == 0:
-                    tc.mbarrier_arrive(bars, staged)
+                row_of = (2 * me + 1 - par) * TN  # the next tile's bias row: this tile's last barrier orders
+                if gelu:  # the write before its readers, and the last tile's reads of that row before it
+                    sbias[row_of + wt] = b0
+                    if TN > 128:
+                        sbias[row_of + 128 + wt] = b1
+                bias0 = (2 * me + par) * TN
+                m0 = tile_m * TM
+                n0 = tile_n * TN
+                # One call a chunk, its number a literal: acc's indices stay constants (registers).
+                chunk16(c, stage16, 0, sbias, bias0, acc0, 0, r, col, m0, n0, wt, barrier)
+                if TM == 128:  # rows 64-127 of the same columns next: their bias is the same
+                    chunk16(c, stage16, 1, sbias, bias0, acc1, 0, r, col, m0 + SLAB, n0, wt, barrier)
+                    chunk16(c, stage16, 0, sbias, bias0, acc0, 1, r, col, m0, n0, wt, barrier)
+                    chunk16(c, stage16, 1, sbias, bias0, acc1, 1, r, col, m0 + SLAB, n0, wt, barrier)
+                else:  # columns 64-255
+                    chunk16(c, stage16, 1, sbias, bias0, acc0, 1, r, col, m0, n0, wt, barrier)
+                    chunk16(c, stage16, 0, sbias, bias0, acc0, 2, r, col, m0, n0, wt, barrier)
+                    chunk16(c, stage16, 1, sbias, bias0, acc0, 3, r, col, m0, n0, wt, barrier)
                 i += 2
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers

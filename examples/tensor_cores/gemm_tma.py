@@ -33,7 +33,8 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import activation_named, activation_store, gelu_fits, pack, stage_f32
+from epilogue import (CHUNK, activation_named, activation_store, gelu_fits, make_stage_chunk_f16, stage_f32,
+                      store_staged16)
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -199,7 +200,6 @@ def make_linear_tma(dtype="f16", bn=256, stages=4, group=8, cluster=1, gelu=Fals
     return linear_tma
 
 
-CHUNK = 64  # the persistent kernel's epilogue stages C 64 columns at a time (BM x 64 x 2 = 16 KiB, two halves)
 SMEM_LIMIT = 227 * 1024  # an sm_90 block's shared memory
 # The persistent kernel's (producer, consumer) registers: 128 x (168 - 24) given back cover
 # 256 x (240 - 168) taken (gemm_pingpong.REGS[1] is this); at 232 its consumers spilled two words.
@@ -214,47 +214,6 @@ def _persistent_smem(bn: int, stages: int) -> int:
     """The persistent kernel's shared memory: the tile buffers, two chunks of C (32 KiB), the
     barriers, two tiles' bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
     return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 8 * bn
-
-
-def make_stage_chunk_f16(act, gelu, bf16):
-    """The persistent kernel's staging of one chunk: columns ``chunk * CHUNK`` to ``chunk *
-    CHUNK + CHUNK - 1`` of a consumer thread's accumulators (rows ``r`` and ``r + 8``, its
-    pairs at ``col``, ``col + 1`` of every 8; ``chunk`` a constant at the call, so that
-    ``acc``'s indices stay constants), ``act(x + bias)`` applied in registers (``gelu``;
-    the bias of the chunk's columns read from the shared row ``sbias`` from ``bias0``),
-    packed to float16 (bfloat16) pairs into the ``BM`` x ``CHUNK`` half ``half`` of
-    ``stage16`` (32-bit words, two halves of ``BM`` rows of 128 bytes each, in the
-    128-byte swizzle: a warp's 4-byte stores, 8 rows x 4 words, fill the 32 banks once)."""
-
-    @cuda.jit(device=True, inline=True)
-    def stage(stage16, half, sbias, bias0, acc, chunk, r, col):
-        for jj in range(CHUNK // 8):  # a constant trip count: unrolled, the accumulators stay in registers
-            j = chunk * (CHUNK // 8) + jj
-            x0, x1, x2, x3 = acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]
-            if gelu:
-                b0 = sbias[bias0 + jj * 8 + col]
-                b1 = sbias[bias0 + jj * 8 + col + 1]
-                x0, x1, x2, x3 = act(x0 + b0), act(x1 + b1), act(x2 + b0), act(x3 + b1)
-            row = half * BM + r
-            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x0, x1, bf16)
-            row += 8
-            stage16[row * (CHUNK // 2) + (tc.swizzle(row, jj * 8 + col, CHUNK) >> 1)] = pack(x2, x3, bf16)
-
-    return stage
-
-
-@cuda.jit(device=True, inline=True)
-def store_staged16(c, stage16, half, m0, n0, ctid, threads):
-    """Half ``half`` of ``stage16`` (``BM`` x ``CHUNK`` packed words, as
-    :func:`make_stage_chunk_f16` wrote them) to C at (m0, n0): 16 bytes a thread at a
-    time, 8 threads a row of 128 bytes."""
-    for q in range(BM * CHUNK // 8 // threads):
-        unit = ctid + threads * q
-        row = unit // (CHUNK // 8)
-        col = (unit % (CHUNK // 8)) * 8
-        at = half * BM + row  # (BM is a multiple of 8: the swizzle sees the row's place in its 8)
-        words = pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4)
-        tc.store_words(c, (m0 + row, n0 + col), words)
 
 
 def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
@@ -319,7 +278,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     bf16 = dtype != "f16"
     threads = 384
     consumers = 256
-    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16)
+    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16, BM)
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: both blocks of the pair
     producer_regs, consumer_regs = PERSISTENT_REGS if cluster == 1 else PERSISTENT_CLUSTER_REGS
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
@@ -331,7 +290,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
         last chunk's barrier after it), wait until every consumer has, store it."""
         stage_f16(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
         tc.named_barrier(1, consumers)
-        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, ctid, consumers)
+        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, ctid, consumers, BM)
 
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
