@@ -24,7 +24,9 @@ polynomial); on request the fused kernels with the erf form of the GELU (``tma_g
 (W's tile multicast) ``persistent_cluster`` and ``persistent_cluster_gelu_poly``.  The ping-pong
 kernel with a warpgroup's tile 64 x 256 (4 stages) instead of 128 x 128 (5): ``pingpong_wide``,
 ``pingpong_wide_gelu_poly``, ``pingpong_wide_bias``, and in 2-block clusters
-``pingpong_wide_cluster``, ``pingpong_wide_cluster_gelu_poly``.  A fused kernel's
+``pingpong_wide_cluster``, ``pingpong_wide_cluster_gelu_poly``.  The persistent kernel with
+``grouped_tile``'s groups of 4 or 16 row blocks instead of 8: ``persistent_g4``,
+``persistent_g16`` and their ``*_gelu_poly``.  A fused kernel's
 cost over its own product is the median over rounds of the difference within a round.
 Every result is checked against float64 first; a wrong kernel is reported, not timed.
 
@@ -51,11 +53,12 @@ CONTENDERS = ("cublas", "eager", "compile", "tma", "tma_gelu", "pingpong", "ping
               "pingpong_bias", "tma_gelu_poly", "pingpong_gelu_poly", "persistent", "persistent_gelu_poly",
               "persistent_bias", "persistent_cluster", "persistent_cluster_gelu_poly", "pingpong_wide",
               "pingpong_wide_gelu_poly", "pingpong_wide_bias", "pingpong_wide_cluster",
-              "pingpong_wide_cluster_gelu_poly")
+              "pingpong_wide_cluster_gelu_poly", "persistent_g4", "persistent_g4_gelu_poly", "persistent_g16",
+              "persistent_g16_gelu_poly")
 DEFAULT = ("cublas", "eager", "compile", "tma", "tma_gelu_poly", "pingpong", "pingpong_gelu_poly")
 FUSED = ("tma_gelu", "pingpong_gelu", "tma_gelu_poly", "pingpong_gelu_poly",
          "persistent_gelu_poly", "persistent_cluster_gelu_poly", "pingpong_wide_gelu_poly",
-         "pingpong_wide_cluster_gelu_poly")  # not *_bias
+         "pingpong_wide_cluster_gelu_poly", "persistent_g4_gelu_poly", "persistent_g16_gelu_poly")  # not *_bias
 EPILOGUES = ("_gelu_poly", "_gelu", "_bias")  # a fused contender's name: its product's, then one of these
 
 
@@ -145,6 +148,10 @@ def contenders(names, torch):
         "persistent_bias": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, activation="bias"), "bias"),
         "persistent_cluster": lambda: (product(TmaLinear("f16", 256, 4, True, cluster=2)), False),
         "persistent_cluster_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, cluster=2, gelu=True), True),
+        "persistent_g4": lambda: (product(TmaLinear("f16", 256, 4, True, group=4)), False),
+        "persistent_g4_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, group=4), True),
+        "persistent_g16": lambda: (product(TmaLinear("f16", 256, 4, True, group=16)), False),
+        "persistent_g16_gelu_poly": lambda: (TmaLinear("f16", 256, 4, True, gelu=True, group=16), True),
         "pingpong_wide": lambda: (product(PingPongLinear("f16", 4, tile=(64, 256))), False),
         "pingpong_wide_gelu_poly": lambda: (PingPongLinear("f16", 4, gelu=True, tile=(64, 256)), True),
         "pingpong_wide_bias": lambda: (PingPongLinear("f16", 4, gelu=True, activation="bias", tile=(64, 256)), "bias"),

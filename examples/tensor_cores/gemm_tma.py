@@ -435,16 +435,17 @@ class TmaLinear:
     :func:`make_linear_tma`'s)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
-                 activation="gelu_poly"):
+                 activation="gelu_poly", group=8):
         if not isinstance(bn, int):  # W's box is BN rows: one width per op
             raise TypeError(f"TmaLinear: bn must be one int (the box of W's tensor map has BN rows), got {bn!r}")
         self.persistent = persistent
         self.cluster = cluster
         self.gelu = gelu
         if persistent:
-            self.op = make_linear_persistent(dtype, bn, stages, gelu=gelu, activation=activation, cluster=cluster)
+            self.op = make_linear_persistent(dtype, bn, stages, group, gelu=gelu, activation=activation,
+                                             cluster=cluster)
         else:
-            self.op = make_linear_tma(dtype, bn, stages, cluster=cluster, gelu=gelu, activation=activation)
+            self.op = make_linear_tma(dtype, bn, stages, group, cluster=cluster, gelu=gelu, activation=activation)
         self.bn = bn
 
     def __call__(self, a, w, bias=None):
