@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 KERNELS = ("cublas", "cublas-linear", "tma", "tma-persistent", "tma-cluster", "pingpong", "tma-persistent-gelu",
-           "tma-persistent-bias", "pingpong-wide", "pingpong-wide-gelu", "pingpong-wide-cluster")
+           "tma-persistent-bias", "pingpong-gelu", "pingpong-wide", "pingpong-wide-gelu", "pingpong-wide-cluster")
 #: The raw metrics kept beside pnex_magic.ncu.figures' (absent ones are left out).
 EXTRA = {
     "l2_hit_rate": "lts__t_sector_hit_rate.pct",
@@ -74,6 +74,7 @@ def _contenders(names, m, n, k, dtype, torch):
         "tma-persistent-gelu": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True), (a, w, bias)),
         "tma-persistent-bias": lambda: (TmaLinear(dtype, 256, 4, persistent=True, gelu=True, activation="bias"),
                                         (a, w, bias)),
+        "pingpong-gelu": lambda: (PingPongLinear(dtype, 5, gelu=True), (a, w, bias)),
         # the ping-pong kernel with a warpgroup's tile 64 x 256: plain, fused, in 2-block clusters
         "pingpong-wide": lambda: (PingPongLinear(dtype, 4, tile=(64, 256)), (a, w)),
         "pingpong-wide-gelu": lambda: (PingPongLinear(dtype, 4, gelu=True, tile=(64, 256)), (a, w, bias)),
