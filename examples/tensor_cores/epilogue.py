@@ -8,6 +8,11 @@ they are, float32, into the shared memory the k-loop's tile buffers no longer ne
 with a straight ``for j in range(BN // 8)`` loop (its body small enough to be unrolled,
 so the accumulators stay in registers), and the GELU is applied in the store loop that
 follows (:func:`gelu_store`), to 8 values a thread, packed to 16 bytes of C.
+
+The persistent kernels (:mod:`gemm_tma`'s ``make_linear_persistent`` and :mod:`gemm_pingpong`)
+apply bias and GELU to the accumulators in registers instead, and stage C in its own dtype
+``CHUNK`` columns at a time through the two halves of a buffer (:func:`make_stage_chunk_f16`,
+:func:`store_staged16`): no float32 tile, half the shared stores.
 """
 
 import math

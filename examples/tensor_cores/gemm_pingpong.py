@@ -33,11 +33,15 @@ simulator found this: without it, 32731 wrong elements of 131072).  The epilogue
 no such order: each warpgroup stages through its own buffer and bias rows.  M and N must
 be multiples of the tile, K of 64.  Needs an sm_90 GPU.
 
-Measured on an H200 (``benchmarks/results/tensor-cores-2026-11-28-1607.json``,
-``-1557.json``, ``-1611.json``): the 128 x 128 kernel runs the plain GEMM at 0.80-0.94x
-cuBLAS, 4-6% behind :mod:`gemm_tma`'s cooperative 128 x 256 kernel in every row, and its
-fused GELU epilogue is not hidden: the tensor pipe is busy 84% of the time without it and 73% with it (the
-cooperative kernel: 88% and 76%).  docs/performance.md has the figures.
+Measured on an H200, timed interleaved with the persistent kernel of :mod:`gemm_tma`
+(``benchmarks/results/epilogue-pairs-2026-11-29-1020.json``, ``-1025.json``): with 64 x 256
+tiles the fused GELU costs +12, +17-19 and +28-45 us over this kernel's own product at 4096^3,
+8192 x 4096 x 4096 and 8192 x 16384 x 4096 (the persistent kernel's: +17, +36-41, +163-175),
+mostly hidden under the other warpgroup's k-loop; but the product is 5-7% slower than the
+persistent kernel's, its 64-row tiles reading A and W from L2 1.7 times as often (tensor pipe
+89% against 93% at the base clock, ``gemm-ncu-2026-11-29-1026.json``), so the fused times tie at
+best.  With 128 x 128 tiles the epilogue is not hidden (+24, +45, +190 us).  docs/performance.md
+has the figures.
 """
 
 from numba import cuda, float32, uint32, uint64

@@ -225,8 +225,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
 
     The consumers store a tile ``CHUNK`` = 64 columns at a time, in C's dtype, through
     the two 16 KiB halves of a 32 KiB buffer in turn: stage the chunk
-    (:func:`make_stage_chunk_f16`), a named barrier among the 256 consumer threads (which
-    the producer never joins), store it, 16 bytes a thread (:func:`store_staged16`).  One
+    (:func:`epilogue.make_stage_chunk_f16`), a named barrier among the 256 consumer threads (which
+    the producer never joins), store it, 16 bytes a thread (:func:`epilogue.store_staged16`).  One
     barrier a chunk: a thread stages a chunk into the half the chunk before the last used
     only after the last chunk's barrier, which every consumer reached after storing from
     that half.  So 4 buffers of 48 KiB fit beside it at BN = 256: with a whole 128 x 256
