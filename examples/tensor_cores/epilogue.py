@@ -183,19 +183,6 @@ def activation_store(activation="gelu"):
 gelu_store = activation_store("gelu")
 
 
-@cuda.jit(device=True, inline=True)
-def plain_store(c, stage, m0, n0, t, threads, rows, BN, bf16):
-    """:func:`gelu_store` without bias and GELU: the staged float32 tile rounded to C's
-    dtype, 16 bytes a thread at a time (the plain GEMM of a kernel that stages float32)."""
-    per = BN // 8
-    col = (t % per) * 8
-    for q in range(rows * BN // 8 // threads):
-        row = t // per + q * (threads // per)
-        x0, x1, x2, x3, x4, x5, x6, x7 = staged8(stage, row, col, BN)
-        tc.store_words(c, (m0 + row, n0 + col),
-                       (pack(x0, x1, bf16), pack(x2, x3, bf16), pack(x4, x5, bf16), pack(x6, x7, bf16)))
-
-
 CHUNK = 64  # the persistent kernels stage C 64 columns at a time, through two halves of a buffer
 
 

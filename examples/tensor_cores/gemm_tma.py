@@ -432,7 +432,8 @@ class TmaLinear:
     clustered kernel (W's box is half the tile: each block of a pair loads half), persistent
     or not.
     ``gelu=True``: ``gelu(a @ w.T + bias)``, called ``lin(a, w, bias)`` (``activation``:
-    :func:`make_linear_tma`'s)."""
+    :func:`make_linear_tma`'s).  ``group``: the row blocks :func:`tiles.grouped_tile` walks
+    before it steps right (8; 4 and 16 measured within 1% of it on an H200)."""
 
     def __init__(self, dtype="f16", bn=256, stages=4, persistent=False, cluster=1, gelu=False,
                  activation="gelu_poly", group=8):
