@@ -12,7 +12,8 @@ follows (:func:`gelu_store`), to 8 values a thread, packed to 16 bytes of C.
 The persistent kernels (:mod:`gemm_tma`'s ``make_linear_persistent`` and :mod:`gemm_pingpong`)
 apply bias and GELU to the accumulators in registers instead, and stage C in its own dtype
 ``CHUNK`` columns at a time through the two halves of a buffer (:func:`make_stage_chunk_f16`,
-:func:`store_staged16`): no float32 tile, half the shared stores.
+:func:`store_staged16`, one named barrier a chunk: :func:`make_chunk16`): no float32 tile,
+half the shared stores.
 """
 
 import math
@@ -227,6 +228,26 @@ def store_staged16(c, stage16, half, m0, n0, t, threads, rows):
         at = half * rows + row
         words = pnex.vload(stage16, at * (CHUNK // 2) + (tc.swizzle(at, col, CHUNK) >> 1), 4)
         tc.store_words(c, (m0 + row, n0 + col), words)
+
+
+def make_chunk16(act, gelu, bf16, rows, threads):
+    """One chunk of a persistent kernel's epilogue, as its ``threads`` threads (those that
+    hold the ``rows`` rows of accumulators) take it: columns ``chunk * CHUNK`` on of ``acc``
+    through half ``half`` of ``stage16`` (:func:`make_stage_chunk_f16`, ``act(x + bias)``
+    with ``gelu``), then the named barrier ``barrier`` among the ``threads``, then the half
+    stored to C at (``m0``, ``n0 + chunk * CHUNK``) (:func:`store_staged16`; ``t``: this
+    thread's number among them).  One barrier a chunk is enough when chunks alternate
+    halves: a thread stages into the half the chunk before the last used only after the
+    last chunk's barrier, which every thread reached after storing from that half."""
+    stage = make_stage_chunk_f16(act, gelu, bf16, rows)
+
+    @cuda.jit(device=True, inline=True)
+    def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, t, barrier):
+        stage(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
+        tc.named_barrier(barrier, threads)
+        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, t, threads, rows)
+
+    return chunk16
 
 
 def gelu_fits(who, bm, threads, bn_choices, stage_choices, bk=64):

@@ -16,8 +16,8 @@ after it, in :func:`tiles.grouped_tile`'s order); a tile is 128 x 128 (``tile=(1
   its k-loop the other applies its epilogue in registers (the bias and GELU,
   ``gelu=True``) and stores its finished tile, 64 x 64 at a time, packed to C's dtype
   through the two 8 KiB halves of its own staging buffer in turn (the persistent kernel
-  of :mod:`gemm_tma` does the same with 128 rows: :func:`epilogue.make_stage_chunk_f16`,
-  :func:`epilogue.store_staged16`), one named barrier of its 128 threads a chunk.  Its
+  of :mod:`gemm_tma` does the same with 128 rows: :func:`epilogue.make_chunk16`), one
+  named barrier of its 128 threads a chunk.  Its
   next tile's bias (two tiles on) is loaded before this tile's k-loop and stored after
   it into the other of its two shared float32 rows.
 
@@ -49,7 +49,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import CHUNK, activation_named, make_stage_chunk_f16, store_staged16
+from epilogue import CHUNK, activation_named, make_chunk16
 from gemm_tma import BK, PERSISTENT_CLUSTER_REGS, PERSISTENT_REGS, _sm_count
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
@@ -111,19 +111,9 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: every block of the cluster
     part = TN // cluster  # the rows of W's k-tile this block's producer loads
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
-    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16, SLAB)
+    chunk16 = make_chunk16(activation_named(activation), gelu, bf16, SLAB, 128)  # a warpgroup's
     words = STAGING_BYTES // 4  # both warpgroups' staging buffers, in 32-bit words
     mine = words // 2  # one warpgroup's
-
-    @cuda.jit(device=True, inline=True)
-    def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, wt, barrier):
-        """Columns ``chunk * CHUNK`` on of ``acc`` (64 rows of the tile, from ``m0``) through
-        half ``half`` of this warpgroup's staging buffer: stage them (this warpgroup's threads
-        all stored the chunk before the last from this half: they passed the last chunk's
-        barrier after it), wait until all its threads have, store them to C from ``n0``."""
-        stage_f16(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
-        tc.named_barrier(barrier, 128)
-        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, wt, 128, SLAB)
 
     @pnex.jit(
         n_threads=(f"blocks * {THREADS}",),
@@ -254,8 +244,8 @@ def make_linear_pingpong(dtype="f16", stages=5, group=8, gelu=False, cluster=1, 
                 tc.wgmma_wait(0)
                 if lane == 0:  # the tile's last buffer
                     release(bars, STAGES + last, cluster)
-                row_of = (2 * me + 1 - par) * TN  # the next tile's bias row: this tile's last barrier orders
-                if gelu:  # the write before its readers, and the last tile's reads of that row before it
+                if gelu:  # the next tile's bias row: this tile's last barrier orders the write before its
+                    row_of = (2 * me + 1 - par) * TN  # readers, and the last tile's reads of that row before it
                     sbias[row_of + wt] = b0
                     if TN > 128:
                         sbias[row_of + 128 + wt] = b1

@@ -33,8 +33,7 @@ from numba.cuda.types import float16
 
 import pnex_magic as pnex
 from pnex_magic import tc
-from epilogue import (CHUNK, activation_named, activation_store, gelu_fits, make_stage_chunk_f16, stage_f32,
-                      store_staged16)
+from epilogue import CHUNK, activation_named, activation_store, gelu_fits, make_chunk16, stage_f32
 from tiles import grouped_tile, init_buffers, release, tile_rule
 
 BK = 64
@@ -225,8 +224,8 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
 
     The consumers store a tile ``CHUNK`` = 64 columns at a time, in C's dtype, through
     the two 16 KiB halves of a 32 KiB buffer in turn: stage the chunk
-    (:func:`epilogue.make_stage_chunk_f16`), a named barrier among the 256 consumer threads (which
-    the producer never joins), store it, 16 bytes a thread (:func:`epilogue.store_staged16`).  One
+    (:func:`epilogue.make_chunk16`), a named barrier among the 256 consumer threads (which
+    the producer never joins), store it, 16 bytes a thread.  One
     barrier a chunk: a thread stages a chunk into the half the chunk before the last used
     only after the last chunk's barrier, which every consumer reached after storing from
     that half.  So 4 buffers of 48 KiB fit beside it at BN = 256: with a whole 128 x 256
@@ -278,19 +277,10 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     bf16 = dtype != "f16"
     threads = 384
     consumers = 256
-    stage_f16 = make_stage_chunk_f16(activation_named(activation), gelu, bf16, BM)
+    chunk16 = make_chunk16(activation_named(activation), gelu, bf16, BM, consumers)
     everyone = (1 << cluster) - 1  # the multicast's CTA mask: both blocks of the pair
     producer_regs, consumer_regs = PERSISTENT_REGS if cluster == 1 else PERSISTENT_CLUSTER_REGS
     clusters = {"cluster_dims": (cluster, 1, 1)} if cluster > 1 else {}
-
-    @cuda.jit(device=True, inline=True)
-    def chunk16(c, stage16, half, sbias, bias0, acc, chunk, r, col, m0, n0, ctid):
-        """Chunk ``chunk`` through half ``half`` of the staging buffer: stage it (the
-        consumers all stored the chunk before the last from this half: they passed the
-        last chunk's barrier after it), wait until every consumer has, store it."""
-        stage_f16(stage16, half, sbias, bias0 + chunk * CHUNK, acc, chunk, r, col)
-        tc.named_barrier(1, consumers)
-        store_staged16(c, stage16, half, m0, n0 + chunk * CHUNK, ctid, consumers, BM)
 
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
@@ -399,11 +389,11 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
                 par = i & 1
                 if gelu and ctid < BN:  # the next tile's bias: this tile's last barrier orders it before its
                     sbias[(1 - par) * BN + ctid] = bval  # readers, and the last tile's reads before this write
-                chunk16(c, stage16, 0, sbias, par * BN, acc, 0, r, col, m0, n0, ctid)
-                chunk16(c, stage16, 1, sbias, par * BN, acc, 1, r, col, m0, n0, ctid)
+                chunk16(c, stage16, 0, sbias, par * BN, acc, 0, r, col, m0, n0, ctid, 1)
+                chunk16(c, stage16, 1, sbias, par * BN, acc, 1, r, col, m0, n0, ctid, 1)
                 if BN > 2 * CHUNK:
-                    chunk16(c, stage16, 0, sbias, par * BN, acc, 2, r, col, m0, n0, ctid)
-                    chunk16(c, stage16, 1, sbias, par * BN, acc, 3, r, col, m0, n0, ctid)
+                    chunk16(c, stage16, 0, sbias, par * BN, acc, 2, r, col, m0, n0, ctid, 1)
+                    chunk16(c, stage16, 1, sbias, par * BN, acc, 3, r, col, m0, n0, ctid, 1)
                 i += 1
         if cluster > 1:
             tc.cluster_sync()  # no block exits while the other's consumers may still arrive on its barriers
