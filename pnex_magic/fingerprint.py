@@ -58,6 +58,8 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
         return f"hidden-array:{value.dtype.name}:{value.ndim}:{value.layout}"
     if isinstance(value, torch.Tensor):  # (an unfrozen function's: the same as its snapshot's hidden argument)
         return f"hidden-array:{str(value.dtype).removeprefix('torch.')}:{value.dim()}:{'C' if value.is_contiguous() else 'A'}"
+    if _is_own(value):  # pnex's own code: the code version in every key holds it (and its state is not code)
+        return f"pnex:{getattr(value, '__name__', type(value).__qualname__)}:{_own_name(value)}"
     if isinstance(value, DeviceFunction):
         return f"cuda-function{_options_token(value.options)}:" + _function_token(value.function, depth + 1, seen)
     if is_foreign_function(value):
@@ -81,6 +83,29 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
     return f"{type(value).__module__}.{type(value).__qualname__}:{text}"
 
 
+def _own_name(value: Any) -> str:
+    """The module that defines ``value`` (a function, a Numba dispatcher of one, a module)."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    fn = value.py_func if is_dispatcher(value) else value
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+
+
+def _is_own(value: Any) -> bool:
+    """A module, function or device function of pnex_magic itself (``pnex.tc``'s primitives,
+    their simulator's helpers).  Their source is in the code version every cache key holds
+    (:func:`pnex_magic.codeversion.code_version`); walking into them hashed their module
+    state as well (the simulator's last-progress time, the running threads), so that a
+    kernel calling ``pnex.tc`` got another key in every process and was compiled again."""
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+    elif isinstance(value, types.FunctionType) or is_dispatcher(value):
+        name = _own_name(value)
+    else:
+        return False
+    return name == "pnex_magic" or name.startswith("pnex_magic.")
+
+
 def _function_token(fn: types.FunctionType, depth: int, seen: set[int]) -> str:
     if id(fn) in seen or depth > 16:
         return f"<recursive {fn.__qualname__}>"
@@ -93,7 +118,7 @@ def _function_token(fn: types.FunctionType, depth: int, seen: set[int]) -> str:
             continue
         value = glb[name]
         parts.append(f"global {name}={_value_token(value, depth, seen)}")
-        if is_user_module(value):
+        if is_user_module(value) and not _is_own(value):
             # Attribute reads of a user module (config.BLOCK): hash those values too.
             for attr in sorted(names):
                 if attr != name and hasattr(value, attr):

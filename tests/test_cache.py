@@ -14,7 +14,7 @@ import torch
 from numba import cuda
 
 import pnex_magic as pnex
-from pnex_magic import cache
+from pnex_magic import cache, tc
 from pnex_magic.fingerprint import function_fingerprint
 
 THIS_MODULE = sys.modules[__name__]
@@ -451,3 +451,55 @@ def test_records_of_an_unknown_kind_are_refused(fresh_cache):
         cache.store_record("choices", "a" * 64, {})
     with pytest.raises(ValueError, match=r"no folder named 'kernels'"):
         cache.folder("kernels")
+
+
+def _uses_tc(bars, out):
+    tc.mbarrier_wait(bars, 0, 0)
+    tc.named_barrier(1, 64)
+    out[0] = 1.0
+
+
+def test_a_kernel_calling_pnex_tc_keeps_its_fingerprint_while_the_simulator_runs():
+    """pnex.tc's primitives are pnex's own code (the code version in every key holds it):
+    the fingerprint names them and does not walk into their simulator's state, the time of
+    its last progress and the running threads, which made another key in every process
+    (every tensor-core kernel was compiled again in each new process, 2026-11-29)."""
+    import threading
+
+    from pnex_magic.tc import simulate_bulk
+
+    before = function_fingerprint(_uses_tc)
+    simulate_bulk._last_change[0] += 1.0
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    try:
+        assert function_fingerprint(_uses_tc) == before
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_kernel_calling_pnex_tc_has_one_fingerprint_in_two_processes(tmp_path, pnex_env):
+    script = tmp_path / "tc_key.py"
+    script.write_text(textwrap.dedent(
+        """
+        import threading
+        from pnex_magic import tc
+        from pnex_magic.fingerprint import function_fingerprint
+
+        def kernel(bars, out):
+            tc.mbarrier_wait(bars, 0, 0)
+            tc.named_barrier(1, 64)
+            out[0] = 1.0
+
+        threading.Thread(target=lambda: None).start()
+        print("KEY", function_fingerprint(kernel))
+        """))
+    keys = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(script)], env=pnex_env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        keys += [ln for ln in proc.stdout.splitlines() if ln.startswith("KEY")]
+    assert len(keys) == 2 and keys[0] == keys[1]
