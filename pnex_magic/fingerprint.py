@@ -59,7 +59,7 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
     if isinstance(value, torch.Tensor):  # (an unfrozen function's: the same as its snapshot's hidden argument)
         return f"hidden-array:{str(value.dtype).removeprefix('torch.')}:{value.dim()}:{'C' if value.is_contiguous() else 'A'}"
     if _is_own(value):  # pnex's own code: the code version in every key holds it (and its state is not code)
-        return f"pnex:{getattr(value, '__name__', type(value).__qualname__)}:{_own_name(value)}"
+        return f"pnex:{_own_name(value)}"
     if isinstance(value, DeviceFunction):
         return f"cuda-function{_options_token(value.options)}:" + _function_token(value.function, depth + 1, seen)
     if is_foreign_function(value):
@@ -84,7 +84,7 @@ def _value_token(value: Any, depth: int, seen: set[int]) -> str:
 
 
 def _own_name(value: Any) -> str:
-    """The module that defines ``value`` (a function, a Numba dispatcher of one, a module)."""
+    """The qualified name of ``value`` (a function, a Numba dispatcher of one, a module)."""
     if isinstance(value, types.ModuleType):
         return value.__name__
     fn = value.py_func if is_dispatcher(value) else value
