@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import itertools
 import math
@@ -123,7 +124,10 @@ def render(node, reference: bool) -> str:
     if isinstance(node, str):
         return node
     op, children = node[0], [render(c, reference) for c in node[1:]]
-    if reference:
+    if reference and not _folds(render(node, False)):
+        # (an expression of literals alone, ``(1.25 + -7 * -7) ** -7``, CPython folds into
+        # one constant, with its own ``pow``, before Numba sees the code: in the kernel as
+        # in the reference, which must then not call a helper)
         name = {"mpow": "pow", "tanhalf": None}.get(op, op)
         if name in TRANSCENDENTAL and op != "pow":
             return f"_T.{name}({', '.join(children)})"
@@ -132,6 +136,16 @@ def render(node, reference: bool) -> str:
         if op == "tanhalf":
             return f"(0.5 * _T.tanh({children[0]}))"
     return _KERNEL[op].format(*children)
+
+
+@functools.lru_cache(maxsize=None)
+def _folds(text: str) -> bool:
+    """Whether CPython compiles the expression ``text`` to one constant."""
+    import dis
+
+    ops = [i.opname for i in dis.get_instructions(compile(text, "<fold>", "eval"))
+           if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return ops in (["LOAD_CONST", "RETURN_VALUE"], ["RETURN_CONST"])
 
 
 @dataclasses.dataclass

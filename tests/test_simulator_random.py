@@ -128,6 +128,13 @@ REGRESSIONS = {
         "r2[i] = d[i]",
         "r3[i] = c[i]",
     ],
+    "a power of literals alone is CPython's constant (C's pow), not Numba's int_power (CI, seed 1765568995)": [
+        "t1 = float(((1.25 + -7 * -7) ** -7))",
+        "r0[i] = math.expm1(abs(t1)) + (2.5 ** -3) * b[i]",
+        "r1[i] = a[i] * (1.25 + -2 * -2) ** -7",
+        "r2[i] = d[i]",
+        "r3[i] = c[i]",
+    ],
     "a chained comparison whose middle operand each side converts differently": [
         "t1 = a[i] * 1e5",
         "r0[i] = 1.5 < a[i] < 16777217",
@@ -176,3 +183,14 @@ def test_generator_reduces_integer_bases_of_powers():
         source = kernel.plain_source()
         assert not bare.search(source), f"seed {seed}: an unreduced integer power\n{source}"
     assert "(3000000000 % 1291) ** 3" in rk.random_kernel(random.Random(207433723), seed=207433723).plain_source()
+
+
+def test_reference_leaves_a_power_of_literals_to_cpython(folder):
+    """CPython folds ``(1.25 + -7 * -7) ** -7`` into one constant (C's ``pow``) before
+    Numba sees the kernel; the reference must not compute it with a helper (Numba's
+    ``int_power``, one ulp away: CI, seed 1765568995).  A power of a variable still
+    goes through the helper."""
+    literal = ("pow", ("positive", "-7"), "-7")
+    assert rk.render(literal, True) == rk.render(literal, False)
+    assert rk.render(("pow", ("positive", "b[i]"), "-7"), True).startswith("_T.power(")
+    assert check(rk.random_kernel(random.Random(1765568995), seed=1765568995), folder, 1765568995) == "same"
