@@ -122,6 +122,13 @@ def packing(x: pnex.In("f32", (32, 2)), words: pnex.Out("u32", (32, 3))):
     words[lane, 2] = tc.to_tf32(x[lane, 0])
 
 
+@pnex.jit(n_threads=64, threads_per_block=64)
+def unpacking(words: pnex.In("u32", (64,)), x: pnex.Out("f32", (64, 4))):
+    i = cuda.threadIdx.x
+    x[i, 0], x[i, 1] = tc.unpack_f16x2(words[i])
+    x[i, 2], x[i, 3] = tc.unpack_bf16x2(words[i])
+
+
 @pnex.jit(n_threads=256, threads_per_block=128)
 def exp2s(x: pnex.In("f32", (256,)), y: pnex.Out("f32", (256,))):
     i = cuda.grid(1)

@@ -191,6 +191,29 @@ def test_packing_on_cpu_rounds_to_nearest():
     assert torch.equal(w[:, 2].long() & 0xFFFFFFFF, want)
 
 
+def _unpack_words():
+    """Words whose halves are random float16/bfloat16 bits, with zeros, infinities, NaN and
+    subnormals among them."""
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    halves = torch.randint(0, 2**16, (64, 2), generator=gen, dtype=torch.int32)
+    halves[:6, 0] = torch.tensor([0x0000, 0x8000, 0x7C00, 0x7F80, 0x0001, 0x7E00])  # f16/bf16 specials
+    return (halves[:, 0] | (halves[:, 1] << 16)), halves
+
+
+def test_unpacking_on_cpu_is_exact():
+    """``unpack_f16x2``/``unpack_bf16x2``: each half's float16 (bfloat16) value, exactly, as
+    torch reads the same bits; packing the unpacked pair gives the word back (NaN aside)."""
+    words, halves = _unpack_words()
+    x = K.unpacking(words.view(torch.uint32))
+    as_f16 = halves.to(torch.int16).view(torch.float16).float()
+    as_bf16 = halves.to(torch.int16).view(torch.bfloat16).float()
+    torch.testing.assert_close(x[:, :2], as_f16, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(x[:, 2:], as_bf16, rtol=0, atol=0, equal_nan=True)
+    back = K.packing(x[:32, :2].contiguous()).view(torch.int32)[:, 0]
+    keep = ~torch.isnan(x[:32, :2]).any(1)
+    assert torch.equal(back[keep], words[:32][keep])
+
+
 def test_gemm_example_on_cpu():
     sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
     from gemm_mma import make_gemm

@@ -68,6 +68,16 @@ def test_reductions_shuffles_and_packing_on_gpu_equal_the_simulator():
     assert torch.equal(K.packing(p.cuda()).cpu().view(torch.int32), K.packing(p).view(torch.int32))
 
 
+def test_unpacking_on_gpu_equals_the_simulator():
+    """``unpack_f16x2``/``unpack_bf16x2`` on the GPU: bit for bit what the simulator gives
+    (NaN payloads aside: the GPU's conversion may quiet them)."""
+    from test_tc import _unpack_words
+
+    words = _unpack_words()[0].view(torch.uint32)
+    gpu, cpu = K.unpacking(words.cuda()).cpu(), K.unpacking(words)
+    torch.testing.assert_close(gpu, cpu, rtol=0, atol=0, equal_nan=True)
+
+
 def test_exp2_approx_on_gpu_is_within_the_isa_bound():
     """``ex2.approx.ftz.f32``: within 2**-21 of 2 ** x (relative) where the result is a
     normal float32, and flushed to zero below, as the simulator."""

@@ -209,10 +209,15 @@ PERSISTENT_REGS = (24, 240)
 PERSISTENT_CLUSTER_REGS = (40, 232)
 
 
+#: The persistent kernel's shared memory (its ``shared_bytes=``): the tile buffers, two chunks of
+#: C (32 KiB), the barriers, two tiles' bias in float32 (the fused epilogue's; counted for the
+#: plain kernel too).
+PERSISTENT_SMEM = f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES + 8 * BN"
+
+
 def _persistent_smem(bn: int, stages: int) -> int:
-    """The persistent kernel's shared memory: the tile buffers, two chunks of C (32 KiB), the
-    barriers, two tiles' bias in float32 (the fused epilogue's; counted for the plain kernel too)."""
-    return stages * (BM + bn) * BK * 2 + BM * CHUNK * 4 + 16 * stages + 8 * bn
+    """:data:`PERSISTENT_SMEM` in bytes for one ``BN`` and ``STAGES`` (to refuse what does not fit)."""
+    return eval(PERSISTENT_SMEM, {"__builtins__": {}}, {"BN": bn, "STAGES": stages})  # our own constant text
 
 
 def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, activation="gelu_poly", cluster=1):
@@ -285,7 +290,7 @@ def make_linear_persistent(dtype="f16", bn=256, stages=4, group=8, gelu=False, a
     @pnex.jit(
         n_threads=(f"blocks * {threads}",),
         threads_per_block=threads,
-        shared_bytes=f"STAGES * ({BM} + BN) * {BK * 2} + {BM * CHUNK * 4} + 16 * STAGES + 8 * BN",
+        shared_bytes=PERSISTENT_SMEM,
         requires=_tile_rules(wide, cluster),
         **clusters,
     )

@@ -51,6 +51,9 @@ Primitives (``lane = 4 * g + t``; the layouts are :mod:`.layouts`' tables):
 ``pack_f16x2(lo, hi)``, ``pack_bf16x2(lo, hi)``, ``to_tf32(x)``
     A fragment word from two values (round to nearest): how an accumulator tile becomes
     the A operand of the next ``mma`` (attention's P @ V).
+``unpack_f16x2(word)``, ``unpack_bf16x2(word)``
+    The two float32 values of a packed pair (low half first; exact): a 16-byte vector of
+    float16/bfloat16 read from shared memory as four words, back to arithmetic.
 ``exp2_approx(x)``
     ``2 ** x`` in float32 by ``ex2.approx.ftz.f32``, one instruction (relative error within
     2**-21, subnormals flushed to zero): ``math.exp2`` wraps the same instruction in the

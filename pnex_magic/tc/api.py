@@ -22,6 +22,8 @@ __all__ = [
     "swizzle",
     "pack_f16x2",
     "pack_bf16x2",
+    "unpack_f16x2",
+    "unpack_bf16x2",
     "store_pair",
     "store_words",
     "to_tf32",
@@ -291,6 +293,22 @@ def pack_bf16x2(lo: Any, hi: Any) -> Any:
     import numpy as np
 
     return np.uint32(_half_bits(lo, "bf16") | (_half_bits(hi, "bf16") << 16))
+
+
+def unpack_f16x2(word: Any) -> tuple:
+    """The two float16 values of a 32-bit word (low half first), as float32: the inverse
+    of :func:`pack_f16x2` (``cvt.f32.f16``, exact)."""
+    bits = int(word) & 0xFFFFFFFF
+    halves = np.array([bits & 0xFFFF, bits >> 16], dtype=np.uint16).view(np.float16).astype(np.float32)
+    return halves[0], halves[1]
+
+
+def unpack_bf16x2(word: Any) -> tuple:
+    """The two bfloat16 values of a 32-bit word (low half first), as float32: the inverse
+    of :func:`pack_bf16x2` (a shift and a mask, exact)."""
+    bits = int(word) & 0xFFFFFFFF
+    floats = np.array([(bits & 0xFFFF) << 16, bits & 0xFFFF0000], dtype=np.uint32).view(np.float32)
+    return floats[0], floats[1]
 
 
 def store_pair(array: Any, index: Any, lo: Any, hi: Any) -> None:

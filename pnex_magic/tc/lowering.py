@@ -295,6 +295,37 @@ def register_cuda() -> None:
     def _pack_bf16_impl(lo, hi):
         return lambda lo, hi: _pack_bf16(lo, hi)
 
+    def unpack_overload(kind: str):
+        @intrinsic
+        def _unpack(typingctx, word):
+            if not isinstance(word, types.Integer):
+                raise TypingError(f"pnex.tc.unpack_{kind}x2: the word must be an integer (a packed pair), got {word}")
+
+            def codegen(context, builder, signature, args):
+                bits = context.cast(builder, args[0], signature.args[0], types.uint32)
+                if kind == "f16":  # cvt.f32.f16 each half
+                    f16 = ir.HalfType()
+                    halves = [builder.trunc(bits, ir.IntType(16)),
+                              builder.trunc(builder.lshr(bits, ir.Constant(i32, 16)), ir.IntType(16))]
+                    lo, hi = [builder.fpext(builder.bitcast(h, f16), f32) for h in halves]
+                else:  # a bfloat16 is the upper half of a float32
+                    lo = builder.bitcast(builder.shl(bits, ir.Constant(i32, 16)), f32)
+                    hi = builder.bitcast(builder.and_(bits, ir.Constant(i32, 0xFFFF0000)), f32)
+                return context.make_tuple(builder, signature.return_type, [lo, hi])
+
+            return types.UniTuple(types.float32, 2)(word), codegen
+        return _unpack
+
+    _unpack_f16, _unpack_bf16 = unpack_overload("f16"), unpack_overload("bf16")
+
+    @overload(tc.unpack_f16x2, target="cuda")
+    def _unpack_f16_impl(word):
+        return lambda word: _unpack_f16(word)
+
+    @overload(tc.unpack_bf16x2, target="cuda")
+    def _unpack_bf16_impl(word):
+        return lambda word: _unpack_bf16(word)
+
     @intrinsic
     def _store_pair(typingctx, array, index, lo, hi):
         if not is_index(index) or not isinstance(array, types.Array):

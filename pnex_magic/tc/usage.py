@@ -22,7 +22,8 @@ __all__ = ["MIN_ARCH", "ONLY_ARCH", "used_primitives", "required_cc", "arch_prob
 MIN_ARCH = {
     "mma": (8, 0), "mma_bf16": (8, 0), "mma_tf32": (8, 0),
     "cp_async": (8, 0), "cp_async_commit": (8, 0), "cp_async_wait": (8, 0),
-    "ldmatrix": (7, 5), "pack_f16x2": (8, 0), "pack_bf16x2": (8, 0), "store_pair": (8, 0), "to_tf32": (8, 0),
+    "ldmatrix": (7, 5), "pack_f16x2": (8, 0), "pack_bf16x2": (8, 0), "unpack_f16x2": (5, 0),
+    "unpack_bf16x2": (5, 0), "store_pair": (8, 0), "to_tf32": (8, 0),
     "exp2_approx": (5, 0),
     "wgmma": (9, 0), "wgmma_bf16": (9, 0), "wgmma_fence": (9, 0), "wgmma_commit": (9, 0), "wgmma_wait": (9, 0),
     "fence_async_shared": (9, 0),
