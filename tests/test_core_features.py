@@ -4,7 +4,7 @@ from scalars.
 
 Every kernel here is compiled to PTX at definition (no GPU needed) and run by the
 simulator; results are compared with plain PyTorch on the same random inputs.
-Sizes are small: the simulator runs one Python thread per CUDA thread.
+Sizes are small: the simulator runs each CUDA thread as Python code.
 """
 
 import torch

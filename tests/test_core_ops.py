@@ -3,7 +3,7 @@ in PyTorch (torch.compile, opcheck), redefinition, op names, to_extension and th
 
 Every kernel here is compiled to PTX at definition (no GPU needed) and run by the
 simulator; results are compared with plain PyTorch on the same random inputs.
-Sizes are small: the simulator runs one Python thread per CUDA thread.
+Sizes are small: the simulator runs each CUDA thread as Python code.
 """
 
 import subprocess

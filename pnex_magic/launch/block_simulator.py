@@ -22,6 +22,16 @@ that raises aborts the block's others (they raise at their next barrier), and th
 launch raises its exception, as numba's manager does (the first to end with one here;
 numba's raises whichever its scan meets first).
 
+A block's threads begin one after another on one Python thread (:meth:`_Block.run_in_turn`),
+each run to its end before the next begins, which is one of the orders the GPU may take: a
+thread started costs about 0.2 ms of CPython's time, most of a simple kernel's.  The first
+thread that waits (at ``cuda.syncthreads()``, at once; at anything else, a warp's rendezvous
+or a spin on memory, after :data:`_TURN_SECONDS` without news) ends that: the block's other
+threads then start at once, each on its own Python thread, as numba's do.  While a thread
+runs in turn, ``threading.current_thread()`` is its own thread object (CPython's table of
+running threads says so), so that numba's fake ``cuda`` module and :mod:`pnex_magic.tc`
+find its indices and state as on a thread of its own.
+
 A kernel with thread-block clusters (``cluster_dims``) runs one cluster at a time, its
 blocks at once (each a :class:`_Block` run from a thread of its own), each with shared
 memory of its own, their managers sharing a
@@ -50,6 +60,19 @@ from .waits import PARK_AFTER_S, Waits
 __all__ = ["run"]
 
 _POLL_SECONDS = 1.0  # the manager's longest sleep without news (every change wakes it at once)
+_TURN_SECONDS = 0.002  # a thread run in turn that neither ends nor waits at the barrier for this long: start the rest
+
+
+#: Begin a block's threads in turn (False: each on a Python thread of its own at once, as numba
+#: does; ``benchmarks/simulator_turns.py`` times both).
+RUN_IN_TURN = True
+
+
+def _can_run_in_turn() -> bool:
+    """Whether threads begin in turn: :data:`RUN_IN_TURN`, where CPython's table of running
+    threads is the dict :meth:`_Block.run_in_turn` needs."""
+    return RUN_IN_TURN and isinstance(getattr(threading, "_active", None), dict) and \
+        hasattr(threading, "_active_limbo_lock")
 
 
 @functools.lru_cache(maxsize=1)
@@ -103,6 +126,9 @@ class _Block:
         self._waiting = 0  # threads at the barrier
         self._ended: list[Any] = []  # threads that have ended, in the order they ended
         self._failed: Any = None  # the first thread that ended with an exception
+        self._claimed = 0  # threads begun (in turn, or started on threads of their own)
+        self._in_turn = False  # threads still begin one after another (run_in_turn)
+        self._turns = 0  # threads run in turn that have ended
         # where the threads that run at once (this block, or its cluster's blocks) wait: a deadlock is an error
         self.pnex_waits = waits if waits is not None else Waits(int(np.prod(block_dim)), fn)
         self.pnex_waits.blocks.append(self)
@@ -116,8 +142,8 @@ class _Block:
         with self._condition:
             thread.syncthreads_blocked = True
             self._waiting += 1
-            if self._waiting + len(self._ended) == len(self._threads):
-                self._condition.notify()
+            if self._in_turn or self._waiting + len(self._ended) == len(self._threads):
+                self._condition.notify()  # (in turn: the others must start now)
 
     def ended(self, thread: Any) -> None:
         with self._condition:
@@ -139,6 +165,42 @@ class _Block:
             t.syncthreads_blocked = False
             t.syncthreads_event.set()
 
+    def run_in_turn(self) -> None:
+        """Run the block's threads one after another on this Python thread, as long as each
+        ends before the next begins and :meth:`run` has not started the rest."""
+        ident = threading.get_ident()
+        me = threading.current_thread()
+        try:
+            while True:
+                with self._condition:
+                    if not self._in_turn or self._failed is not None or self._claimed == len(self._threads):
+                        self._in_turn = False
+                        self._condition.notify()
+                        return
+                    t = self._threads[self._claimed]
+                    self._claimed += 1
+                t._ident = ident  # (a deadlock's report finds its frames by it)
+                with threading._active_limbo_lock:  # type: ignore[attr-defined]
+                    threading._active[ident] = t  # type: ignore[attr-defined]
+                try:
+                    t.run()  # numba's BlockThread.run: the kernel, its exception kept; then ended()
+                finally:
+                    with threading._active_limbo_lock:  # type: ignore[attr-defined]
+                        threading._active[ident] = me  # type: ignore[attr-defined]
+                with self._condition:
+                    self._turns += 1
+        finally:
+            with self._condition:
+                self._in_turn = False
+                self._condition.notify()
+
+    def _start_the_rest(self) -> list[Any]:
+        """End the turns (the condition held): the threads not begun, to start."""
+        self._in_turn = False
+        rest = self._threads[self._claimed:]
+        self._claimed = len(self._threads)
+        return rest
+
     def run(self, grid_point: tuple[int, ...], args: Sequence[Any]) -> None:
         thread_class = _thread_class()
 
@@ -148,10 +210,28 @@ class _Block:
         points = list(np.ndindex(*self._block_dim))
         with self._condition:  # the count of threads is known before any of them arrives
             self._threads = [thread_class(target, self, grid_point, point, False) for point in points]
-        for t in self._threads:
-            t.start()
+            self._in_turn = _can_run_in_turn()
+        if self._in_turn:
+            threading.Thread(target=self.run_in_turn, daemon=True).start()
+        else:
+            self._claimed = len(self._threads)
+            for t in self._threads:
+                t.start()
         with self._condition:
             while True:
+                if self._in_turn and self._failed is None and self.pnex_waits.deadlock is None:
+                    turns = self._turns
+                    if not self._waiting:
+                        self._condition.wait(_TURN_SECONDS)
+                    if self._in_turn and (self._waiting or self._turns == turns):  # a thread waits (or is slow)
+                        rest = self._start_the_rest()
+                        self._condition.release()
+                        try:
+                            for t in rest:
+                                t.start()
+                        finally:
+                            self._condition.acquire()
+                    continue
                 deadlock = self.pnex_waits.deadlock
                 if self._failed is not None or deadlock is not None:
                     for t in self._threads:  # (they end on their own: daemons, as numba's)

@@ -1,6 +1,7 @@
-"""CPU back end: numba-cuda's CUDA simulator runs the kernel's Python source, one
-Python thread per CUDA thread, on NumPy views of the CPU tensors (no copies:
-writes land in the tensors).  It runs the same source as the GPU, including
+"""CPU back end: numba-cuda's CUDA simulator runs the kernel's Python source, each
+CUDA thread as Python code (a block's threads one after another until one waits, then
+each on a Python thread of its own: :mod:`.block_simulator`), on NumPy views of the CPU
+tensors (no copies: writes land in the tensors).  It runs the same source as the GPU, including
 shared memory (dynamic shared memory too: ``cuda.shared.array(0, dtype)`` gets the
 variant's ``shared_bytes``), ``cuda.syncthreads()`` and atomics, which makes it the way to
 prototype and test without a GPU.  A kernel that synchronises its grid
