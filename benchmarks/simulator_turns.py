@@ -48,7 +48,7 @@ def main() -> int:
     from pnex_magic.launch import block_simulator
 
     ops = simulator_speed._ops()
-    op, (a, b) = ops["elementwise"]
+    op = ops["elementwise"][0]
     g = torch.Generator().manual_seed(2)
     ops["elementwise_16k"] = (op, (torch.rand(16384, generator=g), torch.rand(16384, generator=g)))
     chosen = args.only or list(WORKLOADS)

@@ -54,7 +54,7 @@ def scale(x: pnex.In("f32", (None,)), y: pnex.Out("f32", "x")):
         y[i] = x[i] * float32(3.0)
 
 
-def test_a_block_that_never_waits_takes_one_python_thread(monkeypatch):
+def test_a_block_that_never_waits_takes_one_python_thread(monkeypatch, poisoned):
     """256 threads in 4 blocks without a barrier: 4 Python threads started (the runners), not
     256, and every result right (poisoned output: each element written)."""
     started = []
@@ -66,9 +66,9 @@ def test_a_block_that_never_waits_takes_one_python_thread(monkeypatch):
 
     x = torch.randn(256)
     guarded(scale, x)  # compiled (typed) and run once before counting
-    monkeypatch.setattr(threading.Thread, "start", counting_start)
-    y = guarded(scale, x)
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        patch.setattr(threading.Thread, "start", counting_start)
+        y = guarded(scale, x)
     assert torch.equal(y, x * 3)
     assert started.count("CountedThread") == 0, started
     assert len(started) <= 4 + 1, started  # one runner a block, and the guard's caller

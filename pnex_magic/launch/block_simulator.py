@@ -174,9 +174,7 @@ class _Block:
             while True:
                 with self._condition:
                     if not self._in_turn or self._failed is not None or self._claimed == len(self._threads):
-                        self._in_turn = False
-                        self._condition.notify()
-                        return
+                        return  # (the turns end below)
                     t = self._threads[self._claimed]
                     self._claimed += 1
                 t._ident = ident  # (a deadlock's report finds its frames by it)
