@@ -24,21 +24,12 @@ differences that change no compiled code:
 * **The collector walks only the new objects.**  The set-up's new objects trigger
   one full collection of Python's cyclic garbage collector, which would also walk
   every object torch and the program made before (0.15 s on two cores).  During the
-  set-up those older objects are frozen (:func:`gc.freeze`), so that it walks the new
-  ones only (0.03 s), and they are unfrozen when it ends: nothing is left
-  uncollected (garbage among them is collected at the next full collection, which
-  may come somewhat sooner than it would have).  A program whose collection is
-  disabled is left alone.  Objects frozen before are frozen still during the block,
-  and unfrozen with the rest after it (:func:`gc.unfreeze` unfreezes all): Python
-  3.12 starts with 375 tuples of its own frozen, and a freeze skipped for them cost
-  the first kernel 0.11-0.16 s of full collections on an H200 (2026-11-28).  A
-  program that froze objects of its own before its first kernel finds them unfrozen
-  after it.  The same freeze covers the rest of the process's first compile and
+  set-up those older objects are frozen (:func:`pnex_magic.collector.older_objects_frozen`,
+  whose notes say what is frozen and unfrozen, and when), so that it walks the new
+  ones only (0.03 s).  The same freeze covers the rest of the process's first compile and
   definition (:func:`first_compile_frozen`: the kernel's typing, lowering, the link,
   the cache's store, the op's registration), whose allocations trigger more full
-  collections.  Overlapping freezes (the warm-up's
-  set-up and a foreground compile, on two threads) share one, taken by the first and
-  released by the last under one lock.
+  collections.
 
 Thread safety: the set-up holds Numba-CUDA's global compiler lock (with upstream
 Numba's, where it is installed), which every Numba compile holds while it refreshes
@@ -55,13 +46,14 @@ return at once) and reports what it did in :func:`state`.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.abc
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from . import collector
 
 __all__ = ["typing_setup", "state", "first_compile_frozen", "first_compile_ran"]
 
@@ -142,38 +134,9 @@ def _blas_probe_without_scipy() -> Iterator[list[str]]:
             sys.meta_path.remove(finder)
 
 
-# The collector's freeze has one owner at a time: gc.unfreeze() unfreezes everything, so
-# blocks that overlap (the warm-up's set-up and a foreground compile, a compile inside a
-# definition) share one freeze, taken by the first in and released by the last out.
-_collector_lock = threading.Lock()
-_holders = 0  # blocks inside _older_objects_frozen, on every thread
-_owned = False  # whether the first of them froze (then the last one out unfreezes)
+# (a name of this module's, so that benchmarks/first_use_phases.py can leave the collector alone)
+_older_objects_frozen = collector.older_objects_frozen
 _first_compile_ran = False
-
-
-@contextlib.contextmanager
-def _older_objects_frozen() -> Iterator[bool]:
-    """Objects made before the block frozen while it (and any overlapping block, on any
-    thread) runs, unfrozen when the last one ends; yields whether they are frozen.  A
-    program whose collection is disabled when the first block starts is left alone;
-    objects frozen before the block are unfrozen after it with the rest (the module's
-    notes say why)."""
-    global _holders, _owned
-    with _collector_lock:
-        if _holders == 0:
-            _owned = gc.isenabled()
-            if _owned:
-                gc.freeze()
-        _holders += 1
-        frozen = _owned
-    try:
-        yield frozen
-    finally:
-        with _collector_lock:
-            _holders -= 1
-            if _holders == 0 and _owned:
-                _owned = False
-                gc.unfreeze()
 
 
 @contextlib.contextmanager

@@ -92,6 +92,19 @@ def pytest_runtest_setup(item):
 
 
 @pytest.fixture
+def python_frozen():
+    """The freeze count that means "nothing frozen" (:func:`gc.get_freeze_count`), with
+    whatever was frozen before the test unfrozen: 0 on Python 3.11 and 3.13; on 3.12 a full
+    collection moves Python's own immortal objects (375 at start) to the permanent
+    generation, so the count goes back to that after each one."""
+    import gc
+
+    gc.unfreeze()
+    gc.collect()
+    return gc.get_freeze_count()
+
+
+@pytest.fixture
 def poisoned(monkeypatch):
     """Ops' floating-point outputs without ``init`` start as NaN (not whatever
     ``torch.empty`` gives, often zeros on CPU): an element a kernel does not write shows."""

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import collector
 from ..dtypes import round_bf16
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
@@ -132,7 +133,8 @@ class SimulatorLauncher:
         args += [array(tensor, True) for _, tensor in hidden_tensors(definition, device)]
         whole_grid = grid[0] * grid[1] * grid[2] > 1 and _grid_sync(simulated)
         shared = definition.spec.shared_of(variant)  # dynamic shared memory: cuda.shared.array(0, dtype)
-        with _LOCK, warnings.catch_warnings():
+        # (older objects frozen: the launch's thread objects trigger full collections, which would walk torch's)
+        with _LOCK, collector.older_objects_frozen(), warnings.catch_warnings():
             # CUDA's integers wrap around (Numba's xoroshiro128p_* rely on it) and its floats overflow to
             # inf, divide by zero to inf and give NaN without a word: NumPy's warnings about it say
             # nothing about the kernel.
