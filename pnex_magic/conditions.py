@@ -21,6 +21,12 @@ either side is an error, not a short circuit.  It may name the op's arguments on
 its outputs, whose sizes follow from the arguments, nor ``Tune`` parameters, whose
 choices the autotuner makes.
 
+``jit(tune_requires=...)`` states rules in the same language over ``Tune`` parameters
+alone (:func:`parse_tune_rules`): they keep the combinations of choices that hold, and
+only those are compiled and timed (``"STAGES * (BM + BN) * 128 <= 232448"`` drops the
+tile shapes whose buffers do not fit, where ``Tune`` alone can only drop a value of one
+parameter in every combination).
+
 Parsed once at definition into a tree whose postfix program (opcodes ``<`` .. ``not`` of
 :data:`~pnex_magic.expressions.OPCODES`) the C++ launcher evaluates without Python.
 """
@@ -33,7 +39,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .errors import ArgumentValueError, ShapeExpressionError
+from .errors import ArgumentShapeError, ArgumentValueError, ShapeExpressionError
 from .expressions import (
     OPCODES,
     Expr,
@@ -46,8 +52,8 @@ from .expressions import (
     parse_text,
 )
 
-__all__ = ["Condition", "Requirement", "parse_requirements", "check_requirements", "requirement_message", "programs",
-           "BROKEN"]
+__all__ = ["Condition", "Requirement", "parse_requirements", "parse_tune_rules", "kept_combinations",
+           "check_requirements", "requirement_message", "programs", "BROKEN"]
 
 _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
               "!=": operator.ne}
@@ -173,18 +179,8 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
     they may not (each refused with the reason)."""
     if requires is None:
         return ()
-    if isinstance(requires, dict):
-        pairs = list(requires.items())
-    elif isinstance(requires, (list, tuple)):
-        pairs = [(text, "") for text in requires]
-    else:  # one condition (anything else is refused below)
-        pairs = [(requires, "")]
-    if not all(isinstance(t, str) and isinstance(w, str) for t, w in pairs):
-        raise ShapeExpressionError(
-            f"kernel {kernel!r}: requires= takes a condition string, a list of them, or a dict of conditions and "
-            f"what each means, e.g. requires=['steps <= 15'] or requires={{'x.size(0) % 128 == 0': 'N must be a "
-            f"multiple of the tile, 128'}}, got {requires!r}"
-        )
+    pairs = _pairs(kernel, requires, "requires", "requires=['steps <= 15'] or requires={'x.size(0) % 128 == 0': 'N "
+                   "must be a multiple of the tile, 128'}")
     found = []
     for i, (text, why) in enumerate(pairs):
         where = f"kernel {kernel!r}, requires[{i}]"
@@ -193,7 +189,8 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
             for node in ast.walk(body):
                 if isinstance(node, ast.Name) and (node.id in tune or node.id in outputs):
                     reason = ("a Tune parameter: the autotuner chooses it, so a call cannot break a rule on it; "
-                              "give the choices that hold instead" if node.id in tune
+                              "a rule on Tune parameters alone goes in tune_requires= (it keeps the combinations of "
+                              "choices that hold)" if node.id in tune
                               else "an output: its sizes follow from the arguments; state the rule on those")
                     raise ShapeExpressionError(f"{where}: {text!r} names {node.id!r}, {reason}")
             return _ConditionParser(text, names, None, where).condition(body)
@@ -201,6 +198,78 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
         condition = parse_text(text, where, "condition", build)
         found.append(Requirement(text.strip(), condition, tuple(_terms(condition)), why.strip()))
     return tuple(found)
+
+
+def _pairs(kernel: str, rules: Any, keyword: str, example: str) -> list[tuple[Any, Any]]:
+    """``requires``-style rules as (condition text, meaning) pairs, or an error naming ``keyword``."""
+    if isinstance(rules, dict):
+        pairs = list(rules.items())
+    elif isinstance(rules, (list, tuple)):
+        pairs = [(text, "") for text in rules]
+    else:  # one condition (anything else is refused below)
+        pairs = [(rules, "")]
+    if not all(isinstance(t, str) and isinstance(w, str) for t, w in pairs):
+        raise ShapeExpressionError(
+            f"kernel {kernel!r}: {keyword}= takes a condition string, a list of them, or a dict of conditions and "
+            f"what each means, e.g. {example}, got {rules!r}"
+        )
+    return pairs
+
+
+def parse_tune_rules(kernel: str, rules: Any, tune: Mapping[str, NameInfo],
+                     others: Sequence[str] = ()) -> tuple[Requirement, ...]:
+    """Parse ``jit(tune_requires=...)``: conditions over the ``Tune`` parameters ``tune``
+    alone (``others``: the kernel's other parameters, each refused with the reason)."""
+    if rules is None:
+        return ()
+    example = "tune_requires=['BM * BN <= 16384'] or tune_requires={'STAGES * (BM + BN) * 128 <= 232448': 'the " \
+              "buffers fit in shared memory'}"
+    pairs = _pairs(kernel, rules, "tune_requires", example)
+    names = dict(tune)
+    found = []
+    for i, (text, why) in enumerate(pairs):
+        where = f"kernel {kernel!r}, tune_requires[{i}]"
+
+        def build(body: ast.AST, text: str = text, where: str = where) -> Condition:
+            called = {id(n.func) for n in ast.walk(body) if isinstance(n, ast.Call)}  # min, max: the parser's
+            for node in ast.walk(body):
+                if isinstance(node, ast.Name) and node.id not in names and id(node) not in called:
+                    reason = (f"a parameter that is not a Tune parameter: a rule on the call's arguments goes in "
+                              f"requires=" if node.id in others else "not a Tune parameter of the kernel")
+                    raise ShapeExpressionError(
+                        f"{where}: {text!r} names {node.id!r}, {reason}; tune_requires rules name Tune parameters "
+                        f"({', '.join(tune) or 'the kernel has none'}) and integer constants only")
+            return _ConditionParser(text, names, None, where).condition(body)
+
+        condition = parse_text(text, where, "condition", build)
+        found.append(Requirement(text.strip(), condition, tuple(_terms(condition)), why.strip()))
+    return tuple(found)
+
+
+def kept_combinations(kernel: str, names: Sequence[str], combinations: Sequence[tuple[Any, ...]],
+                      rules: Sequence[Requirement]) -> tuple[tuple[Any, ...], ...]:
+    """The ``combinations`` of ``Tune`` values (one value per name of ``names``, in order)
+    that keep every rule of ``rules``; an error when a rule cannot be evaluated on one
+    (a division by zero) or no combination is left."""
+    kept = []
+    for values in combinations:
+        env = dict(zip(names, values))
+        holds = True
+        for i, r in enumerate(rules):
+            try:
+                holds = bool(r.condition.evaluate(env)) and holds  # (every rule evaluated, as requires')
+            except (ZeroDivisionError, ArgumentShapeError) as exc:
+                setting = ", ".join(f"{n}={v!r}" for n, v in env.items())
+                raise ShapeExpressionError(f"kernel {kernel!r}, tune_requires[{i}]: `{r.text}` with the Tune choice "
+                                           f"{setting}: {exc}") from None
+        if holds:
+            kept.append(tuple(values))
+    if not kept:
+        raise ShapeExpressionError(
+            f"kernel {kernel!r}: no combination of the Tune choices keeps tune_requires "
+            f"({'; '.join(f'`{r.text}`' for r in rules)}): there is nothing to compile; widen the choices or the "
+            f"rules")
+    return tuple(kept)
 
 
 #: What every message of a broken rule holds after the kernel's name (the C++ launcher's

@@ -57,16 +57,19 @@ def definition(
     shared_bytes: Any = 0,
     cluster_dims: Any = None,
     requires: Any = None,
+    tune_requires: Any = None,
 ) -> KernelDefinition:
     """Check ``fn``'s annotations and the launch options (no compiling yet).  ``tune``
     replaces the choices of ``Tune`` parameters by name; ``flops`` is the FLOP count of
     a call, an expression over the parameters (:func:`pnex_magic.roofline.parse_flops`);
     ``shared_bytes`` is the dynamic shared memory per block (an int, or an expression
     over ``Tune`` parameters); ``cluster_dims`` the blocks per thread-block cluster;
-    ``requires`` the rules a call's arguments must keep (:mod:`pnex_magic.conditions`)."""
+    ``requires`` the rules a call's arguments must keep (:mod:`pnex_magic.conditions`);
+    ``tune_requires`` the rules that keep combinations of ``Tune`` choices."""
     spec = build_spec(
         fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
         tune=tune, shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires,
+        tune_requires=tune_requires,
     )
     found = KernelDefinition(fn, spec, options or JitOptions(), simulate=_simulated_function)
     if flops is not None:  # lazy: the roofline (and the report's modules it imports) is not a kernel's first need

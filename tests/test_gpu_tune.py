@@ -98,3 +98,30 @@ def test_a_new_process_reuses_the_stored_choice(tmp_path, tuning):
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["benchmarks"] == 0 and found["disk_hits"] == 1
     assert [tuple(t) for t in found["tune"]] == list(chosen.tune) and tuple(found["block"]) == chosen.block
+
+
+def test_only_the_kept_combinations_launch_and_are_timed(tmp_path, launcher):
+    """``tune_requires``: the tuner times the kept combinations of ITEMS and UNROLL, each
+    launches right through both launchers (forced one by one through the C++ one)."""
+    source = KERNEL.replace('threads_per_block=[128, 256, 512])', 'threads_per_block=[128, 256], '
+                            'tune_requires="ITEMS * UNROLL <= 4")').replace(
+        'ITEMS: pnex.Tune(1, 2, 4, 8)):', 'ITEMS: pnex.Tune(1, 2, 4, 8), UNROLL: pnex.Tune(1, 2)):')
+    assert source != KERNEL
+    path = tmp_path / "tcopy_rules.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "tcopy_rules"}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
+    op = namespace["tcopy"]
+    assert op.spec.tune_variants == ((1, 1), (1, 2), (2, 1), (2, 2), (4, 1))
+    a = torch.randn(1_000_003, device="cuda")
+    assert torch.equal(op(a), a)
+    result = autotune.result_for(op.definition, (a,))
+    assert result.source == "benchmarked"
+    assert len([c for c in result.candidates if c.seconds is not None]) == 2 * 5
+    assert dict(result.tune)["ITEMS"] * dict(result.tune)["UNROLL"] <= 4
+    if launcher == "native":
+        from pnex_magic.launch.native import forced_candidate
+
+        for index in range(len(op.spec.launch_candidates)):
+            with forced_candidate(op.definition.op_name, index):
+                assert torch.equal(op(a), a), op.spec.launch_candidates[index]

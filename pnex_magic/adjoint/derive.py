@@ -68,7 +68,8 @@ class DerivedKernel:
 
     def definition(self, options: JitOptions) -> KernelDefinition:
         return definition(self.function, n_threads=self.n_threads, threads_per_block=self.threads_per_block,
-                          autotune_key=self.autotune_key, options=options)
+                          autotune_key=self.autotune_key, options=options,
+                          tune_requires={r.text: r.why for r in self.spec.tune_rules} or None)  # the same variants
 
 
 def _substitute(expr: Expr, outputs: dict[str, TensorParam]) -> Expr:

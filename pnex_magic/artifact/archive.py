@@ -39,7 +39,9 @@ FORMAT = "pnex_magic kernel artifact"
 #: Tune parameters) and the launch description's "shared" (its bytes per Tune variant).
 #: 5: the spec's "requires" (jit(requires=...)) and the launch description's rules: an
 #: older reader would launch what the rules refuse, so it must refuse the file.
-FORMAT_VERSION = 5
+#: 6: the spec's "tune_requires" (jit(tune_requires=...)): the variants are the
+#: combinations of Tune choices that keep them, which an older reader would number otherwise.
+FORMAT_VERSION = 6
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

@@ -19,6 +19,7 @@ refused too.  Every problem is an :class:`~pnex_magic.errors.ArtifactError`.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import keyword
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 
 from ..blocks import parse_autotune_key, parse_threads_per_block
 from ..clusters import parse_cluster_dims, ptx_cluster_dims
+from ..conditions import kept_combinations
 from ..dtypes import resolve_dtype
 from ..errors import ArtifactError, KernelDefinitionError, PnexError, ShapeExpressionError
 from ..expressions import NameInfo, parse_expression
@@ -33,7 +35,7 @@ from ..launch.description import describe_launch
 from ..linking import uses_grid_sync
 from ..multiarch import LAYOUTS, ArchImages, target_archs
 from ..spec import KernelSpec, ScalarParam, SeedParam, TensorParam, TuneParam, UnusedParam
-from ..spec.validate import argument_rules, shared_bytes_expression
+from ..spec.validate import argument_rules, shared_bytes_expression, tune_rules
 
 __all__ = ["OpEntry", "op_entry", "read_op_entry"]
 
@@ -85,6 +87,9 @@ def _spec_json(spec: KernelSpec) -> dict[str, Any]:
         # The rules on the arguments (jit(requires=...), format 5; absent: none).
         # [[condition, what it means], ...], in order (the manifest's keys are sorted).
         **({"requires": [[r.text, r.why] for r in spec.requires]} if spec.requires else {}),
+        # The rules that keep combinations of Tune choices (jit(tune_requires=...), format 6; absent: none):
+        # they number the variants whose code the file holds.
+        **({"tune_requires": [[r.text, r.why] for r in spec.tune_rules]} if spec.tune_rules else {}),
     }
 
 
@@ -229,11 +234,20 @@ def _spec(d: Any) -> KernelSpec:
         parse_expression(t, visible, where=f"kernel {kernel!r}, n_threads[{i}]") for i, t in enumerate(texts)
     )
     candidates, key = _tuning(d, kernel, tpb, len(texts), params, visible)
+    tune_params = [p for p in params if isinstance(p, TuneParam)]
+    try:
+        kept = _rule_pairs(d, "tune_requires")
+        tune_rules_ = tune_rules(kernel, None if kept is None else {t: w for t, w in kept}, params)
+        combinations = None if not tune_rules_ else kept_combinations(
+            kernel, [p.name for p in tune_params], list(itertools.product(*(p.choices for p in tune_params))),
+            tune_rules_)
+    except ShapeExpressionError as exc:
+        raise _Malformed(str(exc)) from None
     shared = d.get("shared_bytes", "0")  # saved before dynamic shared memory (format 3 and older): none
     if not isinstance(shared, str):
         raise _Malformed(f"shared_bytes {shared!r} is not an expression text")
     try:
-        shared_bytes = shared_bytes_expression(kernel, shared, [p for p in params if isinstance(p, TuneParam)], visible)
+        shared_bytes = shared_bytes_expression(kernel, shared, tune_params, visible, combinations)
     except KernelDefinitionError as exc:
         raise _Malformed(str(exc)) from None
     try:
@@ -241,10 +255,7 @@ def _spec(d: Any) -> KernelSpec:
     except KernelDefinitionError as exc:
         raise _Malformed(str(exc)) from None
     try:
-        saved = d.get("requires")
-        if saved is not None and not (isinstance(saved, list) and all(
-                isinstance(e, list) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in saved)):
-            raise _Malformed(f"requires {saved!r} is not a list of [condition, meaning] pairs")
+        saved = _rule_pairs(d, "requires")
         requires = argument_rules(kernel, None if saved is None else {t: w for t, w in saved}, params, visible)
     except ShapeExpressionError as exc:
         raise _Malformed(str(exc)) from None
@@ -260,7 +271,17 @@ def _spec(d: Any) -> KernelSpec:
         shared_bytes=shared_bytes,
         cluster_dims=cluster_dims,
         requires=requires,
+        tune_rules=tune_rules_,
     )
+
+
+def _rule_pairs(d: dict, key: str) -> list | None:
+    """The saved ``key`` rules ([[condition, meaning], ...]), or ``None`` where absent."""
+    saved = d.get(key)
+    if saved is not None and not (isinstance(saved, list) and all(
+            isinstance(e, list) and len(e) == 2 and all(isinstance(s, str) for s in e) for e in saved)):
+        raise _Malformed(f"{key} {saved!r} is not a list of [condition, meaning] pairs")
+    return saved
 
 
 def _tuning(d: dict, kernel: str, tpb: list, ndim: int, params: tuple, visible: dict[str, NameInfo]) -> tuple:

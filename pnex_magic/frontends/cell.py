@@ -524,6 +524,7 @@ class CellRun:
                     autotune_key=opts.autotune_key, options=options, tune=opts.tune or None,
                     flops=opts.flops,
                     shared_bytes=opts.shared_bytes, cluster_dims=opts.cluster_dims, requires=list(opts.requires) or None,
+                    tune_requires=list(opts.tune_requires) or None,
                 )
                 definition.check_compiles()
             except PnexError as exc:

@@ -31,6 +31,7 @@ def jit(
     shared_bytes: int | str = 0,
     cluster_dims: int | tuple[int, ...] | None = None,
     requires: str | list[str] | tuple[str, ...] | dict[str, str] | None = None,
+    tune_requires: str | list[str] | tuple[str, ...] | dict[str, str] | None = None,
 ) -> Callable[[Callable[..., None]], PnexOp]:
     """Compile a Python function written as a Numba-CUDA kernel into a PyTorch operator.
 
@@ -129,10 +130,19 @@ def jit(
         Every launcher (eager, the C++ launcher, ``torch.compile``, the CPU simulator,
         JAX, a saved artifact) refuses a call that breaks one with
         :class:`~pnex_magic.ArgumentValueError` naming the rule and the values, instead
-        of computing wrong numbers.  ``Tune`` parameters and outputs may not appear.
+        of computing wrong numbers.  ``Tune`` parameters (see ``tune_requires``) and
+        outputs may not appear.
         A dict maps each condition to what it means, which ends the message:
         ``{"a.size(1) % 64 == 0": "K must be a multiple of the k-tile, 64"}``.
         See :mod:`pnex_magic.conditions`.
+    tune_requires : str, list of str, or dict, optional
+        Rules over the ``Tune`` parameters alone, in the same language: only the
+        combinations of choices that keep every rule are compiled, timed and saved,
+        e.g. ``"STAGES * (BM + BN) * 64 * 2 <= 232448"`` keeps the tile shapes whose
+        buffers fit in shared memory (``Tune`` alone can only drop a choice of one
+        parameter from every combination).  The first combination kept is the default.
+        A rule that names anything but ``Tune`` parameters, divides by zero, or keeps no
+        combination is refused at definition.
 
     Returns
     -------
@@ -166,7 +176,7 @@ def jit(
         d = definition(
             fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, options=options,
             flops=flops,
-            shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires,
+            shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires, tune_requires=tune_requires,
         )
         with registered(d) as op:  # a backward that cannot be derived leaves the previous definition
             if backward == "auto":

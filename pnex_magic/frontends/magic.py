@@ -158,6 +158,7 @@ class _Options:
     shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
     cluster_dims: tuple[int, ...] | None = None  # --cluster-dims X[,Y[,Z]]: thread-block clusters (sm_90)
     requires: tuple[str, ...] = ()  # --requires COND (repeatable): rules on the call's arguments
+    tune_requires: tuple[str, ...] = ()  # --tune-requires COND (repeatable): combinations of Tune choices kept
 
 
 @magics_class
@@ -226,6 +227,12 @@ class PnexMagics(Magics):
              "e.g. --requires \"0 <= steps <= 15\": a condition over the op's arguments in the language of "
              "--n-threads, with < <= > >= == != and / or / not. A call that breaks it is refused with an "
              "ArgumentValueError naming the rule and the values, on every launcher (as jit(requires=...)).",
+    )
+    @magic_arguments.argument(
+        "--tune-requires", dest="tune_requires", action="append", nargs="+", metavar="COND",
+        help="A rule over the Tune parameters alone (repeatable), e.g. --tune-requires \"BM * BN <= 16384\": only "
+             "the combinations of their choices that keep every rule are compiled and timed (as "
+             "jit(tune_requires=...)).",
     )
     @magic_arguments.argument(
         "--shared-bytes", dest="shared_bytes", nargs="+", metavar="EXPR",
@@ -386,6 +393,7 @@ class PnexMagics(Magics):
             shared_bytes=_join(ns.shared_bytes) if ns.shared_bytes else 0,
             cluster_dims=_cluster_dims(ns.cluster_dims) if ns.cluster_dims else None,
             requires=tuple(_join(group) for group in ns.requires or ()),
+            tune_requires=tuple(_join(group) for group in ns.tune_requires or ()),
         )
 
     @magic_arguments.magic_arguments()

@@ -253,6 +253,8 @@ def _slot(definition: Kernel, gpu: str, arch: str, layout: str, key: tuple[int, 
         build = f"{hashlib.sha256(image).hexdigest()}|{entry}|{spec.describe()}"
     candidates = spec.block_candidates if not spec.tune_params else spec.launch_candidates
     text = f"{gpu}|{build}|{candidates}|{spec.tuning_key()[1]}|{key}"
+    if spec.tune_rules:  # (the candidates number the combinations kept: other rules, other candidates)
+        text += f"|{spec.tune_variants}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

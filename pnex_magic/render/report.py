@@ -273,6 +273,12 @@ class PnexReport:
         if spec.requires:  # jit(requires=...): every launcher refuses a call that breaks one
             parts.append(note("a call must keep " + "; ".join(code(r.text) for r in spec.requires)
                               + " (else ArgumentValueError, before the kernel runs)"))
+        if spec.tune_rules:  # jit(tune_requires=...): the combinations of Tune choices kept
+            every = 1
+            for p in spec.tune_params:
+                every *= len(p.choices)
+            parts.append(note(f"Tune combinations kept: {len(spec.tune_variants)} of {every}, by "
+                              + "; ".join(code(r.text) for r in spec.tune_rules)))
         if k.source:
             parts.append(
                 f'<details><summary style="cursor:pointer">kernel source</summary>'

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 from ..annotations import InMut, Scalar, Seed, TensorAnnotation, Tune, Unused
 from ..clusters import parse_cluster_dims
+from ..conditions import kept_combinations
 from ..blocks import as_tuple, parse_autotune_key, parse_n_threads, parse_threads_per_block
 from ..dtypes import DType, record_dtype_names, resolve_dtype, supported_dtype_names
 from ..errors import KernelDefinitionError, ShapeExpressionError
@@ -35,6 +37,7 @@ from .validate import (
     scalar_default,
     shared_bytes_expression,
     tune_choices,
+    tune_rules,
 )
 
 __all__ = ["build_spec"]
@@ -86,13 +89,15 @@ def build_spec(
     shared_bytes: Any = 0,
     cluster_dims: Any = None,
     requires: Any = None,
+    tune_requires: Any = None,
 ) -> KernelSpec:
     """Check ``fn``'s annotations and the launch options (:mod:`pnex_magic.blocks`);
     return its :class:`KernelSpec`.  ``tune`` replaces the choices of ``Tune``
     parameters by name (``%%pnex --tune ITEMS=1,2,4``); ``shared_bytes`` is the dynamic
     shared memory per block (:func:`~pnex_magic.spec.validate.shared_bytes_expression`);
     ``cluster_dims`` the blocks per thread-block cluster (:mod:`pnex_magic.clusters`);
-    ``requires`` the rules on the arguments (:mod:`pnex_magic.conditions`)."""
+    ``requires`` the rules on the arguments (:mod:`pnex_magic.conditions`);
+    ``tune_requires`` the rules that keep combinations of ``Tune`` choices."""
     kernel = name or getattr(fn, "__name__", "kernel")
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise KernelDefinitionError(f"jit() expects a Python function, got {fn!r}")
@@ -223,14 +228,15 @@ def build_spec(
     )
     arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar", "tune")}
     tune_params = [p for p in params if isinstance(p, TuneParam)]
-    variants = 1
-    for p in tune_params:
-        variants *= len(p.choices)
-    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) * variants > 1)
+    kept_rules = tune_rules(kernel, tune_requires, params)
+    combinations = list(itertools.product(*(p.choices for p in tune_params)))
+    if kept_rules:
+        combinations = list(kept_combinations(kernel, [p.name for p in tune_params], combinations, kept_rules))
+    key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) * len(combinations) > 1)
     for i, expr in enumerate(key or ()):
         refuse_tuned(kernel, tuned, expr, f"autotune_key[{i}]")
-    check_tuned_n_threads(kernel, tune_params, thread_exprs, visible)
-    shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible)
+    check_tuned_n_threads(kernel, tune_params, thread_exprs, visible, combinations)
+    shared = shared_bytes_expression(kernel, shared_bytes, tune_params, visible, combinations)
     clusters = parse_cluster_dims(kernel, cluster_dims, len(nt))
     rules = argument_rules(kernel, requires, params, visible)
     if not any(p.role in ("out", "inmut") for p in params):
@@ -251,6 +257,7 @@ def build_spec(
         shared_bytes=shared,
         cluster_dims=clusters,
         requires=rules,
+        tune_rules=kept_rules,
     )
 
 

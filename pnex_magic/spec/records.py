@@ -15,7 +15,7 @@ import functools
 import itertools
 
 from ..dtypes import DType
-from ..conditions import Requirement
+from ..conditions import Requirement, kept_combinations
 from ..expressions import Const, Expr, Size
 
 __all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "SeedParam", "KernelSpec"]
@@ -146,6 +146,9 @@ class KernelSpec:
     #: Rules the call's arguments must keep (``requires=``, :mod:`pnex_magic.conditions`): every
     #: launcher refuses a call that breaks one.
     requires: tuple[Requirement, ...] = ()
+    #: Rules on the ``Tune`` parameters alone (``tune_requires=``): only the combinations of
+    #: choices that keep them are variants.
+    tune_rules: tuple[Requirement, ...] = ()
 
     @property
     def autotuned(self) -> bool:
@@ -165,9 +168,12 @@ class KernelSpec:
     @functools.cached_property
     def tune_variants(self) -> tuple[tuple[int | float | bool, ...], ...]:
         """The compiled variants: one value per ``Tune`` parameter (declaration order),
-        every combination of their choices, the first choices first.  ``((),)`` for a
-        kernel without ``Tune`` parameters: one variant."""
-        return tuple(itertools.product(*(p.choices for p in self.tune_params)))
+        every combination of their choices that keeps :attr:`tune_rules`, the first
+        choices first.  ``((),)`` for a kernel without ``Tune`` parameters: one variant."""
+        every = tuple(itertools.product(*(p.choices for p in self.tune_params)))
+        if not self.tune_rules:
+            return every
+        return kept_combinations(self.name, [p.name for p in self.tune_params], every, self.tune_rules)
 
     def tune_values(self, variant: int) -> dict[str, int | float | bool]:
         """``{Tune parameter: value}`` of a variant."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..blocks import as_tuple
-from ..conditions import Requirement, parse_requirements
+from ..conditions import Requirement, kept_combinations, parse_requirements, parse_tune_rules
 from ..dtypes import DType
 from ..errors import ArgumentShapeError, KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, parse_expression
@@ -66,14 +66,16 @@ _PROBE_SIZE = 1 << 20
 
 
 def check_tuned_n_threads(kernel: str, tune_params: list[TuneParam], exprs: tuple[Expr, ...],
-                           visible: dict[str, NameInfo]) -> None:
+                           visible: dict[str, NameInfo], combinations: Sequence[tuple] | None = None) -> None:
+    """Refuse a Tune choice for which ``n_threads`` launches no thread (``combinations``: the
+    combinations of choices kept, :func:`tune_rules`; ``None``: every one)."""
     names = {p.name for p in tune_params}
     scalars = {n for n, info in visible.items() if info.kind == "scalar" and n not in names}
     for axis, expr in enumerate(exprs):
         used = expr.names()
         if not used & names or used & scalars:
             continue  # no Tune parameter in it, or scalar arguments whose values are unknown here
-        for values in itertools.product(*(p.choices for p in tune_params)):
+        for values in _combinations(tune_params, combinations):
             env: dict[str, Any] = dict(zip((p.name for p in tune_params), values))
             for n in used - names:
                 env[n] = _ProbeTensor(visible[n].ndim)
@@ -202,10 +204,11 @@ def check_record(where: str, dtype: DType, role: str) -> None:
 
 
 def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam],
-                            visible: dict[str, NameInfo]) -> Expr:
+                            visible: dict[str, NameInfo], combinations: Sequence[tuple] | None = None) -> Expr:
     """The ``shared_bytes`` option (bytes of dynamic shared memory per block), checked:
     an int, or an expression over ``Tune`` parameters and integer constants (the
-    language of ``n_threads``) that gives, for every ``Tune`` variant, an int from 0 to
+    language of ``n_threads``) that gives, for every ``Tune`` variant (``combinations``:
+    those :func:`tune_rules` keeps; ``None``: every combination), an int from 0 to
     the most any GPU allows a block (:data:`~pnex_magic.hardware.MAX_SHARED_PER_BLOCK`).
     It may not name a tensor or a scalar argument: each variant launches with one
     number of bytes, whatever the call's sizes."""
@@ -228,7 +231,7 @@ def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam
             f"launches with one number of bytes, whatever the call's sizes. Size the shared memory for the "
             f"largest tile the kernel uses"
         )
-    for values in itertools.product(*(p.choices for p in tune_params)):
+    for values in _combinations(tune_params, combinations):
         env = dict(zip((p.name for p in tune_params), values))
         setting = ", ".join(f"{n}={env[n]!r}" for n in sorted(expr.names()))
         at = f"{where} = {value!r}" + (f" with the Tune choice {setting}" if setting else "")
@@ -244,7 +247,7 @@ def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam
             raise KernelDefinitionError(
                 f"{at} gives {count:,} bytes of dynamic shared memory per block, more than any GPU allows a block "
                 f"({MAX_SHARED_PER_BLOCK:,} B on sm_90); use fewer pipeline stages or smaller tiles"
-                + (", or remove that choice" if setting else "")
+                + (", or remove that choice (tune_requires= removes a combination of choices)" if setting else "")
             )
     return expr
 
@@ -258,3 +261,25 @@ def argument_rules(kernel: str, requires: Any, params: Sequence[Any],
         kernel, requires, {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
         tune=[p.name for p in params if isinstance(p, TuneParam)], outputs=[p.name for p in params if p.role == "out"],
     )
+
+
+def tune_rules(kernel: str, tune_requires: Any, params: Sequence[Any]) -> tuple[Requirement, ...]:
+    """The kernel's ``tune_requires`` rules (:func:`pnex_magic.conditions.parse_tune_rules`),
+    over its ``Tune`` parameters alone, checked on every combination of their choices (a
+    rule that divides by zero, or leaves none, is refused).  ``jit()`` and a saved artifact
+    read them alike."""
+    tune_params = [p for p in params if isinstance(p, TuneParam)]
+    if tune_requires is not None and not tune_params:
+        raise ShapeExpressionError(f"kernel {kernel!r}: tune_requires= needs Tune parameters; the kernel has none")
+    rules = parse_tune_rules(
+        kernel, tune_requires, {p.name: NameInfo("scalar", integral=p.kind != "float") for p in tune_params},
+        others=[p.name for p in params if not isinstance(p, TuneParam)],
+    )
+    if rules:
+        kept_combinations(kernel, [p.name for p in tune_params], list(_combinations(tune_params, None)), rules)
+    return rules
+
+
+def _combinations(tune_params: Sequence[TuneParam], combinations: Sequence[tuple] | None) -> Any:
+    """``combinations``, or (``None``) every combination of the parameters' choices."""
+    return combinations if combinations is not None else itertools.product(*(p.choices for p in tune_params))
