@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..blocks import as_tuple
-from ..conditions import Requirement, kept_combinations, parse_requirements, parse_tune_rules
+from ..conditions import Requirement, parse_requirements, parse_tune_rules
 from ..dtypes import DType
 from ..errors import ArgumentShapeError, KernelDefinitionError, ShapeExpressionError
 from ..expressions import Expr, NameInfo, parse_expression
@@ -265,19 +265,16 @@ def argument_rules(kernel: str, requires: Any, params: Sequence[Any],
 
 def tune_rules(kernel: str, tune_requires: Any, params: Sequence[Any]) -> tuple[Requirement, ...]:
     """The kernel's ``tune_requires`` rules (:func:`pnex_magic.conditions.parse_tune_rules`),
-    over its ``Tune`` parameters alone, checked on every combination of their choices (a
-    rule that divides by zero, or leaves none, is refused).  ``jit()`` and a saved artifact
-    read them alike."""
+    over its ``Tune`` parameters alone (the combinations they keep:
+    :func:`~pnex_magic.conditions.kept_combinations`).  ``jit()`` and a saved artifact read
+    them alike."""
     tune_params = [p for p in params if isinstance(p, TuneParam)]
     if tune_requires is not None and not tune_params:
         raise ShapeExpressionError(f"kernel {kernel!r}: tune_requires= needs Tune parameters; the kernel has none")
-    rules = parse_tune_rules(
+    return parse_tune_rules(
         kernel, tune_requires, {p.name: NameInfo("scalar", integral=p.kind != "float") for p in tune_params},
         others=[p.name for p in params if not isinstance(p, TuneParam)],
     )
-    if rules:
-        kept_combinations(kernel, [p.name for p in tune_params], list(_combinations(tune_params, None)), rules)
-    return rules
 
 
 def _combinations(tune_params: Sequence[TuneParam], combinations: Sequence[tuple] | None) -> Any:
