@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -246,13 +247,17 @@ def parse_tune_rules(kernel: str, rules: Any, tune: Mapping[str, NameInfo],
     return tuple(found)
 
 
-def kept_combinations(kernel: str, names: Sequence[str], combinations: Sequence[tuple[Any, ...]],
+def kept_combinations(kernel: str, names: Sequence[str], choices: Sequence[Sequence[Any]],
                       rules: Sequence[Requirement]) -> tuple[tuple[Any, ...], ...]:
-    """The ``combinations`` of ``Tune`` values (one value per name of ``names``, in order)
-    that keep every rule of ``rules``; an error when a rule cannot be evaluated on one
+    """The combinations of ``Tune`` values (one value per name of ``names``, of its
+    ``choices``, in the product's order) that keep every rule of ``rules`` (every
+    combination where there is none); an error when a rule cannot be evaluated on one
     (a division by zero) or no combination is left."""
+    every = tuple(itertools.product(*choices))
+    if not rules:
+        return every
     kept = []
-    for values in combinations:
+    for values in every:
         env = dict(zip(names, values))
         holds = True
         for i, r in enumerate(rules):

@@ -19,7 +19,6 @@ refused too.  Every problem is an :class:`~pnex_magic.errors.ArtifactError`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import keyword
 from collections.abc import Mapping
@@ -238,9 +237,8 @@ def _spec(d: Any) -> KernelSpec:
     try:
         kept = _rule_pairs(d, "tune_requires")
         tune_rules_ = tune_rules(kernel, None if kept is None else {t: w for t, w in kept}, params)
-        combinations = None if not tune_rules_ else kept_combinations(
-            kernel, [p.name for p in tune_params], list(itertools.product(*(p.choices for p in tune_params))),
-            tune_rules_)
+        combinations = kept_combinations(kernel, [p.name for p in tune_params], [p.choices for p in tune_params],
+                                         tune_rules_)
     except ShapeExpressionError as exc:
         raise _Malformed(str(exc)) from None
     shared = d.get("shared_bytes", "0")  # saved before dynamic shared memory (format 3 and older): none

@@ -274,9 +274,7 @@ class PnexReport:
             parts.append(note("a call must keep " + "; ".join(code(r.text) for r in spec.requires)
                               + " (else ArgumentValueError, before the kernel runs)"))
         if spec.tune_rules:  # jit(tune_requires=...): the combinations of Tune choices kept
-            every = 1
-            for p in spec.tune_params:
-                every *= len(p.choices)
+            every = math.prod(len(p.choices) for p in spec.tune_params)
             parts.append(note(f"Tune combinations kept: {len(spec.tune_variants)} of {every}, by "
                               + "; ".join(code(r.text) for r in spec.tune_rules)))
         if k.source:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -229,9 +228,8 @@ def build_spec(
     arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar", "tune")}
     tune_params = [p for p in params if isinstance(p, TuneParam)]
     kept_rules = tune_rules(kernel, tune_requires, params)
-    combinations = list(itertools.product(*(p.choices for p in tune_params)))
-    if kept_rules:
-        combinations = list(kept_combinations(kernel, [p.name for p in tune_params], combinations, kept_rules))
+    combinations = kept_combinations(kernel, [p.name for p in tune_params], [p.choices for p in tune_params],
+                                     kept_rules)
     key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) * len(combinations) > 1)
     for i, expr in enumerate(key or ()):
         refuse_tuned(kernel, tuned, expr, f"autotune_key[{i}]")

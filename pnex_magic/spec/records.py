@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 
 from ..dtypes import DType
 from ..conditions import Requirement, kept_combinations
@@ -170,10 +169,8 @@ class KernelSpec:
         """The compiled variants: one value per ``Tune`` parameter (declaration order),
         every combination of their choices that keeps :attr:`tune_rules`, the first
         choices first.  ``((),)`` for a kernel without ``Tune`` parameters: one variant."""
-        every = tuple(itertools.product(*(p.choices for p in self.tune_params)))
-        if not self.tune_rules:
-            return every
-        return kept_combinations(self.name, [p.name for p in self.tune_params], every, self.tune_rules)
+        return kept_combinations(self.name, [p.name for p in self.tune_params], [p.choices for p in self.tune_params],
+                                 self.tune_rules)
 
     def tune_values(self, variant: int) -> dict[str, int | float | bool]:
         """``{Tune parameter: value}`` of a variant."""

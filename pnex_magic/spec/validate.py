@@ -9,7 +9,6 @@ the parameter (``where``), what was expected and how to fix it.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,16 +65,16 @@ _PROBE_SIZE = 1 << 20
 
 
 def check_tuned_n_threads(kernel: str, tune_params: list[TuneParam], exprs: tuple[Expr, ...],
-                           visible: dict[str, NameInfo], combinations: Sequence[tuple] | None = None) -> None:
+                           visible: dict[str, NameInfo], combinations: Sequence[tuple]) -> None:
     """Refuse a Tune choice for which ``n_threads`` launches no thread (``combinations``: the
-    combinations of choices kept, :func:`tune_rules`; ``None``: every one)."""
+    combinations of choices kept, :func:`pnex_magic.conditions.kept_combinations`)."""
     names = {p.name for p in tune_params}
     scalars = {n for n, info in visible.items() if info.kind == "scalar" and n not in names}
     for axis, expr in enumerate(exprs):
         used = expr.names()
         if not used & names or used & scalars:
             continue  # no Tune parameter in it, or scalar arguments whose values are unknown here
-        for values in _combinations(tune_params, combinations):
+        for values in combinations:
             env: dict[str, Any] = dict(zip((p.name for p in tune_params), values))
             for n in used - names:
                 env[n] = _ProbeTensor(visible[n].ndim)
@@ -204,11 +203,11 @@ def check_record(where: str, dtype: DType, role: str) -> None:
 
 
 def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam],
-                            visible: dict[str, NameInfo], combinations: Sequence[tuple] | None = None) -> Expr:
+                            visible: dict[str, NameInfo], combinations: Sequence[tuple]) -> Expr:
     """The ``shared_bytes`` option (bytes of dynamic shared memory per block), checked:
     an int, or an expression over ``Tune`` parameters and integer constants (the
     language of ``n_threads``) that gives, for every ``Tune`` variant (``combinations``:
-    those :func:`tune_rules` keeps; ``None``: every combination), an int from 0 to
+    those :func:`pnex_magic.conditions.kept_combinations` keeps), an int from 0 to
     the most any GPU allows a block (:data:`~pnex_magic.hardware.MAX_SHARED_PER_BLOCK`).
     It may not name a tensor or a scalar argument: each variant launches with one
     number of bytes, whatever the call's sizes."""
@@ -231,7 +230,7 @@ def shared_bytes_expression(kernel: str, value: Any, tune_params: list[TuneParam
             f"launches with one number of bytes, whatever the call's sizes. Size the shared memory for the "
             f"largest tile the kernel uses"
         )
-    for values in _combinations(tune_params, combinations):
+    for values in combinations:
         env = dict(zip((p.name for p in tune_params), values))
         setting = ", ".join(f"{n}={env[n]!r}" for n in sorted(expr.names()))
         at = f"{where} = {value!r}" + (f" with the Tune choice {setting}" if setting else "")
@@ -276,7 +275,3 @@ def tune_rules(kernel: str, tune_requires: Any, params: Sequence[Any]) -> tuple[
         others=[p.name for p in params if not isinstance(p, TuneParam)],
     )
 
-
-def _combinations(tune_params: Sequence[TuneParam], combinations: Sequence[tuple] | None) -> Any:
-    """``combinations``, or (``None``) every combination of the parameters' choices."""
-    return combinations if combinations is not None else itertools.product(*(p.choices for p in tune_params))
