@@ -108,7 +108,7 @@ def check_arguments(spec: KernelSpec, env: Mapping[str, Any]) -> torch.device | 
     for written, other in spec.overlap_checks:
         if overlaps(env[written], env[other]):
             raise ArgumentShapeError(alias_message(spec, written, other))
-    check_requirements(spec.name, spec.requires, env)  # jit(requires=...): the kernel's own rules
+    check_requirements(spec.name, spec.checked_requires, env)  # jit(requires=...), and tune_requires per call
     return device
 
 

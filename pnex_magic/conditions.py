@@ -22,10 +22,14 @@ its outputs, whose sizes follow from the arguments, nor ``Tune`` parameters, who
 choices the autotuner makes.
 
 ``jit(tune_requires=...)`` states rules in the same language over ``Tune`` parameters
-alone (:func:`parse_tune_rules`): they keep the combinations of choices that hold, and
-only those are compiled and timed (``"STAGES * (BM + BN) * 128 <= 232448"`` drops the
-tile shapes whose buffers do not fit, where ``Tune`` alone can only drop a value of one
-parameter in every combination).
+(:func:`parse_tune_rules`).  A rule over ``Tune`` parameters alone keeps the combinations
+of choices that hold, and only those are compiled and timed (``"STAGES * (BM + BN) * 128
+<= 232448"`` drops the tile shapes whose buffers do not fit, where ``Tune`` alone can only
+drop a value of one parameter in every combination).  A rule that also names the call's
+arguments (``"w.size(0) % BN == 0"``) is a rule *per call*: each call launches only the
+combinations that keep it for its sizes (:func:`variant_check`: the rule with a
+combination's values in place of the ``Tune`` names, a condition on the call alone), and
+a call that leaves none is refused (:func:`any_variant_rule`).
 
 Parsed once at definition into a tree whose postfix program (opcodes ``<`` .. ``not`` of
 :data:`~pnex_magic.expressions.OPCODES`) the C++ launcher evaluates without Python.
@@ -43,6 +47,7 @@ from typing import Any
 from .errors import ArgumentShapeError, ArgumentValueError, ShapeExpressionError
 from .expressions import (
     OPCODES,
+    Const,
     Expr,
     NameInfo,
     Numel,
@@ -54,7 +59,8 @@ from .expressions import (
 )
 
 __all__ = ["Condition", "Requirement", "parse_requirements", "parse_tune_rules", "kept_combinations",
-           "check_requirements", "requirement_message", "programs", "BROKEN"]
+           "per_call", "variant_check", "any_variant_rule", "check_requirements", "requirement_message",
+           "reworded", "programs", "BROKEN"]
 
 _OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
               "!=": operator.ne}
@@ -190,8 +196,9 @@ def parse_requirements(kernel: str, requires: Any, names: Mapping[str, NameInfo]
             for node in ast.walk(body):
                 if isinstance(node, ast.Name) and (node.id in tune or node.id in outputs):
                     reason = ("a Tune parameter: the autotuner chooses it, so a call cannot break a rule on it; "
-                              "a rule on Tune parameters alone goes in tune_requires= (it keeps the combinations of "
-                              "choices that hold)" if node.id in tune
+                              "a rule on Tune parameters goes in tune_requires= (it keeps the combinations of "
+                              "choices that hold, for every call or, naming the call's arguments too, per call)"
+                              if node.id in tune
                               else "an output: its sizes follow from the arguments; state the rule on those")
                     raise ShapeExpressionError(f"{where}: {text!r} names {node.id!r}, {reason}")
             return _ConditionParser(text, names, None, where).condition(body)
@@ -217,29 +224,37 @@ def _pairs(kernel: str, rules: Any, keyword: str, example: str) -> list[tuple[An
     return pairs
 
 
-def parse_tune_rules(kernel: str, rules: Any, tune: Mapping[str, NameInfo],
-                     others: Sequence[str] = ()) -> tuple[Requirement, ...]:
-    """Parse ``jit(tune_requires=...)``: conditions over the ``Tune`` parameters ``tune``
-    alone (``others``: the kernel's other parameters, each refused with the reason)."""
+def parse_tune_rules(kernel: str, rules: Any, tune: Mapping[str, NameInfo], others: Sequence[str] = (),
+                     arguments: Mapping[str, NameInfo] | None = None,
+                     outputs: Sequence[str] = ()) -> tuple[Requirement, ...]:
+    """Parse ``jit(tune_requires=...)``: conditions over the ``Tune`` parameters ``tune``,
+    each naming one of them at least; ``arguments``: the call's arguments a rule may also
+    name (a rule per call, :func:`per_call`); ``others`` and ``outputs``: the kernel's
+    other parameters, each refused with the reason."""
     if rules is None:
         return ()
-    example = "tune_requires=['BM * BN <= 16384'] or tune_requires={'STAGES * (BM + BN) * 128 <= 232448': 'the " \
-              "buffers fit in shared memory'}"
+    example = "tune_requires=['BM * BN <= 16384', 'w.size(0) % BN == 0'] or tune_requires={'STAGES * (BM + BN) * " \
+              "128 <= 232448': 'the buffers fit in shared memory'}"
     pairs = _pairs(kernel, rules, "tune_requires", example)
-    names = dict(tune)
+    names = {**(arguments or {}), **tune}
     found = []
     for i, (text, why) in enumerate(pairs):
         where = f"kernel {kernel!r}, tune_requires[{i}]"
 
         def build(body: ast.AST, text: str = text, where: str = where) -> Condition:
             called = {id(n.func) for n in ast.walk(body) if isinstance(n, ast.Call)}  # min, max: the parser's
-            for node in ast.walk(body):
-                if isinstance(node, ast.Name) and node.id not in names and id(node) not in called:
-                    reason = (f"a parameter that is not a Tune parameter: a rule on the call's arguments goes in "
-                              f"requires=" if node.id in others else "not a Tune parameter of the kernel")
-                    raise ShapeExpressionError(
-                        f"{where}: {text!r} names {node.id!r}, {reason}; tune_requires rules name Tune parameters "
-                        f"({', '.join(tune) or 'the kernel has none'}) and integer constants only")
+            named = {n.id for n in ast.walk(body) if isinstance(n, ast.Name) and id(n) not in called}
+            for name in sorted(named - set(names)):
+                reason = ("an output: its sizes follow from the arguments; state the rule on those" if name in outputs
+                          else "a parameter the rule cannot read" if name in others
+                          else "not a parameter of the kernel")
+                raise ShapeExpressionError(
+                    f"{where}: {text!r} names {name!r}, {reason}; tune_requires rules name Tune parameters "
+                    f"({', '.join(tune) or 'the kernel has none'}), the call's arguments and integer constants")
+            if not named & set(tune):
+                raise ShapeExpressionError(
+                    f"{where}: {text!r} names no Tune parameter ({', '.join(tune)}): a rule on the call's arguments "
+                    f"alone goes in requires=")
             return _ConditionParser(text, names, None, where).condition(body)
 
         condition = parse_text(text, where, "condition", build)
@@ -247,13 +262,73 @@ def parse_tune_rules(kernel: str, rules: Any, tune: Mapping[str, NameInfo],
     return tuple(found)
 
 
+def per_call(rule: Requirement, tune: Sequence[str]) -> bool:
+    """Whether a ``tune_requires`` rule names the call's arguments (its truth depends on
+    the call), not the ``Tune`` parameters ``tune`` alone."""
+    return not rule.condition.names() <= set(tune)
+
+
+def _substituted(node: Expr, values: Mapping[str, Any]) -> Expr:
+    """``node`` with every scalar named in ``values`` replaced by its value (an int)."""
+    if isinstance(node, ScalarRef) and node.param in values:
+        return Const(int(values[node.param]))
+    changes = {}
+    for field in dataclasses.fields(node):  # type: ignore[arg-type]
+        value = getattr(node, field.name)
+        if isinstance(value, Expr):
+            changes[field.name] = _substituted(value, values)
+        elif isinstance(value, tuple) and any(isinstance(v, Expr) for v in value):
+            changes[field.name] = tuple(_substituted(v, values) if isinstance(v, Expr) else v for v in value)
+    return dataclasses.replace(node, **changes) if changes else node  # type: ignore[type-var]
+
+
+def variant_check(rules: Sequence[Requirement], values: Mapping[str, Any]) -> Condition:
+    """The condition a combination of ``Tune`` values (``values``, by name) puts on a call:
+    every rule of ``rules`` (rules per call) with those values in place of the names."""
+    checks = tuple(_substituted(r.condition, values) for r in rules)
+    return checks[0] if len(checks) == 1 else Logical("and", checks)  # type: ignore[return-value]
+
+
+#: The text of the rule :func:`any_variant_rule` makes begins so (no rule a user writes
+#: parses with it), and :func:`reworded` words its message.
+TUNE_RULE = "tune_requires: "
+
+
+def any_variant_rule(rules: Sequence[Requirement], checks: Sequence[Condition],
+                     combinations: Sequence[str]) -> Requirement:
+    """The rule every launcher checks when ``tune_requires`` has rules per call
+    (``rules``): some combination of ``Tune`` choices (``checks``, each as
+    :func:`variant_check` made it; ``combinations``, how each reads) keeps them for the
+    call.  Its message names the rules, the call's values and the combinations."""
+    condition = checks[0] if len(checks) == 1 else Logical("or", tuple(checks))
+    texts = "; ".join(r.text for r in rules)
+    shown = "; ".join(combinations[:6]) + (f" and {len(combinations) - 6} more" if len(combinations) > 6 else "")
+    meanings = "".join(f"{r.why}; " for r in rules if r.why)
+    return Requirement(TUNE_RULE + texts, condition, tuple(_terms(condition)),
+                       f"{meanings}no combination of the Tune choices ({shown}) keeps it for this call")
+
+
+def reworded(message: str) -> str:
+    """A broken-rule message (:func:`requirement_message`, or the C++ launcher's same words)
+    as the user wrote the rule: ``the call breaks tune_requires `...``` for the rule of
+    :func:`any_variant_rule`, which the user did not write in ``requires``."""
+    at = message.find(BROKEN)
+    if at < 0:
+        return message
+    close = message.find("] `", at)
+    if close < 0 or not message.startswith(TUNE_RULE, close + 3):
+        return message
+    return message[:at] + "(): the call breaks tune_requires `" + message[close + 3 + len(TUNE_RULE):]
+
+
 def kept_combinations(kernel: str, names: Sequence[str], choices: Sequence[Sequence[Any]],
                       rules: Sequence[Requirement]) -> tuple[tuple[Any, ...], ...]:
     """The combinations of ``Tune`` values (one value per name of ``names``, of its
-    ``choices``, in the product's order) that keep every rule of ``rules`` (every
-    combination where there is none); an error when a rule cannot be evaluated on one
+    ``choices``, in the product's order) that keep every rule of ``rules`` over the
+    ``Tune`` parameters alone (every combination where there is none); an error when a rule cannot be evaluated on one
     (a division by zero) or no combination is left."""
     every = tuple(itertools.product(*choices))
+    rules = [r for r in rules if not per_call(r, names)]  # a rule per call keeps every combination here
     if not rules:
         return every
     kept = []
@@ -286,8 +361,8 @@ def requirement_message(kernel: str, index: int, requirement: Requirement, value
     """The message of a call that breaks ``requirement`` (``values``: of its terms, in
     order); the C++ launcher builds the same words (csrc/launcher_call.cpp)."""
     shown = ", ".join(f"{t} = {v}" for t, v in zip(requirement.terms, values, strict=True))
-    return (f"{kernel}{BROKEN}{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
-            + (f": {requirement.why}" if requirement.why else ""))
+    return reworded(f"{kernel}{BROKEN}{index}] `{requirement.text}`" + (f" ({shown})" if shown else "")
+                    + (f": {requirement.why}" if requirement.why else ""))
 
 
 def check_requirements(kernel: str, requirements: Sequence[Requirement], env: Mapping[str, Any]) -> None:

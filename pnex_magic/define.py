@@ -65,7 +65,8 @@ def definition(
     ``shared_bytes`` is the dynamic shared memory per block (an int, or an expression
     over ``Tune`` parameters); ``cluster_dims`` the blocks per thread-block cluster;
     ``requires`` the rules a call's arguments must keep (:mod:`pnex_magic.conditions`);
-    ``tune_requires`` the rules that keep combinations of ``Tune`` choices."""
+    ``tune_requires`` the rules that keep combinations of ``Tune`` choices (for every
+    call, or per call where a rule names the call's arguments)."""
     spec = build_spec(
         fn, n_threads=n_threads, threads_per_block=threads_per_block, autotune_key=autotune_key, name=name,
         tune=tune, shared_bytes=shared_bytes, cluster_dims=cluster_dims, requires=requires,

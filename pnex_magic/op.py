@@ -32,7 +32,7 @@ from torch._library.custom_ops import CustomOpDef
 
 from . import launch
 from .calls import bind_arguments, check_arguments, inmut_grad_error, launch_grid, output_shapes
-from .conditions import BROKEN
+from .conditions import BROKEN, reworded
 from .errors import (
     ArgumentShapeError,
     ArgumentTypeError,
@@ -489,7 +489,7 @@ def _translate(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, TypeError):
         return ArgumentTypeError(message)
     if isinstance(exc, ValueError):
-        if BROKEN in message:  # jit(requires=...), csrc/launcher_call.cpp
-            return ArgumentValueError(message)
+        if BROKEN in message:  # jit(requires=...) or tune_requires per call, csrc/launcher_call.cpp
+            return ArgumentValueError(reworded(message))
         return ArgumentShapeError(message)
     return KernelLaunchError(message)

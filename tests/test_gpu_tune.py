@@ -125,3 +125,33 @@ def test_only_the_kept_combinations_launch_and_are_timed(tmp_path, launcher):
         for index in range(len(op.spec.launch_candidates)):
             with forced_candidate(op.definition.op_name, index):
                 assert torch.equal(op(a), a), op.spec.launch_candidates[index]
+
+
+def test_each_call_times_and_launches_only_the_combinations_it_keeps(tmp_path, launcher):
+    """``tune_requires`` naming the call's sizes: three calls of one power-of-two bucket
+    that keep other combinations are tuned apart, each timing only what it keeps; a call
+    that keeps none is refused with the same words by both launchers."""
+    rule = "a.size(0) % ITEMS == 0 and a.size(0) >= 1024 * ITEMS"
+    source = KERNEL.replace('threads_per_block=[128, 256, 512])', 'threads_per_block=[128, 256], '
+                            f'tune_requires={{"{rule}": "whole items"}})')
+    assert source != KERNEL
+    path = tmp_path / "tcopy_per_call.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": "tcopy_per_call"}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
+    op = namespace["tcopy"]
+    for n, keeps in [(1_000_003, {1}), (1_000_002, {1, 2}), (1_048_576, {1, 2, 4, 8})]:
+        a = torch.randn(n, device="cuda")
+        assert torch.equal(op(a), a)
+        result = autotune.result_for(op.definition, (a,))
+        assert result.source == "benchmarked", n
+        assert {dict(c.tune)["ITEMS"] for c in result.candidates if c.seconds is not None} == keeps, n
+        assert dict(result.tune)["ITEMS"] in keeps
+    assert autotune.stats.benchmarks == 3
+    with pytest.raises(pnex.ArgumentValueError, match=(
+            r"^tcopy\(\): the call breaks tune_requires `a.size\(0\) % ITEMS == 0 and a.size\(0\) >= 1024 \* ITEMS` "
+            r"\(a.size\(0\) = 1000\): whole items; no combination of the Tune choices \(ITEMS=1; ITEMS=2; ITEMS=4; "
+            r"ITEMS=8\) keeps it for this call$")):
+        op(torch.randn(1000, device="cuda"))
+    if launcher == "native":
+        assert op._native, "the C++ launcher did not serve the op"

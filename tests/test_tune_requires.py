@@ -1,5 +1,6 @@
 """``jit(tune_requires=...)``: rules over ``Tune`` parameters alone keep the combinations of
-their choices that hold, without a GPU.
+their choices that hold, without a GPU (rules that also name the call's arguments:
+``tests/test_tune_requires_per_call.py``).
 
 ``Tune`` alone compiles every combination of its parameters' choices, and a choice can
 only be dropped from all of them: a tile shape whose buffers do not fit in shared memory
@@ -137,9 +138,9 @@ def test_a_dropped_combination_is_not_checked_for_shared_memory():
 
 
 @pytest.mark.parametrize("rules, pattern", [
-    ("A * x.size(0) <= 4", r"tune_requires\[0\]: 'A \* x.size\(0\) <= 4' names 'x', a parameter that is not a Tune "
-                           r"parameter: a rule on the call's arguments goes in requires="),
-    (["A < 9", "C < 2"], r"tune_requires\[1\]: 'C < 2' names 'C', not a Tune parameter of the kernel; tune_requires "
+    ("x.size(0) <= 4", r"tune_requires\[0\]: 'x.size\(0\) <= 4' names no Tune parameter \(A, B\): a rule on the "
+                       r"call's arguments alone goes in requires="),
+    (["A < 9", "C < 2"], r"tune_requires\[1\]: 'C < 2' names 'C', not a parameter of the kernel; tune_requires "
                          r"rules name Tune parameters \(A, B\)"),
     ("A // (B - B) == 1", r"tune_requires\[0\]: `A // \(B - B\) == 1` with the Tune choice A=1, B=1: division by zero"),
     ("A * B > 100", r"no combination of the Tune choices keeps tune_requires \(`A \* B > 100`\)"),

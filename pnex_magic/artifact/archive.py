@@ -41,7 +41,10 @@ FORMAT = "pnex_magic kernel artifact"
 #: older reader would launch what the rules refuse, so it must refuse the file.
 #: 6: the spec's "tune_requires" (jit(tune_requires=...)): the variants are the
 #: combinations of Tune choices that keep them, which an older reader would number otherwise.
-FORMAT_VERSION = 6
+#: 7: "tune_requires" rules that name the call's arguments: each call launches only the
+#: variants they keep for it (the key and the rules of the launch description), which an
+#: older reader would refuse as a rule over a non-Tune name.
+FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 # Generous bounds that keep a damaged or hostile file from exhausting memory.
 _MAX_MANIFEST_BYTES = 16 << 20

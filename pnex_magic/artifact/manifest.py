@@ -236,7 +236,7 @@ def _spec(d: Any) -> KernelSpec:
     tune_params = [p for p in params if isinstance(p, TuneParam)]
     try:
         kept = _rule_pairs(d, "tune_requires")
-        tune_rules_ = tune_rules(kernel, None if kept is None else {t: w for t, w in kept}, params)
+        tune_rules_ = tune_rules(kernel, None if kept is None else {t: w for t, w in kept}, params, visible)
         combinations = kept_combinations(kernel, [p.name for p in tune_params], [p.choices for p in tune_params],
                                          tune_rules_)
     except ShapeExpressionError as exc:

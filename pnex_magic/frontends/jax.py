@@ -496,6 +496,8 @@ def run(definition: KernelDefinition, arrays: Sequence[Any], scalars: dict[str, 
     if choice is None:
         check_call(spec, arrays, scalars)  # the argument checks come first
         choice = _stored_block(definition, arrays, scalars)
+    if choice is None and spec.variant_checks:  # tune_requires per call: the first variant the call keeps
+        choice = spec.launch_candidates[spec.first_candidate(_tuning_key(spec, arrays, scalars))]
     block, variant = choice if choice is not None else (None, 0)
     info = check_call(spec, arrays, scalars, block, variant)
     layout = xla.call_layout(spec)

@@ -136,13 +136,17 @@ def jit(
         ``{"a.size(1) % 64 == 0": "K must be a multiple of the k-tile, 64"}``.
         See :mod:`pnex_magic.conditions`.
     tune_requires : str, list of str, or dict, optional
-        Rules over the ``Tune`` parameters alone, in the same language: only the
-        combinations of choices that keep every rule are compiled, timed and saved,
-        e.g. ``"STAGES * (BM + BN) * 64 * 2 <= 232448"`` keeps the tile shapes whose
-        buffers fit in shared memory (``Tune`` alone can only drop a choice of one
-        parameter from every combination).  The first combination kept is the default.
-        A rule that names anything but ``Tune`` parameters, divides by zero, or keeps no
-        combination is refused at definition.
+        Rules over the ``Tune`` parameters, in the same language.  A rule over them
+        alone keeps the combinations of choices that hold: only those are compiled,
+        timed and saved, e.g. ``"STAGES * (BM + BN) * 64 * 2 <= 232448"`` keeps the tile
+        shapes whose buffers fit in shared memory (``Tune`` alone can only drop a choice
+        of one parameter from every combination).  The first combination kept is the
+        default.  A rule that also names the call's arguments, e.g. ``"w.size(0) % BN ==
+        0"``, chooses per call: each call launches (and the autotuner times) only the
+        combinations it keeps, the first of them untuned, and a call that keeps none is
+        refused with :class:`~pnex_magic.ArgumentValueError`.  A rule that names no
+        ``Tune`` parameter or an output, divides by zero, or keeps no combination is
+        refused at definition.
 
     Returns
     -------

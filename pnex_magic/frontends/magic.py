@@ -158,7 +158,7 @@ class _Options:
     shared_bytes: str | int = 0  # --shared-bytes EXPR: dynamic shared memory per block
     cluster_dims: tuple[int, ...] | None = None  # --cluster-dims X[,Y[,Z]]: thread-block clusters (sm_90)
     requires: tuple[str, ...] = ()  # --requires COND (repeatable): rules on the call's arguments
-    tune_requires: tuple[str, ...] = ()  # --tune-requires COND (repeatable): combinations of Tune choices kept
+    tune_requires: tuple[str, ...] = ()  # --tune-requires COND (repeatable): Tune combinations kept (or per call)
 
 
 @magics_class
@@ -230,8 +230,9 @@ class PnexMagics(Magics):
     )
     @magic_arguments.argument(
         "--tune-requires", dest="tune_requires", action="append", nargs="+", metavar="COND",
-        help="A rule over the Tune parameters alone (repeatable), e.g. --tune-requires \"BM * BN <= 16384\": only "
-             "the combinations of their choices that keep every rule are compiled and timed (as "
+        help="A rule over the Tune parameters (repeatable), e.g. --tune-requires \"BM * BN <= 16384\": only "
+             "the combinations of their choices that keep every rule are compiled and timed; a rule that also "
+             "names the call's arguments (\"x.size(0) %% BN == 0\") chooses among them per call (as "
              "jit(tune_requires=...)).",
     )
     @magic_arguments.argument(

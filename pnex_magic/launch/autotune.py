@@ -194,10 +194,15 @@ def key_values(spec: KernelSpec, env: Mapping[str, Any]) -> tuple[int, ...]:
 
 def key_text(spec: KernelSpec, key: Sequence[int], layout: str) -> str:
     exprs, bucketed = spec.tuning_key()
+    exprs = exprs[:len(exprs) - len(spec.variant_checks)]  # which variants the call keeps: said below
     parts = ", ".join(f"{e}={v}" for e, v in zip(exprs, key))
     if bucketed:
         parts = f"{parts} (sizes rounded up to powers of two)" if parts else "any sizes"
-    return f"{parts or 'one key'}, {'contiguous' if layout == 'C' else 'strided'} inputs"
+    text = f"{parts or 'one key'}, {'contiguous' if layout == 'C' else 'strided'} inputs"
+    if spec.variant_checks:
+        kept = sum(spec.eligible(tuple(key)))
+        text += f", {kept} of {len(spec.tune_variants)} Tune combinations kept by tune_requires"
+    return text
 
 
 @dataclasses.dataclass
@@ -290,8 +295,8 @@ def choose(
     found = _RESULTS.get(definition, {}).get(where)
     if found is not None:
         return found.choice, True
-    if checks.forced(definition):
-        return 0, False  # a one-off checked run (the %%pnex magic's first): tune the fast code later
+    if checks.forced(definition):  # a one-off checked run (the %%pnex magic's first): tune the fast code later
+        return spec.first_candidate(key), False
     with _LOCK:
         found = _RESULTS.get(definition, {}).get(where)
         if found is not None:
@@ -314,7 +319,7 @@ def choose(
             _warn_once(spec, why, text)
             stats.fallbacks += 1
             if capturing:  # not kept: a later eager call of this key may tune
-                return 0, False
+                return spec.first_candidate(key), False
             return _remember(definition, where, _untimed(spec, key, text, f"first candidate: {why}", gpu)).choice, True
         result = _benchmark(definition, runner(), key, text, gpu, arch, layout)
         stats.benchmarks += 1
@@ -382,7 +387,7 @@ def _rows(spec: KernelSpec) -> list[CandidateResult]:
 
 
 def _untimed(spec: KernelSpec, key: tuple[int, ...], text: str, source: str, device: str = "") -> TuneResult:
-    return TuneResult(spec.name, key, text, tuple(_rows(spec)), 0, source, device)
+    return TuneResult(spec.name, key, text, tuple(_rows(spec)), spec.first_candidate(key), source, device)
 
 
 def _from_record(spec: KernelSpec, data: dict[str, Any], key: tuple[int, ...], text: str) -> TuneResult | None:
@@ -526,7 +531,12 @@ def _benchmark(
     if getattr(definition, "cooperative", False) and runner.device.type == "cuda":
         sms = torch.cuda.get_device_properties(runner.device).multi_processor_count
     with torch.no_grad(), on_device, _hidden_arrays_kept(definition) as restore_hidden:
+        eligible = spec.eligible(key)
         for i, ((block, variant), row) in enumerate(zip(spec.launch_candidates, _rows(spec))):
+            if not eligible[variant]:  # jit(tune_requires=...) per call: not for this call's sizes
+                rows.append(dataclasses.replace(row, skipped="its Tune values break tune_requires for this call: "
+                                                + "; ".join(f"`{r.text}`" for r in spec.call_tune_rules)))
+                continue
             try:
                 resources = _resources(definition, arch, layout, variant)
                 n_threads = runner.n_threads(variant)
@@ -576,8 +586,8 @@ def _benchmark(
     took = time.perf_counter() - started
     timed = [i for i, c in enumerate(rows) if c.seconds is not None]
     if not timed:
-        return TuneResult(spec.name, key, text, tuple(rows), 0, "first candidate: no candidate could be timed", gpu,
-                          took)
+        return TuneResult(spec.name, key, text, tuple(rows), spec.first_candidate(key),
+                          "first candidate: no candidate could be timed", gpu, took)
     best = min(timed, key=lambda i: rows[i].seconds)
     log.info("pnex: kernel %r autotuned for %s: %s", spec.name, text, rows[best].label())
     return TuneResult(spec.name, key, text, tuple(rows), best, "benchmarked", gpu, took)

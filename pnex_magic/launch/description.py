@@ -83,7 +83,7 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
         # The rules of jit(requires=...), only where there are any (a saved artifact's
         # description from before them compares equal): text, condition, shown terms.
-        **({"requires": programs(spec.requires, index_of)} if spec.requires else {}),
+        **({"requires": programs(spec.checked_requires, index_of)} if spec.checked_requires else {}),
     }
 
 

@@ -39,7 +39,7 @@ from .. import collector
 from ..dtypes import round_bf16
 from ..errors import KernelLaunchError, PnexError
 from ..spec import ScalarParam, SeedParam, TensorParam, TuneParam
-from . import block_simulator, checks, grid_simulator
+from . import autotune, block_simulator, checks, grid_simulator
 from .hidden import hidden_tensors
 from .kernel import Kernel
 from .waits import Deadlock
@@ -66,8 +66,12 @@ class SimulatorLauncher:
     def candidate(self, definition: Kernel, values: Sequence[Any], device: torch.device) -> int:
         """The first candidate (the first block and the first choice of every ``Tune``
         parameter): the simulator's speed says nothing about the GPU's, so it does not
-        autotune."""
-        return 0
+        autotune.  Where ``tune_requires`` has rules per call: the first candidate the call's
+        sizes keep."""
+        spec = definition.spec
+        if not spec.variant_checks:
+            return 0
+        return spec.first_candidate(autotune.key_values(spec, {p.name: v for p, v in zip(spec.params, values)}))
 
     def launch(
         self,

@@ -273,10 +273,15 @@ class PnexReport:
         if spec.requires:  # jit(requires=...): every launcher refuses a call that breaks one
             parts.append(note("a call must keep " + "; ".join(code(r.text) for r in spec.requires)
                               + " (else ArgumentValueError, before the kernel runs)"))
-        if spec.tune_rules:  # jit(tune_requires=...): the combinations of Tune choices kept
+        static = [r for r in spec.tune_rules if r not in spec.call_tune_rules]
+        if static:  # jit(tune_requires=...): the combinations of Tune choices kept
             every = math.prod(len(p.choices) for p in spec.tune_params)
             parts.append(note(f"Tune combinations kept: {len(spec.tune_variants)} of {every}, by "
-                              + "; ".join(code(r.text) for r in spec.tune_rules)))
+                              + "; ".join(code(r.text) for r in static)))
+        if spec.call_tune_rules:  # tune_requires naming the call's arguments
+            parts.append(note("each call launches only the Tune combinations that keep "
+                              + "; ".join(code(r.text) for r in spec.call_tune_rules)
+                              + " for its sizes (a call that keeps none: ArgumentValueError)"))
         if k.source:
             parts.append(
                 f'<details><summary style="cursor:pointer">kernel source</summary>'

@@ -227,7 +227,7 @@ def build_spec(
     )
     arguments = {p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar", "tune")}
     tune_params = [p for p in params if isinstance(p, TuneParam)]
-    kept_rules = tune_rules(kernel, tune_requires, params)
+    kept_rules = tune_rules(kernel, tune_requires, params, visible)
     combinations = kept_combinations(kernel, [p.name for p in tune_params], [p.choices for p in tune_params],
                                      kept_rules)
     key = parse_autotune_key(kernel, autotune_key, arguments, autotuned=len(candidates) * len(combinations) > 1)

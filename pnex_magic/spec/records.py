@@ -14,7 +14,7 @@ import dataclasses
 import functools
 
 from ..dtypes import DType
-from ..conditions import Requirement, kept_combinations
+from ..conditions import Condition, Requirement, any_variant_rule, kept_combinations, per_call, variant_check
 from ..expressions import Const, Expr, Size
 
 __all__ = ["TensorParam", "ScalarParam", "UnusedParam", "TuneParam", "SeedParam", "KernelSpec"]
@@ -145,8 +145,9 @@ class KernelSpec:
     #: Rules the call's arguments must keep (``requires=``, :mod:`pnex_magic.conditions`): every
     #: launcher refuses a call that breaks one.
     requires: tuple[Requirement, ...] = ()
-    #: Rules on the ``Tune`` parameters alone (``tune_requires=``): only the combinations of
-    #: choices that keep them are variants.
+    #: Rules on the ``Tune`` parameters (``tune_requires=``): only the combinations of choices
+    #: that keep those over ``Tune`` parameters alone are variants; those that also name the
+    #: call's arguments (:attr:`call_tune_rules`) choose among the variants per call.
     tune_rules: tuple[Requirement, ...] = ()
 
     @property
@@ -172,6 +173,46 @@ class KernelSpec:
         return kept_combinations(self.name, [p.name for p in self.tune_params], [p.choices for p in self.tune_params],
                                  self.tune_rules)
 
+    @functools.cached_property
+    def call_tune_rules(self) -> tuple[Requirement, ...]:
+        """The ``tune_requires`` rules that name the call's arguments: a call launches only
+        the variants that keep them (:attr:`variant_checks`)."""
+        return tuple(r for r in self.tune_rules if per_call(r, [p.name for p in self.tune_params]))
+
+    @functools.cached_property
+    def variant_checks(self) -> tuple[Condition, ...]:
+        """Per variant, the condition its ``Tune`` values put on a call (the rules of
+        :attr:`call_tune_rules` with those values in place of the names); ``()`` where
+        there are no such rules.  Their values (1 or 0) end the autotune key
+        (:meth:`tuning_key`), so calls of one key may launch the same variants."""
+        if not self.call_tune_rules:
+            return ()
+        return tuple(variant_check(self.call_tune_rules, self.tune_values(v)) for v in range(len(self.tune_variants)))
+
+    @functools.cached_property
+    def checked_requires(self) -> tuple[Requirement, ...]:
+        """The rules every launcher checks on a call: :attr:`requires`, and where
+        ``tune_requires`` has rules per call, that some variant keeps them."""
+        if not self.variant_checks:
+            return self.requires
+        names = [p.name for p in self.tune_params]
+        combinations = [", ".join(f"{n}={v!r}" for n, v in zip(names, values)) for values in self.tune_variants]
+        return (*self.requires, any_variant_rule(self.call_tune_rules, self.variant_checks, combinations))
+
+    def eligible(self, key: tuple[int, ...]) -> tuple[bool, ...]:
+        """Per variant, whether a call of autotune key ``key`` (:meth:`tuning_key`'s values)
+        may launch it: every variant where no ``tune_requires`` rule names the call."""
+        n = len(self.variant_checks)
+        if not n:
+            return (True,) * len(self.tune_variants)
+        return tuple(bool(v) for v in key[len(key) - n:])
+
+    def first_candidate(self, key: tuple[int, ...]) -> int:
+        """The launch candidate a call of autotune key ``key`` runs untuned: the first whose
+        variant it may launch (0 where no ``tune_requires`` rule names the call)."""
+        eligible = self.eligible(key)
+        return next((i for i, (_, v) in enumerate(self.launch_candidates) if eligible[v]), 0)
+
     def tune_values(self, variant: int) -> dict[str, int | float | bool]:
         """``{Tune parameter: value}`` of a variant."""
         return dict(zip((p.name for p in self.tune_params), self.tune_variants[variant]))
@@ -194,12 +235,13 @@ class KernelSpec:
 
     def tuning_key(self) -> tuple[tuple[Expr, ...], bool]:
         """The autotune key's expressions and whether their values are bucketed to powers
-        of two (the default key: every input tensor's size on every axis)."""
+        of two (the default key: every input tensor's size on every axis), then
+        :attr:`variant_checks`: which variants the call may launch."""
         if self.autotune_key is not None:
-            return self.autotune_key, False
+            return self.autotune_key + self.variant_checks, False
         sizes = tuple(Size(p.name, axis) for p in self.params if isinstance(p, TensorParam) and p.is_input
                       for axis in range(p.ndim))
-        return sizes, True
+        return sizes + self.variant_checks, True  # (a check's 0 or 1 is its own power-of-two bucket)
 
     @functools.cached_property  # read on every call of the op's Python path
     def arguments(self) -> tuple[TensorParam | ScalarParam, ...]:

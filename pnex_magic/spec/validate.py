@@ -262,16 +262,18 @@ def argument_rules(kernel: str, requires: Any, params: Sequence[Any],
     )
 
 
-def tune_rules(kernel: str, tune_requires: Any, params: Sequence[Any]) -> tuple[Requirement, ...]:
+def tune_rules(kernel: str, tune_requires: Any, params: Sequence[Any],
+               visible: Mapping[str, NameInfo]) -> tuple[Requirement, ...]:
     """The kernel's ``tune_requires`` rules (:func:`pnex_magic.conditions.parse_tune_rules`),
-    over its ``Tune`` parameters alone (the combinations they keep:
-    :func:`~pnex_magic.conditions.kept_combinations`).  ``jit()`` and a saved artifact read
-    them alike."""
+    over its ``Tune`` parameters and its arguments (``In``, ``InMut``, scalars: a rule per
+    call); outputs are refused with the reason.  ``jit()`` and a saved artifact read them
+    alike."""
     tune_params = [p for p in params if isinstance(p, TuneParam)]
     if tune_requires is not None and not tune_params:
         raise ShapeExpressionError(f"kernel {kernel!r}: tune_requires= needs Tune parameters; the kernel has none")
     return parse_tune_rules(
         kernel, tune_requires, {p.name: NameInfo("scalar", integral=p.kind != "float") for p in tune_params},
         others=[p.name for p in params if not isinstance(p, TuneParam)],
+        arguments={p.name: visible[p.name] for p in params if p.role in ("in", "inmut", "scalar")},
+        outputs=[p.name for p in params if p.role == "out"],
     )
-
