@@ -47,11 +47,12 @@ def tcopy(a: pnex.In("f32", (None,)), r: pnex.Out("f32", "a"), ITEMS: pnex.Tune(
 '''
 
 
-def _op(tmp_path: Path):
-    path = tmp_path / "tcopy_kernel.py"
-    path.write_text(KERNEL)
-    namespace: dict = {"__name__": "tcopy_kernel"}
-    exec(compile(KERNEL, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
+def _op(tmp_path: Path, source: str = KERNEL, module: str = "tcopy_kernel"):
+    """The op ``tcopy`` of ``source``, written as module ``module`` (a kernel file of its own)."""
+    path = tmp_path / f"{module}.py"
+    path.write_text(source)
+    namespace: dict = {"__name__": module}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
     return namespace["tcopy"]
 
 
@@ -107,11 +108,7 @@ def test_only_the_kept_combinations_launch_and_are_timed(tmp_path, launcher):
                             'tune_requires="ITEMS * UNROLL <= 4")').replace(
         'ITEMS: pnex.Tune(1, 2, 4, 8)):', 'ITEMS: pnex.Tune(1, 2, 4, 8), UNROLL: pnex.Tune(1, 2)):')
     assert source != KERNEL
-    path = tmp_path / "tcopy_rules.py"
-    path.write_text(source)
-    namespace: dict = {"__name__": "tcopy_rules"}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
-    op = namespace["tcopy"]
+    op = _op(tmp_path, source, "tcopy_rules")
     assert op.spec.tune_variants == ((1, 1), (1, 2), (2, 1), (2, 2), (4, 1))
     a = torch.randn(1_000_003, device="cuda")
     assert torch.equal(op(a), a)
@@ -135,11 +132,7 @@ def test_each_call_times_and_launches_only_the_combinations_it_keeps(tmp_path, l
     source = KERNEL.replace('threads_per_block=[128, 256, 512])', 'threads_per_block=[128, 256], '
                             f'tune_requires={{"{rule}": "whole items"}})')
     assert source != KERNEL
-    path = tmp_path / "tcopy_per_call.py"
-    path.write_text(source)
-    namespace: dict = {"__name__": "tcopy_per_call"}
-    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 -- a kernel file of the test's own
-    op = namespace["tcopy"]
+    op = _op(tmp_path, source, "tcopy_per_call")
     for n, keeps in [(1_000_003, {1}), (1_000_002, {1, 2}), (1_048_576, {1, 2, 4, 8})]:
         a = torch.randn(n, device="cuda")
         assert torch.equal(op(a), a)

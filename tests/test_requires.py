@@ -10,12 +10,8 @@ saved artifact, and in the C++ launcher's own evaluator (built with the stand-in
 
 from __future__ import annotations
 
-import json
 import random
 import re
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -25,6 +21,7 @@ import pnex_magic as pnex
 from pnex_magic.conditions import parse_requirements, programs, requirement_message
 from pnex_magic.errors import ArgumentShapeError, ArgumentValueError, ShapeExpressionError
 from pnex_magic.expressions import NameInfo
+from tune_helpers import cpp_check_rules
 
 
 @pnex.jit(n_threads="u.numel()", requires=["0 <= steps <= 3", "u.size(0) % 4 == 0 or steps == 0"])
@@ -182,24 +179,11 @@ def test_random_conditions_evaluate_as_python_does():
         assert bool(rule.condition.evaluate(case["env"])) == case["want"], (seed, case["text"], case["env"])
 
 
-CHILD = """
-import json, sys
-from pnex_magic.launch import native
-launcher = native.load_launcher(built_only=True)  # the session's build (PNEX_CACHE_DIR), never a new one
-out = []
-for case in json.loads(sys.stdin.read()):
-    out.append(launcher.check_rules(case["rules"], "k", case["sizes"], case["ints"]))
-print("RESULT " + json.dumps(out))
-"""
-
-
 @pytest.mark.slow
 def test_the_cpp_launcher_evaluates_rules_and_words_their_messages_as_python_does(built_launcher, stand_in, pnex_env):
     """The C++ launcher's evaluator (its ``check_rules`` test entry: the code its argument
     checks run) on 300 random conditions: the same truth value as Python, and for a
     broken rule the same message as the Python launchers."""
-    import launcher_stand_in
-
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     order = ["x", "y", "n", "m"]
@@ -213,12 +197,7 @@ def test_the_cpp_launcher_evaluates_rules_and_words_their_messages_as_python_doe
         broken = "" if case["want"] else requirement_message(
             "k", 0, rules[0], [t.evaluate(env) for t in rules[0].terms])
         expected.append((broken, [int(case["want"])], case["text"]))
-    env = dict(launcher_stand_in.environment(pnex_env, stand_in), PNEX_CACHE_DIR=str(built_launcher.parent.parent),
-               PNEX_LAUNCHER="native")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD)],
-                          input=json.dumps(cases), env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "RESULT " in done.stdout, done.stderr[-3000:]
-    got = json.loads(done.stdout.split("RESULT ", 1)[1])
+    got = cpp_check_rules("k", cases, built_launcher, stand_in, pnex_env)
     for (message, values), (want_message, want_values, text) in zip(got, expected, strict=True):
         assert (message, values) == (want_message, want_values), (seed, text)
 

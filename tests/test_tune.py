@@ -18,10 +18,11 @@ from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic import ArgumentTypeError, KernelDefinitionError, Tune, cache
-from pnex_magic.compiler import ResourceUsage, abi_layout
+from pnex_magic.compiler import abi_layout
 from pnex_magic.define import definition as make_definition
 from pnex_magic.launch import autotune
 from pnex_magic.launch.description import describe_launch
+from tune_helpers import FakeClock, fake_gpu
 
 N_THREADS = "(a.numel() + ITEMS - 1) // ITEMS"
 
@@ -156,37 +157,17 @@ def test_launch_description_lists_block_and_variant_per_candidate():
     assert launch["params"][2]["kind"] == 5
 
 
-class _Runner:
-    """Candidates on a fake clock: variant v of block b takes ``times[(b, items)]``."""
-
-    def __init__(self, spec, times):
-        self.spec, self.times, self.runs = spec, times, []
-
-    def runner(self):
-        return autotune.Runner(self.run, lambda: None, self.n_threads, torch.device("cpu"))
-
-    def n_threads(self, variant):
-        (items,) = self.spec.tune_variants[variant]
-        return ((4096 + items - 1) // items,)
-
-    def run(self, index):
-        self.runs.append(index)
-        return [torch.ones(3)]
-
-    def seconds(self, call, device):
-        call()
-        block, variant = self.spec.launch_candidates[self.runs[-1]]
-        return self.times[(block[0], self.spec.tune_variants[variant][0])]
+def _items_threads(spec):
+    """The call's threads with each variant's ITEMS (4096 elements)."""
+    return lambda variant: ((4096 + spec.tune_variants[variant][0] - 1) // spec.tune_variants[variant][0],)
 
 
 def test_tuner_tries_blocks_times_choices_and_reuses_the_stored_choice(monkeypatch, fresh_cache):
-    monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
-    monkeypatch.setattr(autotune, "_resources", lambda d, arch, layout, variant=0: ResourceUsage(16, 0, 0, 0, 0, 0, 0, 0))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    fake_gpu(monkeypatch)
     d = make_definition(copy_items, n_threads=N_THREADS, threads_per_block=[128, 256])
     times = {(b, i): 10e-6 / i + (1e-6 if b == 128 else 0) for b in (128, 256) for i in (1, 2, 4, 8)}
     times[(256, 4)] = 1e-6  # the fastest
-    fake = _Runner(d.spec, times)
+    fake = FakeClock(d.spec, times, _items_threads(d.spec))
     monkeypatch.setattr(autotune, "_device_seconds", fake.seconds)
     choice, final = autotune.choose(d, device_index=0, layout="C", key=(4096,), capturing=False, runner=fake.runner)
     assert d.spec.launch_candidates[choice] == ((256,), 2) and final
@@ -199,7 +180,7 @@ def test_tuner_tries_blocks_times_choices_and_reuses_the_stored_choice(monkeypat
     assert record.data["choice"] == [256] and record.data["choice_tune"] == [4]
     # a new process: the stored choice, nothing timed
     again = make_definition(copy_items, n_threads=N_THREADS, threads_per_block=[128, 256])
-    never = _Runner(again.spec, {})
+    never = FakeClock(again.spec, {}, _items_threads(again.spec))
     never.run = lambda index: pytest.fail("benchmarked again")
     assert autotune.choose(again, device_index=0, layout="C", key=(4096,), capturing=False,
                            runner=never.runner) == (choice, True)

@@ -21,10 +21,10 @@ from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic import KernelDefinitionError, ShapeExpressionError, Tune, cache
-from pnex_magic.compiler import ResourceUsage
 from pnex_magic.define import definition as make_definition
 from pnex_magic.launch import autotune
 from pnex_magic.launch.description import describe_launch
+from tune_helpers import FakeClock, fake_gpu
 
 
 def scaled(x: pnex.In("f32", (None,)), y: pnex.Out("f32", "x"), A: Tune(1, 2, 4), B: Tune(1, 2, 4)):
@@ -74,29 +74,8 @@ def test_the_variants_are_the_combinations_that_keep_every_rule_in_order():
     assert refused and kept_some > 40  # (both outcomes met)
 
 
-class _Runner:
-    """Candidates on a fake clock: (block, A, B) takes ``times[...]``."""
-
-    def __init__(self, spec, times):
-        self.spec, self.times, self.runs = spec, times, []
-
-    def runner(self):
-        return autotune.Runner(self.run, lambda: None, lambda variant: (4096,), torch.device("cpu"))
-
-    def run(self, index):
-        self.runs.append(index)
-        return [torch.ones(3)]
-
-    def seconds(self, call, device):
-        call()
-        block, variant = self.spec.launch_candidates[self.runs[-1]]
-        return self.times[(block[0], *self.spec.tune_variants[variant])]
-
-
 def test_the_tuner_times_only_the_kept_combinations(monkeypatch, fresh_cache):
-    monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
-    monkeypatch.setattr(autotune, "_resources", lambda d, arch, layout, variant=0: ResourceUsage(16, 0, 0, 0, 0, 0, 0, 0))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    fake_gpu(monkeypatch)
     d = make_definition(scaled, n_threads="x.numel()", threads_per_block=[128, 256], tune_requires="A * B <= 4")
     kept = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1))
     assert d.spec.tune_variants == kept
@@ -104,7 +83,7 @@ def test_the_tuner_times_only_the_kept_combinations(monkeypatch, fresh_cache):
     assert launch["variants"] == [list(v) for v in kept] and len(launch["candidates"]) == 2 * len(kept)
     times = {(b, a, c): 1e-6 * (a + c) for b in (128, 256) for a, c in kept}
     times[(128, 4, 1)] = 1e-7  # the fastest kept
-    fake = _Runner(d.spec, times)  # (a dropped combination would be a KeyError here)
+    fake = FakeClock(d.spec, times)  # (a dropped combination would be a KeyError here)
     monkeypatch.setattr(autotune, "_device_seconds", fake.seconds)
     choice, final = autotune.choose(d, device_index=0, layout="C", key=(4096,), capturing=False, runner=fake.runner)
     assert d.spec.launch_candidates[choice] == ((128,), kept.index((4, 1))) and final

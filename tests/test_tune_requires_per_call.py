@@ -14,11 +14,7 @@ artifact, the magic and a derived backward keep the rules.  On a GPU:
 from __future__ import annotations
 
 import itertools
-import json
 import random
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -26,11 +22,11 @@ from numba import cuda
 
 import pnex_magic as pnex
 from pnex_magic import ArgumentValueError, ShapeExpressionError, Tune, cache
-from pnex_magic.compiler import ResourceUsage
 from pnex_magic.conditions import programs, requirement_message, reworded
 from pnex_magic.define import definition as make_definition
 from pnex_magic.launch import autotune
 from pnex_magic.launch.description import describe_launch
+from tune_helpers import FakeClock, cpp_check_rules, fake_gpu
 
 
 def marked(x: pnex.In("f32", (None,)), s: int, y: pnex.Out("f32", "x"), A: Tune(1, 2, 4, 8), B: Tune(1, 3)):
@@ -107,29 +103,8 @@ def test_the_key_holds_which_combinations_the_call_keeps():
     assert len(launch["key"]) == 1 + 8 and launch["requires"][-1]["text"].startswith("tune_requires: ")
 
 
-class _Runner:
-    """Candidates on a fake clock: (block, A, B) takes ``times[...]``."""
-
-    def __init__(self, spec, times):
-        self.spec, self.times, self.runs = spec, times, []
-
-    def runner(self):
-        return autotune.Runner(self.run, lambda: None, lambda variant: (4096,), torch.device("cpu"))
-
-    def run(self, index):
-        self.runs.append(index)
-        return [torch.ones(3)]
-
-    def seconds(self, call, device):
-        call()
-        block, variant = self.spec.launch_candidates[self.runs[-1]]
-        return self.times[(block[0], *self.spec.tune_variants[variant])]
-
-
 def test_the_tuner_times_only_what_the_call_keeps(monkeypatch, fresh_cache):
-    monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
-    monkeypatch.setattr(autotune, "_resources", lambda d, arch, layout, variant=0: ResourceUsage(16, 0, 0, 0, 0, 0, 0, 0))
-    monkeypatch.delenv("PNEX_AUTOTUNE", raising=False)
+    fake_gpu(monkeypatch)
     d = make_definition(marked, n_threads="x.numel()", threads_per_block=[128, 256],
                         tune_requires="x.size(0) % (A * B) == 0")
     spec = d.spec
@@ -137,7 +112,7 @@ def test_the_tuner_times_only_what_the_call_keeps(monkeypatch, fresh_cache):
     times[(256, 8, 1)] = 1e-9  # the fastest, but only for sizes that 8 divides
     for n, want in [(96, (256, 8, 1)), (36, (128, 4, 1))]:
         key = autotune.key_values(spec, {"x": torch.empty(n, device="meta"), "s": 0})
-        fake = _Runner(spec, times)
+        fake = FakeClock(spec, times)
         monkeypatch.setattr(autotune, "_device_seconds", fake.seconds)
         choice, final = autotune.choose(d, device_index=0, layout="C", key=key, capturing=False, runner=fake.runner)
         block, variant = spec.launch_candidates[choice]
@@ -154,7 +129,7 @@ def test_the_tuner_times_only_what_the_call_keeps(monkeypatch, fresh_cache):
 
 def test_untuned_calls_launch_the_first_combination_they_keep(monkeypatch, fresh_cache):
     """Under CUDA graph capture, with autotuning off, and for a one-off checked run."""
-    monkeypatch.setattr(autotune, "_device_facts", lambda index: ("Fake GPU", "sm_90"))
+    fake_gpu(monkeypatch)
     d = make_definition(marked, n_threads="x.numel()", tune_requires="x.size(0) % A == 0 and A > 1")
     key = autotune.key_values(d.spec, {"x": torch.empty(12, device="meta"), "s": 0})
     first = d.spec.launch_candidates.index(((256,), d.spec.tune_variants.index((2, 1))))
@@ -208,24 +183,11 @@ def marked_magic(x: In("f32", (None,)), y: Out("f32", "x"), A: Tune(1, 2, 4, 8),
     assert [r.text for r in backward.spec.call_tune_rules] == ["x.size(0) % A == 0"]
 
 
-CHILD = """
-import json, sys
-from pnex_magic.launch import native
-launcher = native.load_launcher(built_only=True)  # the session's build (PNEX_CACHE_DIR), never a new one
-out = []
-for case in json.loads(sys.stdin.read()):
-    out.append(launcher.check_rules(case["rules"], "marked", case["sizes"], case["ints"]))
-print("RESULT " + json.dumps(out))
-"""
-
-
 @pytest.mark.slow
 def test_the_cpp_launcher_checks_the_rule_and_words_it_alike(built_launcher, stand_in, pnex_env):
     """The rule every launcher checks (some combination keeps the rules per call) through
     the C++ launcher's evaluator (its ``check_rules`` test entry) on random calls: the
     same truth and, reworded as the op does, the same message as the Python launchers."""
-    import launcher_stand_in
-
     spec = make_definition(marked, n_threads="x.numel()",
                            tune_requires=["(x.size(0) + s) % (2 * A * B) == 0", "A * B <= 8"]).spec
     rules = spec.checked_requires
@@ -240,12 +202,7 @@ def test_the_cpp_launcher_checks_the_rule_and_words_it_alike(built_launcher, sta
         broken = next((requirement_message("marked", i, r, [t.evaluate(env) for t in r.terms])
                        for i, r in enumerate(rules) if not holds[i]), "")
         expected.append((broken, [int(h) for h in holds]))
-    env = dict(launcher_stand_in.environment(pnex_env, stand_in), PNEX_CACHE_DIR=str(built_launcher.parent.parent),
-               PNEX_LAUNCHER="native")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD)],
-                          input=json.dumps(cases), env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "RESULT " in done.stdout, done.stderr[-3000:]
-    got = json.loads(done.stdout.split("RESULT ", 1)[1])
+    got = cpp_check_rules("marked", cases, built_launcher, stand_in, pnex_env)
     assert any(h == [0] for _, h in expected) and any(h == [1] for _, h in expected)
     for (message, values), (want_message, want_values) in zip(got, expected, strict=True):
         assert (reworded(message), values) == (want_message, want_values)
