@@ -92,6 +92,9 @@ class KernelReport:
     candidates: tuple[tuple[int, ...], ...] = ()  #: autotune candidates (empty: the block is fixed)
     #: the Tune parameters and their choices, e.g. (("ITEMS", (1, 2, 4, 8)),)
     tune: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    #: ``tune_requires``: the combinations kept (of all), and the rules that choose per call
+    tune_kept: tuple[int, int] | None = None
+    tune_per_call: tuple[str, ...] = ()
     autotune: TuneResult | None = None  #: how the block for the example arguments was chosen
     efficiency: Efficiency | None = None  #: bandwidth against the device's ceilings, when timed
     checked_run: str = ""  #: what a checked run on the example arguments found (``check_first``)
@@ -127,6 +130,10 @@ class KernelReport:
             blocks = f"{len(self.candidates)} blocks" if self.candidates else f"block {self.threads_per_block}"
             choices = "; ".join(f"{n}: {', '.join(map(repr, c))}" for n, c in tuned)
             tpb = f"autotuned over {blocks} x Tune ({choices})"
+            if self.tune_kept and self.tune_kept[0] < self.tune_kept[1]:
+                tpb += f", {self.tune_kept[0]} of {self.tune_kept[1]} combinations kept by tune_requires"
+            if self.tune_per_call:
+                tpb += f", per call: {'; '.join(self.tune_per_call)}"
         constants = [f"{n}={c[0]!r}" for n, c in self.tune if len(c) == 1]
         if constants:
             tpb += f"; Tune constants {', '.join(constants)}"
@@ -559,6 +566,8 @@ def _static_report(definition: Any, arch: str | None, variant: int = 0) -> Kerne
         not_compiled=not_compiled,
         candidates=spec.candidates,
         tune=tuple((p.name, p.choices) for p in spec.tune_params),
+        tune_kept=(len(spec.tune_variants), math.prod(len(p.choices) for p in spec.tune_params)),
+        tune_per_call=tuple(r.text for r in spec.call_tune_rules),
         stand_in=stand_in,
         dynamic_shared_bytes=dynamic,
         shared_bytes_text=str(spec.shared_bytes),

@@ -85,6 +85,8 @@ def test_the_refusal_names_the_rule_the_values_and_the_combinations():
         "marked(): the call breaks tune_requires `x.size(0) % (2 * A * B) == 0` (x.size(0) = 7): the tile divides x; no "
         "combination of the Tune choices (A=1, B=1; A=1, B=3; A=2, B=1; A=2, B=3; A=4, B=1; A=8, B=1) keeps it for this call")
     assert op(torch.zeros(6), 1).tolist() == [11.0] * 6  # 6 % 2 == 0: A=1, B=1, the first
+    assert ("Tune (A: 1, 2, 4, 8; B: 1, 3), 6 of 8 combinations kept by tune_requires, per call: x.size(0) % (2 * "
+            "A * B) == 0") in str(pnex.inspect(op))
 
 
 def test_the_key_holds_which_combinations_the_call_keeps():
