@@ -23,23 +23,18 @@ from numba import cuda, uint64
 
 import pnex_magic as pnex
 from pnex_magic import tc
+from simulator_guard import abort_simulated_threads
 
 GUARD_S = 120  # far above the ~0.5 s each launch takes on 2 busy cores
 
 
 @pytest.fixture(autouse=True)
 def hang_guard():
-    from numba.cuda.simulator.kernel import BlockThread
-
     fired = []
 
-    def unhang() -> None:  # what the simulator does to a block whose launch failed
+    def unhang() -> None:
         fired.append(True)
-        for t in threading.enumerate():
-            if isinstance(t, BlockThread):
-                t.abort = True
-                t.syncthreads_blocked = False
-                t.syncthreads_event.set()
+        abort_simulated_threads()
 
     timer = threading.Timer(GUARD_S, unhang)
     timer.daemon = True

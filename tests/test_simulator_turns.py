@@ -16,14 +16,13 @@ import torch
 from numba import cuda, float32
 
 import pnex_magic as pnex
+from simulator_guard import abort_simulated_threads
 
 GUARD_S = 120
 
 
 def guarded(op, *args):
     """``op(*args)`` on a thread of its own; fail if it has not returned in GUARD_S seconds."""
-    from numba.cuda.simulator.kernel import BlockThread
-
     box: dict = {}
 
     def call() -> None:
@@ -36,11 +35,7 @@ def guarded(op, *args):
     caller.start()
     caller.join(GUARD_S)
     if caller.is_alive():
-        for t in threading.enumerate():  # let the simulated threads raise, so the next test runs
-            if isinstance(t, BlockThread):
-                t.abort = True
-                t.syncthreads_blocked = False
-                t.syncthreads_event.set()
+        abort_simulated_threads()  # so the next test runs
         raise AssertionError(f"the launch did not end in {GUARD_S} s")
     if "error" in box:
         raise box["error"]
