@@ -15,6 +15,7 @@ import torch
 import pnex_magic as pnex
 from pnex_magic import tc
 from pnex_magic.errors import KernelDefinitionError, KernelTypingError
+from pnex_magic.launch import autotune
 from pnex_magic.tc import layouts
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -304,6 +305,26 @@ def test_wgmma_linear_example_on_cpu(dtype):
     c = make_linear(dtype, 64, 128, 2, pipelined=False, dynamic=False, gelu=True)(a, w, bias)
     ref = F.gelu(ref + bias.double())
     assert ((c.double() - ref).abs() <= ref.abs() * ulp + 2e-3).all()
+
+
+def test_wgmma_linear_runs_the_tile_widths_that_divide_n():
+    """``BN: Tune(128, 64)`` with ``tune_requires`` naming N: N = 192 runs BN = 64 (128 does
+    not divide it), where the op used to refuse every N that the widest choice does not
+    divide; an N that no choice divides is refused, naming the rule."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_wgmma import make_linear
+
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(64, 64, generator=gen).half()
+    w = torch.randn(192, 64, generator=gen).half()
+    linear = make_linear("f16", 64, (128, 64), 2, pipelined=False, dynamic=False)
+    key = autotune.key_values(linear.spec, {"a": a, "w": w})
+    assert linear.spec.tune_values(linear.spec.launch_candidates[linear.spec.first_candidate(key)][1])["BN"] == 64
+    ref = a.double() @ w.double().t()
+    assert ((linear(a, w).double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
+    with pytest.raises(pnex.ArgumentValueError, match=r"breaks tune_requires `w.size\(0\) % BN == 0` \(w.size\(0\) = "
+                                                      r"96\): N must be a multiple of the block tile BN; no combination"):
+        linear(a, w[:96])
 
 
 def test_wgmma_kernels_link_from_lto_ir_for_sm90a_without_serialisation():

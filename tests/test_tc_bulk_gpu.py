@@ -86,3 +86,26 @@ def test_tma_gemm_gelu_epilogue_on_gpu(dtype, bn, stages, cluster, persistent, p
         assert err < (2e-3 if dtype == "f16" else 1e-2), (m, n, k, err)
         ulp = 2**-11 if dtype == "f16" else 2**-8
         assert ((c.double() - ref).abs() <= ref.abs() * ulp + 4e-3).all(), (m, n, k)
+
+
+def test_cp_async_wgmma_gemm_tunes_the_tile_widths_that_divide_n(gpu_cache):
+    """``make_linear``'s ``BN: Tune(128, 256)`` with ``tune_requires`` naming N: N = 384
+    times and runs BN = 128 only, N = 512 (the same power-of-two bucket) times both; each
+    product right."""
+    sys.path.insert(0, str(REPO / "examples" / "tensor_cores"))
+    from gemm_wgmma import make_linear
+
+    from pnex_magic.launch import autotune
+
+    linear = make_linear("f16", 128, (128, 256), (3, 4))
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    for n, widths in ((384, {128}), (512, {128, 256})):
+        a = torch.randn(256, 320, device="cuda", dtype=torch.float16, generator=gen)
+        w = torch.randn(n, 320, device="cuda", dtype=torch.float16, generator=gen)
+        c = linear(a, w)
+        ref = a.double() @ w.double().t()
+        err = float(torch.linalg.norm((c.double() - ref).flatten()) / torch.linalg.norm(ref.flatten()))
+        assert err < 2e-3, (n, err)
+        result = autotune.result_for(linear.definition, (a, w))
+        assert result.source == "benchmarked"
+        assert {dict(r.tune)["BN"] for r in result.candidates if r.seconds is not None} == widths, n

@@ -7,9 +7,11 @@ layout, ``x @ w.T``), float16 or bfloat16; C (M, N) of the same dtype, accumulat
 float32.  A block of ``BM / 64`` warpgroups computes a BM x BN tile; each warpgroup
 a 64 x BN slice with one ``wgmma`` per 16 columns of K.  Tiles are BK = 64 wide (one
 128-byte row each); ``STAGES`` of them are in flight.  ``BN`` and ``STAGES`` are
-``pnex.Tune`` parameters: the autotuner picks them per shape.  M must be a multiple of
-BM, N of the largest BN and K of 64 (at least 64): the op refuses other shapes before it
-launches (:mod:`tiles`).  Needs an sm_90 GPU (H100, H200): wgmma exists there only.
+``pnex.Tune`` parameters: the autotuner picks them per shape, among the BN that divide N
+(``tune_requires`` naming N: a call with N = 384 runs BN = 128, one with N = 512 times
+both).  M must be a multiple of BM, N of one BN choice and K of 64 (at least 64): the op
+refuses other shapes before it launches (:mod:`tiles`).  Needs an sm_90 GPU (H100,
+H200): wgmma exists there only.
 
 The epilogue stages the tile through the freed tile buffers (swizzled) and stores 16
 bytes a thread.  ``gelu=True``: ``gelu(a @ w.T + bias)`` (the exact, erf GELU) fused
@@ -71,13 +73,19 @@ def make_linear(dtype="f16", bm=128, bn=(128, 256), stages=(3, 4), group=8, pipe
     if gelu and staged and dynamic:
         gelu_fits("make_linear", bm, threads, bn_choices, stage_choices, BK)
 
+    # N: a multiple of the one BN, or with several, each call runs the BN choices that divide it
+    n_rule = tile_rule("w.size(0)", wide, "N", "the block tile BN") if len(bn_choices) == 1 else {}
+    per_call = {"tune_requires": {"w.size(0) % BN == 0": "N must be a multiple of the block tile BN"}} \
+        if len(bn_choices) > 1 else {}
+
     @pnex.jit(
         n_threads=(f"(c.size(0) // {bm}) * (c.size(1) // BN) * {threads}",),
         threads_per_block=threads,
         requires={**tile_rule("a.size(0)", bm, "M", "the block tile BM"),
-                  **tile_rule("w.size(0)", wide, "N", "the widest block tile BN"),
+                  **n_rule,
                   # no k-tile: the accumulators are never written
                   **tile_rule("a.size(1)", BK, "K", "the k-tile BK", minimum=BK)},
+        **per_call,
         **options,
     )
     def linear(
