@@ -208,3 +208,16 @@ def test_the_cpp_launcher_checks_the_rule_and_words_it_alike(built_launcher, sta
     assert any(h == [0] for _, h in expected) and any(h == [1] for _, h in expected)
     for (message, values), (want_message, want_values) in zip(got, expected, strict=True):
         assert (reworded(message), values) == (want_message, want_values)
+
+
+def test_jax_launches_the_first_combination_the_call_keeps():
+    pytest.importorskip("jax")
+    import numpy as np
+
+    op = pnex.jit(n_threads="x.numel()", tune_requires="x.size(0) % (4 * A) == 0 and A > 1")(marked)
+    f = pnex.jax_op(op)
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x, 0)), x + 21)  # A=2, B=1: the first the call keeps
+    with pytest.raises(Exception, match=r"marked\(\): the call breaks tune_requires `x.size\(0\) % \(4 \* A\) == 0 and "
+                                        r"A > 1` \(x.size\(0\) = 6\)"):
+        f(np.arange(6, dtype=np.float32), 0)
