@@ -221,3 +221,13 @@ def test_jax_launches_the_first_combination_the_call_keeps():
     with pytest.raises(Exception, match=r"marked\(\): the call breaks tune_requires `x.size\(0\) % \(4 \* A\) == 0 and "
                                         r"A > 1` \(x.size\(0\) = 6\)"):
         f(np.arange(6, dtype=np.float32), 0)
+
+
+def test_torch_compile_runs_the_combination_the_call_keeps_and_refuses_one_that_keeps_none():
+    op = pnex.jit(n_threads="x.numel()", tune_requires="x.size(0) % (4 * A) == 0 and A > 1")(marked)
+    compiled = torch.compile(lambda x: op(x, 0) * 2, fullgraph=True)
+    x = torch.randn(16)
+    torch.testing.assert_close(compiled(x), (x + 21) * 2, rtol=0, atol=0)  # A=2, B=1
+    with pytest.raises(Exception, match=r"the call breaks tune_requires `x.size\(0\) % \(4 \* A\) == 0 and A > 1` "
+                                        r"\(x.size\(0\) = 12\)"):
+        compiled(torch.randn(12))
