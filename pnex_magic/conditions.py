@@ -46,6 +46,7 @@ from typing import Any
 
 from .errors import ArgumentShapeError, ArgumentValueError, ShapeExpressionError
 from .expressions import (
+    MAX_STACK_DEPTH,
     OPCODES,
     Const,
     Expr,
@@ -56,6 +57,7 @@ from .expressions import (
     _Parser,
     folded_program,
     parse_text,
+    stack_depth,
 )
 
 __all__ = ["Condition", "Requirement", "parse_requirements", "parse_tune_rules", "kept_combinations",
@@ -294,7 +296,7 @@ def variant_check(rules: Sequence[Requirement], values: Mapping[str, Any]) -> Co
 TUNE_RULE = "tune_requires: "
 
 
-def any_variant_rule(rules: Sequence[Requirement], checks: Sequence[Condition],
+def any_variant_rule(kernel: str, rules: Sequence[Requirement], checks: Sequence[Condition],
                      combinations: Sequence[str]) -> Requirement:
     """The rule every launcher checks when ``tune_requires`` has rules per call
     (``rules``): some combination of ``Tune`` choices (``checks``, each as
@@ -302,6 +304,10 @@ def any_variant_rule(rules: Sequence[Requirement], checks: Sequence[Condition],
     call.  Its message names the rules, the call's values and the combinations."""
     condition = checks[0] if len(checks) == 1 else Logical("or", tuple(checks))
     texts = "; ".join(r.text for r in rules)
+    if stack_depth(condition.to_program(lambda name: 0)) > MAX_STACK_DEPTH:  # (each rule was checked alone)
+        raise ShapeExpressionError(f"kernel {kernel!r}, tune_requires {texts!r}: combined over the Tune combinations, the rules nest "
+                                   f"deeper than the C++ launcher evaluates (at most {MAX_STACK_DEPTH}); write them "
+                                   f"with fewer nested parentheses")
     shown = "; ".join(combinations[:6]) + (f" and {len(combinations) - 6} more" if len(combinations) > 6 else "")
     meanings = "".join(f"{r.why}; " for r in rules if r.why)
     return Requirement(TUNE_RULE + texts, condition, tuple(_terms(condition)),

@@ -153,6 +153,18 @@ def test_mistakes_in_rules_per_call_are_named(rules, pattern):
         make_definition(marked, n_threads="x.numel()", tune_requires=rules)
 
 
+def test_rules_too_deep_for_the_cpp_launcher_once_combined_are_refused_at_definition():
+    """Each rule alone fits the C++ evaluator's 64-entry stack; the rule that some
+    combination keeps them folds one condition a combination and nests two deeper."""
+    nested = "A"
+    for _ in range(61):
+        nested = f"1 + ({nested})"
+    make_definition(marked, n_threads="x.numel()", tune_requires=f"x.size(0) % ({nested}) == 0")  # 64 deep: fits
+    with pytest.raises(ShapeExpressionError, match=r"kernel 'marked', tune_requires .*: combined over the Tune "
+                                                   r"combinations, the rules nest deeper than the C\+\+ launcher"):
+        make_definition(marked, n_threads="x.numel()", tune_requires=f"x.size(0) % (1 + ({nested})) == 0")
+
+
 def test_a_saved_artifact_keeps_the_rules_per_call(tmp_path):
     op = pnex.jit(n_threads="x.numel()", tune_requires={"x.size(0) % A == 0": "A divides x", "B == 1": ""})(marked)
     loaded = pnex.load(pnex.save(op, tmp_path / "marked.pnex", archs=("sm_80",)))

@@ -243,7 +243,7 @@ def build_spec(
             f"nothing and cannot write its In tensors. Declare the tensor it writes as Out(dtype, shape) (created "
             f"and returned by the op) or InMut(dtype, shape) (an argument it updates in place)"
         )
-    return KernelSpec(
+    spec = KernelSpec(
         name=kernel,
         qualname=getattr(fn, "__qualname__", kernel),
         module=getattr(fn, "__module__", None) or "__main__",
@@ -257,6 +257,8 @@ def build_spec(
         requires=rules,
         tune_rules=kept_rules,
     )
+    _ = spec.checked_requires  # tune_requires per call: the rule every launcher checks, made (and checked) now
+    return spec
 
 
 def _dtype(where: str, spelling: Any) -> DType:

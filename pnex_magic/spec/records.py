@@ -197,7 +197,7 @@ class KernelSpec:
             return self.requires
         names = [p.name for p in self.tune_params]
         combinations = [", ".join(f"{n}={v!r}" for n, v in zip(names, values)) for values in self.tune_variants]
-        return (*self.requires, any_variant_rule(self.call_tune_rules, self.variant_checks, combinations))
+        return (*self.requires, any_variant_rule(self.name, self.call_tune_rules, self.variant_checks, combinations))
 
     def eligible(self, key: tuple[int, ...]) -> tuple[bool, ...]:
         """Per variant, whether a call of autotune key ``key`` (:meth:`tuning_key`'s values)
