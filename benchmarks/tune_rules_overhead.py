@@ -102,7 +102,8 @@ def main(argv=None) -> int:
     result = {**result_header("tune_rules_overhead"), "launcher": state, "rounds": args.rounds, "loops": args.loops,
               "elements": a.numel(), "rows": table}
     path = write_result(result, "tune-rules-overhead")
-    print(f"GPU: {result.get('gpu', {}).get('name', '?')}  launcher: {state}  ({args.rounds} rounds x {args.loops} calls)")
+    gpu = result.get("gpu", {}).get("name", "?")
+    print(f"GPU: {gpu}  launcher: {state}  ({args.rounds} rounds x {args.loops} calls)")
     print(f"{'row':<24}{'us/call':>9}{'min':>8}{'max':>8}{'vs no rule':>12}  chosen")
     for r in table:
         print(f"{r['row']:<24}{r['us_per_call']:9.2f}{r['min_us']:8.2f}{r['max_us']:8.2f}{r['vs_no_rule']:12.3f}  "

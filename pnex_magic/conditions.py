@@ -305,9 +305,9 @@ def any_variant_rule(kernel: str, rules: Sequence[Requirement], checks: Sequence
     condition = checks[0] if len(checks) == 1 else Logical("or", tuple(checks))
     texts = "; ".join(r.text for r in rules)
     if stack_depth(condition.to_program(lambda name: 0)) > MAX_STACK_DEPTH:  # (each rule was checked alone)
-        raise ShapeExpressionError(f"kernel {kernel!r}, tune_requires {texts!r}: combined over the Tune combinations, the rules nest "
-                                   f"deeper than the C++ launcher evaluates (at most {MAX_STACK_DEPTH}); write them "
-                                   f"with fewer nested parentheses")
+        raise ShapeExpressionError(
+            f"kernel {kernel!r}, tune_requires {texts!r}: combined over the Tune combinations, the rules nest deeper "
+            f"than the C++ launcher evaluates (at most {MAX_STACK_DEPTH}); write them with fewer nested parentheses")
     shown = "; ".join(combinations[:6]) + (f" and {len(combinations) - 6} more" if len(combinations) > 6 else "")
     meanings = "".join(f"{r.why}; " for r in rules if r.why)
     return Requirement(TUNE_RULE + texts, condition, tuple(_terms(condition)),
@@ -331,8 +331,8 @@ def kept_combinations(kernel: str, names: Sequence[str], choices: Sequence[Seque
                       rules: Sequence[Requirement]) -> tuple[tuple[Any, ...], ...]:
     """The combinations of ``Tune`` values (one value per name of ``names``, of its
     ``choices``, in the product's order) that keep every rule of ``rules`` over the
-    ``Tune`` parameters alone (every combination where there is none); an error when a rule cannot be evaluated on one
-    (a division by zero) or no combination is left."""
+    ``Tune`` parameters alone (every combination where there is none); an error when a
+    rule cannot be evaluated on one (a division by zero) or no combination is left."""
     every = tuple(itertools.product(*choices))
     rules = [r for r in rules if not per_call(r, names)]  # a rule per call keeps every combination here
     if not rules:

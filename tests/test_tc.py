@@ -322,8 +322,9 @@ def test_wgmma_linear_runs_the_tile_widths_that_divide_n():
     assert linear.spec.tune_values(linear.spec.launch_candidates[linear.spec.first_candidate(key)][1])["BN"] == 64
     ref = a.double() @ w.double().t()
     assert ((linear(a, w).double() - ref).abs() <= ref.abs() * 2**-11 + 1e-3).all()
-    with pytest.raises(pnex.ArgumentValueError, match=r"breaks tune_requires `w.size\(0\) % BN == 0` \(w.size\(0\) = "
-                                                      r"96\): N must be a multiple of the block tile BN; no combination"):
+    refused = (r"breaks tune_requires `w.size\(0\) % BN == 0` \(w.size\(0\) = 96\): N must be a multiple of the block "
+               r"tile BN; no combination")
+    with pytest.raises(pnex.ArgumentValueError, match=refused):
         linear(a, w[:96])
 
 

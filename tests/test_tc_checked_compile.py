@@ -155,8 +155,8 @@ def test_the_wgmma_and_attention_examples_refuse_shapes_their_tiles_do_not_divid
     w = torch.randn(128, 64).half()
     for a, weight, pattern in (
         (torch.randn(96, 64), w, r"\(a\.size\(0\) = 96\): M must be a multiple of the block tile BM = 64"),
-        (torch.randn(64, 64), torch.randn(192, 64), r"\(w\.size\(0\) = 192\): N must be a multiple of the block tile BN "
-                                                    r"= 128"),
+        (torch.randn(64, 64), torch.randn(192, 64),
+         r"\(w\.size\(0\) = 192\): N must be a multiple of the block tile BN = 128"),
         (torch.randn(64, 96), torch.randn(128, 96), r"\(a\.size\(1\) = 96\): K must be a multiple of the k-tile BK"),
         (torch.randn(64, 0), torch.randn(128, 0), r"`a\.size\(1\) % 64 == 0 and a\.size\(1\) >= 64` \(a\.size\(1\) = 0\): "
                                                   r"K must be a multiple of the k-tile BK = 64 and at least 64"),

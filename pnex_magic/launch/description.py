@@ -81,7 +81,8 @@ def describe_launch(spec: KernelSpec) -> dict[str, Any]:
         # "no two elements in one location", [written, other, message] for "no shared memory".
         "internal_overlap": [[index_of(n), internal_overlap_message(spec, n)] for n in spec.mutated],
         "overlap": [[index_of(w), index_of(o), alias_message(spec, w, o)] for w, o in spec.overlap_checks],
-        # The rules of jit(requires=...), only where there are any (a saved artifact's
+        # The rules every launcher checks (jit(requires=...), and that some Tune combination
+        # keeps tune_requires' rules per call), only where there are any (a saved artifact's
         # description from before them compares equal): text, condition, shown terms.
         **({"requires": programs(spec.checked_requires, index_of)} if spec.checked_requires else {}),
     }
